@@ -1,0 +1,159 @@
+"""Configuration. Every constant of the papers is a named field with the paper's value.
+
+Seed 000 (MemCompile) Appendix B and Table 6 give the Address Plane constants; Section 3.4
+and Appendix C give the Evidence Plane constants; seed 001 gives MemPursuit's tau.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """Bounded Cell placement (Appendix B.2, Eqs. 3-4 and 17-21)."""
+
+    layout: Literal["bounded", "flat", "sequential", "session", "entity"] = "bounded"
+    token_cap: int = 360  # B_C
+    item_cap: int = 12  # M_C
+    beta: float = 1.4  # weight of coherence C
+    gamma: float = 1.0  # weight of inconsistency X
+    eta: float = 0.45  # weight of expansion pressure E
+    coherence_keyword: float = 0.45
+    coherence_person: float = 0.35
+    coherence_time: float = 0.20
+    time_in_span: float = 1.0
+    time_out_of_span: float = 0.25
+    inconsistency_penalty: float = 0.45
+    session_span_weight: float = 0.2  # in H(c)
+    entropy_delta_weight: float = 0.4  # Delta_H weight in E
+    fill_weight: float = 0.25
+    entropy_excess_weight: float = 0.25
+    entropy_threshold: float = 1.8
+    new_cell_coherence: float = 0.55
+    new_cell_pressure: float = 0.65
+    block_size: int = 12  # fixed-length blocks of the sequential/session/entity layouts (= M_C)
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """Diminishing-benefit Cell routing and the candidate union (Appendix B.3, Eqs. 5-7, 22-23)."""
+
+    w_keywords: float = 2.0
+    w_people: float = 2.2
+    w_title: float = 0.7
+    temporal_bonus: float = 0.25  # T_q(c)
+    w_density: float = 0.03
+    admission: float = 0.08
+    cell_budget: int = 6  # B_cell: maximum opened Cells
+    min_cells: int = 1
+    pool_floor: int = 12  # pool = max(12, 6 * B_cell) = 36
+    pool_per_cell: int = 6
+    redundancy: float = 0.45  # lambda_R
+    open_cost: float = 0.02
+    token_cost: float = 0.0005
+    relative_floor: float = 0.68
+    cumulative_top_p: float = 0.90
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+    bm25_top: int = 96
+    seeds: int = 8
+    alpha_f: float = 2.0
+    alpha_k: float = 1.6
+    alpha_p: float = 2.4
+    alpha_t: float = 0.3
+    alpha_b: float = 0.45
+    mmr_support: float = 0.10
+    mmr_overlap: float = 0.58
+    mmr_same_cell: float = 0.08
+    mmr_k: int = 10
+
+
+@dataclass(frozen=True)
+class EvidenceConfig:
+    """Evidence Plane (Section 3.4, Appendix C.2)."""
+
+    k0: int = 10  # initial SourcePackets
+    k_dense: int = 40  # K_D, dense packet proposals
+    k_rank: int = 5  # K_R, frontier rank cutoff
+    k_append: int = 2  # K_Delta, frontier append cap
+    max_retries: int = 3  # scheduler schema-correction retries (Appendix A.2)
+    anchor_selector: Literal["llm", "mmr", "normalized", "pursuit", "dense"] = "llm"
+    frontier: Literal["llm", "pursuit", "none"] = "llm"
+    view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
+    pursuit_tau: float = 1e-5  # MemPursuit adaptive stop (seed 001)
+    pursuit_pool: int = 200  # P
+
+
+@dataclass(frozen=True)
+class ExtractionConfig:
+    """Descriptor extraction (Appendix B.1)."""
+
+    extractor: Literal["llm", "rule"] = "llm"
+    combined_call: bool = False  # facts and metadata in one call per turn
+    max_keywords: int = 5
+    use_intent: bool = True  # query intent (ablation A6 turns it off)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which backend and model serve LLM calls, and which embedder serves dense retrieval."""
+
+    backend: str = "llamacpp"
+    model: str = "smollm2-135m"
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    max_tokens: int = 2048
+    temperature: float = 0.0
+    seed: int = 0
+    concurrency: int = 4
+    timeout_s: float = 120.0
+    embedder: str = "sentence-transformers"
+    embed_model: str = "all-MiniLM-L6-v2"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PipelineConfig":
+        """Build from a (possibly partial) nested dict; unknown keys are an error."""
+        from .errors import ConfigError
+
+        parts = {}
+        sub = {
+            "extraction": ExtractionConfig,
+            "placement": PlacementConfig,
+            "routing": RoutingConfig,
+            "evidence": EvidenceConfig,
+            "model": ModelConfig,
+        }
+        for key, value in (data or {}).items():
+            if key not in sub:
+                raise ConfigError(f"unknown config section {key!r}; expected one of {sorted(sub)}")
+            if not isinstance(value, dict):
+                raise ConfigError(f"config section {key!r} must be a mapping, got {type(value).__name__}")
+            names = {f.name for f in dataclasses.fields(sub[key])}
+            unknown = set(value) - names
+            if unknown:
+                raise ConfigError(f"unknown field(s) {sorted(unknown)} in config section {key!r}")
+            parts[key] = sub[key](**value)
+        return cls(**parts)
+
+    def replace(self, **sections: Any) -> "PipelineConfig":
+        """Return a copy with some fields of some sections replaced: replace(evidence={'k0': 5})."""
+        current = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name, changes in sections.items():
+            current[name] = dataclasses.replace(current[name], **changes)
+        return PipelineConfig(**current)

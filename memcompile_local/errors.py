@@ -1,0 +1,85 @@
+"""Typed errors. Each names what was wrong, where, and what was expected."""
+
+from __future__ import annotations
+
+
+class MemCompileError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(MemCompileError, ValueError):
+    pass
+
+
+class NamespaceError(MemCompileError, ValueError):
+    """A missing or malformed namespace id."""
+
+
+class StoreError(MemCompileError):
+    pass
+
+
+class ImmutablePacketError(StoreError):
+    """An existing SourcePacket id was ingested again with different content."""
+
+
+class DataFormatError(MemCompileError, ValueError):
+    """A dataset or memory file does not have the expected shape.
+
+    Carries the file, a JSON path such as ``$[0].conversation.session_3[2].text`` and what
+    was expected, so a user can open the file at the right place.
+    """
+
+    def __init__(self, path: str, where: str, expected: str, detail: str | None = None):
+        self.path = path
+        self.where = where
+        self.expected = expected
+        self.detail = detail
+        msg = f"{path}: at {where}: expected {expected}"
+        if detail:
+            msg += f" ({detail})"
+        super().__init__(msg)
+
+
+class MissingExtraError(MemCompileError, ImportError):
+    """An optional backend's package is not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str = ""):
+        self.package = package
+        self.extra = extra
+        what = f" for {purpose}" if purpose else ""
+        super().__init__(
+            f"{package!r} is needed{what} but is not installed; "
+            f"install it with: pip install 'memcompile-local[{extra}]'"
+        )
+
+
+class ModelError(MemCompileError):
+    """Base of errors raised by the model interface."""
+
+
+class TransportError(ModelError):
+    """The backend could not be reached or answered with an error.
+
+    ``retryable`` says whether the same request may succeed later (429, 5xx, timeouts).
+    """
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+class OutputValidationError(ModelError):
+    """A response arrived but does not satisfy the request's output spec."""
+
+    def __init__(self, message: str, *, text: str = "", finish_reason: str | None = None):
+        super().__init__(message)
+        self.text = text
+        self.finish_reason = finish_reason
+
+
+class UnexpectedRequestError(ModelError):
+    """The scripted test backend received a request it has no answer for."""

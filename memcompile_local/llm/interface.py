@@ -1,0 +1,152 @@
+"""The one model interface every LLM stage goes through.
+
+A backend receives a batch of typed ``LLMRequest`` objects and returns one ``LLMResponse``
+per request, in order. Output specs say what shape the text must have; backends turn a spec
+into their own constrained-decoding argument, and the core validates every result anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Sequence, runtime_checkable
+
+Stage = Literal["fact", "metadata", "extract", "intent", "schedule", "frontier", "answer", "judge"]
+STAGES: tuple[str, ...] = ("fact", "metadata", "extract", "intent", "schedule", "frontier", "answer", "judge")
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class TextSpec:
+    """Free text (answers)."""
+
+    kind: Literal["text"] = "text"
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "text"}
+
+
+@dataclass(frozen=True)
+class JsonSchemaSpec:
+    """A JSON object that must validate against ``schema`` (usually from a pydantic model)."""
+
+    schema: dict[str, Any]
+    name: str = "output"
+    kind: Literal["json"] = "json"
+
+    @classmethod
+    def from_model(cls, model: type, name: str | None = None) -> "JsonSchemaSpec":
+        return cls(schema=model.model_json_schema(), name=name or model.__name__)
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "json", "name": self.name, "schema": self.schema}
+
+
+@dataclass(frozen=True)
+class RankingSpec:
+    """An ordered ranking of exactly ``k`` distinct labels drawn from ``labels``.
+
+    The JSON shape on the wire is ``{"ranked_candidate_ids": [label, ...]}``.
+    """
+
+    labels: tuple[str, ...]
+    k: int
+    field_name: str = "ranked_candidate_ids"
+    kind: Literal["ranking"] = "ranking"
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "ranking", "labels": list(self.labels), "k": self.k, "field": self.field_name}
+
+    def json_schema(self) -> dict[str, Any]:
+        """The schema handed to constrained decoders (uniqueItems is advisory: outlines ignores it)."""
+        return {
+            "type": "object",
+            "properties": {
+                self.field_name: {
+                    "type": "array",
+                    "items": {"type": "string", "enum": list(self.labels)},
+                    "minItems": self.k,
+                    "maxItems": self.k,
+                    "uniqueItems": True,
+                }
+            },
+            "required": [self.field_name],
+            "additionalProperties": False,
+        }
+
+
+OutputSpec = TextSpec | JsonSchemaSpec | RankingSpec
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    messages: tuple[Message, ...]
+    stage: str
+    output: OutputSpec = field(default_factory=TextSpec)
+    max_tokens: int = 2048
+    temperature: float = 0.0
+    seed: int = 0
+    prompt_version: str = ""
+    namespace: str | None = None  # the memory whose text the prompt contains (for forget)
+
+    def identity(self) -> dict[str, Any]:
+        """Everything about the request that shapes the response (backend identity is added by the cache)."""
+        return {
+            "messages": [[m.role, m.content] for m in self.messages],
+            "stage": self.stage,
+            "output": self.output.identity(),
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "prompt_version": self.prompt_version,
+        }
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    text: str
+    parsed: Any = None  # dict for JsonSchemaSpec, list[str] for RankingSpec, str for TextSpec
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+    cached: bool = False
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """A model that answers batches of requests.
+
+    ``identity()`` returns what distinguishes this model from another for caching: backend
+    kind, model name, base URL or weights hash. ``generate`` returns raw responses (``parsed``
+    may be None); validation happens in the core. Transport failures raise
+    ``TransportError``; a response that cannot even be produced raises it too.
+    """
+
+    def identity(self) -> dict[str, Any]: ...
+
+    def generate(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into l2-normalized float32 vectors."""
+
+    def identity(self) -> dict[str, Any]: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> "Any":  # numpy.ndarray of shape (n, dim), float32
+        ...
+
+
+def stable_hash(obj: Any) -> str:
+    """sha256 of sorted-key compact JSON: the cache key of a request identity."""
+    data = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
