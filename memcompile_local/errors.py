@@ -75,10 +75,14 @@ class TransportError(ModelError):
 class OutputValidationError(ModelError):
     """A response arrived but does not satisfy the request's output spec."""
 
-    def __init__(self, message: str, *, text: str = "", finish_reason: str | None = None):
+    def __init__(self, message: str, *, text: str = "", finish_reason: str | None = None,
+                 parsed=None, prompt_tokens: int = 0, completion_tokens: int = 0):
         super().__init__(message)
         self.text = text
         self.finish_reason = finish_reason
+        self.parsed = parsed  # whatever could be parsed (e.g. a label list with duplicates)
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
 
 
 class UnexpectedRequestError(ModelError):
