@@ -146,3 +146,69 @@ class Cell:
 
 
 JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One address hit (a descriptor) with its candidate score r_i (Eq. 7).
+
+    ``channels`` records every channel that reached it ("bm25", "cell:<id>") before normalization.
+    ``position`` is its rank in the address candidate order (0 = best).
+    """
+
+    descriptor_id: str
+    packet_id: str
+    score: float
+    position: int
+    channels: tuple[str, ...] = ()
+    bm25_raw: float = 0.0
+
+
+@dataclass(frozen=True)
+class PacketCandidate:
+    """A SourcePacket after the normalization boundary (Eqs. 8-10).
+
+    ``score`` = max r_i over its hits; ``first_position`` = earliest hit position;
+    ``representative`` = descriptor id of the best-scoring hit (earliest on ties).
+    """
+
+    packet_id: str
+    score: float
+    first_position: int
+    representative: str
+    n_hits: int = 1
+    channels: tuple[str, ...] = ()
+    support: float = 0.0  # sum of max(0, r_i) over same-packet hits (used by the MMR anchors)
+
+
+@dataclass(frozen=True)
+class QueryIntent:
+    """Query-only retrieval intent (people, keywords, time constraint, need_attribute)."""
+
+    question: str
+    people: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    time: str | None = None
+    need_attribute: bool = False
+    is_temporal: bool = False
+
+    def lexical_query(self) -> str:
+        """The question plus the intent fields: the text BM25 and term sets are computed on."""
+        parts = [self.question, *self.people, *self.keywords]
+        if self.time:
+            parts.append(self.time)
+        return " ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class AddressResult:
+    """Everything the Address Plane found for one query, kept inspectable."""
+
+    intent: QueryIntent
+    bm25: tuple[Candidate, ...]  # lexical channel, top-96 in BM25 order
+    opened_cells: tuple[int, ...]  # Cell ids opened by routing, in opening order
+    candidates: tuple[Candidate, ...]  # the union K_q reordered by r_i
+    pool: tuple[PacketCandidate, ...]  # normalized packet pool U_q, in order
+    dense: tuple[tuple[str, float], ...]  # dense packet channel D_q: (packet_id, cosine), top K_D
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    routing_trace: tuple[dict, ...] = ()
