@@ -56,6 +56,7 @@ class RoutingConfig:
     token_cost: float = 0.0005
     relative_floor: float = 0.68
     cumulative_top_p: float = 0.90
+    channels: Literal["both", "cells", "bm25"] = "both"  # A4 Cell-only, A5 BM25-only ablations
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     bm25_top: int = 96
@@ -95,6 +96,7 @@ class ExtractionConfig:
     combined_call: bool = False  # facts and metadata in one call per turn
     max_keywords: int = 5
     use_intent: bool = True  # query intent (ablation A6 turns it off)
+    intent_source: Literal["llm", "rule"] = "llm"  # the model-free path uses the rule-based intent
 
 
 @dataclass(frozen=True)

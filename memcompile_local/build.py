@@ -1,0 +1,197 @@
+"""Memory construction: descriptors, Cells and packet embeddings for one namespace.
+
+This module only wires stages together (extraction -> placement -> dense packet documents);
+each stage lives in the Address Plane. Everything built is stored, so re-running a build on an
+unchanged namespace makes zero model calls, and new turns extend the memory incrementally.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .config import PlacementConfig
+from .store import MemoryStore
+from .types import Descriptor, SourcePacket
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    namespace: str
+    descriptor_set: str
+    layout_id: str
+    packets: int
+    extracted_now: int  # packets whose descriptors were extracted by this call
+    descriptors: int
+    cells: int
+    embedded_now: int  # packet documents embedded by this call
+
+
+def layout_id(descriptor_set: str, placement: PlacementConfig) -> str:
+    """Store key of a Cell layout: the descriptor set plus a hash of every placement constant."""
+    digest = hashlib.sha256(json.dumps(asdict(placement), sort_keys=True).encode()).hexdigest()[:12]
+    return f"{descriptor_set}|{placement.layout}|{digest}"
+
+
+def embedding_model_id(embedder: Any) -> str:
+    return hashlib.sha256(json.dumps(embedder.identity(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def extract_descriptors(
+    store: MemoryStore,
+    namespace: str,
+    extractor: Any,
+    *,
+    batch_size: int = 16,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
+    """Extract descriptors for every packet not yet extracted by this descriptor set.
+
+    Packets go in dialogue order, each paired with its immediately preceding packet. Each
+    packet's result is committed on its own, so an interrupted build resumes where it stopped.
+    Returns the number of packets extracted by this call.
+    """
+    packets = store.packets(namespace)
+    done = store.extracted_packet_ids(namespace, extractor.descriptor_set)
+    todo: list[tuple[SourcePacket, SourcePacket | None]] = []
+    for i, p in enumerate(packets):
+        if p.packet_id not in done:
+            todo.append((p, packets[i - 1] if i > 0 else None))
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        results = extractor.extract(batch)
+        if len(results) != len(batch):
+            raise RuntimeError(f"extractor returned {len(results)} results for {len(batch)} packets")
+        for (packet, _), descriptors in zip(batch, results):
+            store.save_extraction(namespace, extractor.descriptor_set, packet.packet_id, descriptors)
+        if on_progress:
+            on_progress(len(batch))
+    return len(todo)
+
+
+def place_cells(
+    store: MemoryStore, namespace: str, descriptor_set: str, placement: PlacementConfig
+) -> tuple[str, int]:
+    """Place descriptors into Cells for the configured layout and store them.
+
+    The bounded layout is incremental: descriptors already in stored Cells stay where they
+    are, and the unplaced ones (always a suffix in dialogue order, since extraction runs in
+    order) are placed after them, which equals a from-scratch build of the whole sequence.
+    Other layouts are cheap and rebuilt from scratch.
+    """
+    from .address.cells import place_descriptors
+    from .address.layouts import build_layout
+
+    lid = layout_id(descriptor_set, placement)
+    descriptors = store.descriptors(namespace, descriptor_set)
+    if placement.layout == "bounded":
+        existing = store.cells(namespace, lid)
+        placed = {d for c in existing for d in c.descriptor_ids}
+        order = {d.descriptor_id: i for i, d in enumerate(descriptors)}
+        new = [d for d in descriptors if d.descriptor_id not in placed]
+        if existing and new and min(order[d.descriptor_id] for d in new) < max(order[x] for x in placed):
+            # Unplaced descriptors precede placed ones: serialized order broken, rebuild.
+            existing, new = [], descriptors
+        by_id = {d.descriptor_id: d for d in descriptors}
+        cells = place_descriptors(new, placement, existing_cells=existing, descriptor_lookup=by_id)
+    else:
+        cells = build_layout(placement.layout, descriptors, placement)
+    store.save_cells(namespace, lid, cells)
+    return lid, len(cells)
+
+
+def embed_packets(
+    store: MemoryStore,
+    namespace: str,
+    descriptor_set: str,
+    embedder: Any,
+    *,
+    batch_size: int = 64,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
+    """Embed every packet document z(p) not yet stored; returns how many were embedded now.
+
+    The key binds the document's text hash, so a changed descriptor set re-embeds only the
+    packets whose documents changed.
+    """
+    keys, docs = packet_document_keys(store, namespace, descriptor_set)
+    model_id = embedding_model_id(embedder)
+    have = store.embeddings(namespace, model_id, keys)
+    missing = [(k, d) for k, d in zip(keys, docs) if k not in have]
+    for start in range(0, len(missing), batch_size):
+        chunk = missing[start : start + batch_size]
+        vecs = np.asarray(embedder.embed([d for _, d in chunk]), dtype=np.float32)
+        store.save_embeddings(namespace, model_id, [k for k, _ in chunk], vecs)
+        if on_progress:
+            on_progress(len(chunk))
+    return len(missing)
+
+
+def packet_document_keys(
+    store: MemoryStore, namespace: str, descriptor_set: str
+) -> tuple[list[str], list[str]]:
+    """(keys, documents) of the dense packet channel, in packet order."""
+    from .address.dense import packet_document
+
+    packets = store.packets(namespace)
+    by_packet: dict[str, list[Descriptor]] = {}
+    for d in store.descriptors(namespace, descriptor_set):
+        by_packet.setdefault(d.packet_id, []).append(d)
+    keys, docs = [], []
+    for p in packets:
+        doc = packet_document(p, by_packet.get(p.packet_id, []))
+        keys.append(f"{p.packet_id}|{hashlib.sha256(doc.encode()).hexdigest()[:16]}")
+        docs.append(doc)
+    return keys, docs
+
+
+def load_packet_matrix(
+    store: MemoryStore, namespace: str, descriptor_set: str, embedder: Any
+) -> np.ndarray:
+    """The (N, d) matrix of packet embeddings in packet order (all must be built)."""
+    keys, _ = packet_document_keys(store, namespace, descriptor_set)
+    got = store.embeddings(namespace, embedding_model_id(embedder), keys)
+    missing = [k for k in keys if k not in got]
+    if missing:
+        raise RuntimeError(f"{len(missing)} packet embeddings missing in {namespace!r}; run the build first")
+    return np.stack([got[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, embedder.dim), np.float32)
+
+
+def build_memory(
+    store: MemoryStore,
+    namespace: str,
+    extractor: Any,
+    placement: PlacementConfig,
+    embedder: Any | None,
+    *,
+    progress: bool = False,
+) -> BuildResult:
+    """Run all build stages for one namespace (idempotent and resumable)."""
+    from .progress import bar
+
+    n_packets = len(store.packets(namespace))
+    done = len(store.extracted_packet_ids(namespace, extractor.descriptor_set))
+    with bar(total=n_packets - done, desc=f"extract {namespace}", unit="turn", enabled=progress) as pb:
+        extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update)
+    lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement)
+    embedded = 0
+    if embedder is not None:
+        with bar(total=n_packets, desc=f"embed {namespace}", unit="doc", enabled=progress) as pb:
+            embedded = embed_packets(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update)
+    return BuildResult(
+        namespace=namespace,
+        descriptor_set=extractor.descriptor_set,
+        layout_id=lid,
+        packets=n_packets,
+        extracted_now=extracted,
+        descriptors=len(store.descriptors(namespace, extractor.descriptor_set)),
+        cells=n_cells,
+        embedded_now=embedded,
+    )
