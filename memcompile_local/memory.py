@@ -1,0 +1,222 @@
+"""The Python API an agent calls: ``Memory(store, config)``.
+
+``add`` ingests turns, ``build`` makes descriptors/Cells/embeddings, ``compile`` returns the
+reader context for a question, ``answer`` answers it, ``forget`` erases a namespace.
+Models load lazily on first use, so a model-free configuration never imports one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from os import PathLike
+from typing import Any, Iterable, Mapping, Sequence
+
+from .build import BuildResult, build_memory, layout_id, load_packet_matrix
+from .config import ModelConfig, PipelineConfig
+from .errors import ConfigError
+from .pipeline import Context, MemoryView, compile_context
+from .store import IngestResult, MemoryStore
+from .types import Conversation, Session, Turn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    context: Context
+    prompt_version: str = ""
+
+
+def backend_kwargs(m: ModelConfig) -> dict[str, Any]:
+    """Constructor arguments of the configured LLM backend."""
+    kw: dict[str, Any] = dict(m.options)
+    if m.backend == "scripted":
+        return kw
+    kw.setdefault("model", m.model)
+    if m.backend == "openai":
+        kw.setdefault("base_url", m.base_url)
+        kw.setdefault("api_key_env", m.api_key_env)
+        kw.setdefault("concurrency", m.concurrency)
+        kw.setdefault("timeout", m.timeout_s)
+    return kw
+
+
+def embedder_kwargs(m: ModelConfig) -> dict[str, Any]:
+    kw: dict[str, Any] = {}
+    if m.embedder == "hash":
+        return kw
+    kw["model"] = m.embed_model
+    if m.embedder == "openai" and m.base_url:
+        kw["base_url"] = m.base_url
+    return kw
+
+
+def turns_to_conversation(namespace: str, data: Any) -> Conversation:
+    """Accept a Conversation, a sequence of Sessions, or a list of plain dict sessions/turns."""
+    if isinstance(data, Conversation):
+        if data.namespace != namespace:
+            data = Conversation(namespace=namespace, sessions=data.sessions, speakers=data.speakers,
+                                questions=data.questions, source_path=data.source_path)
+        return data
+    items = list(data)
+    if items and all(isinstance(s, Session) for s in items):
+        return Conversation(namespace=namespace, sessions=tuple(items))
+    if items and all(isinstance(s, Mapping) and "turns" in s for s in items):
+        from .data.plain import conversation_from_obj
+
+        return conversation_from_obj({"namespace": namespace, "sessions": items}, source="<add>")
+    raise ConfigError("Memory.add expects a Conversation, Sessions, or a list of {'time', 'turns'} dicts")
+
+
+class Memory:
+    """Long-term memory over a store file, configured by a PipelineConfig."""
+
+    def __init__(
+        self,
+        store: MemoryStore | str | PathLike,
+        config: PipelineConfig | None = None,
+        *,
+        backend: Any = None,
+        embedder: Any = None,
+        client: Any = None,
+        run_id: str | None = None,
+        progress: bool = False,
+    ):
+        self.store = store if isinstance(store, MemoryStore) else MemoryStore(store)
+        self._owns_store = not isinstance(store, MemoryStore)
+        self.config = config or PipelineConfig()
+        self._backend = backend
+        self._embedder = embedder
+        self._client = client
+        self.run_id = run_id
+        self.progress = progress
+        self._views: dict[tuple, MemoryView] = {}
+        self._lock = threading.RLock()
+
+    # -- models -------------------------------------------------------------------------
+    @property
+    def client(self):
+        """The LLM client (cache + ledger over the store); loads the backend on first use."""
+        with self._lock:
+            if self._client is None:
+                from .llm.client import LLMClient
+                from .llm.registry import load_backend
+
+                backend = self._backend or load_backend(self.config.model.backend, **backend_kwargs(self.config.model))
+                self._client = LLMClient(backend, self.store, run_id=self.run_id)
+            return self._client
+
+    @property
+    def embedder(self):
+        with self._lock:
+            if self._embedder is None:
+                from .llm.registry import load_embedder
+
+                self._embedder = load_embedder(self.config.model.embedder, **embedder_kwargs(self.config.model))
+            return self._embedder
+
+    def needs_llm(self) -> bool:
+        c = self.config
+        return (
+            c.extraction.extractor == "llm"
+            or (c.extraction.use_intent and c.extraction.intent_source == "llm")
+            or c.evidence.anchor_selector == "llm"
+            or c.evidence.frontier == "llm"
+        )
+
+    def extractor(self):
+        c = self.config.extraction
+        if c.extractor == "rule":
+            from .address.extract_rule import RuleExtractor
+
+            return RuleExtractor(c)
+        from .address.extract_llm import LLMExtractor
+
+        return LLMExtractor(self.client, combined=c.combined_call, config=c,
+                            max_tokens=self.config.model.max_tokens)
+
+    # -- write side ---------------------------------------------------------------------------
+    def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping]) -> IngestResult:
+        """Ingest turns (all-or-nothing); identical turns already present are skipped."""
+        return self.store.ingest(turns_to_conversation(namespace, data))
+
+    def build(self, namespace: str) -> BuildResult:
+        """Extract, place and embed whatever is not built yet (no model call when up to date)."""
+        return build_memory(self.store, namespace, self.extractor(), self.config.placement,
+                            self.embedder, progress=self.progress)
+
+    def forget(self, namespace: str) -> dict[str, int]:
+        with self._lock:
+            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
+        return self.store.forget(namespace)
+
+    # -- read side ----------------------------------------------------------------------------
+    def view(self, namespace: str) -> MemoryView:
+        """Load (and cache) the query-time structures of a namespace, building it if needed."""
+        from .address.index import AddressIndex
+
+        extractor = self.extractor()
+        dset = extractor.descriptor_set
+        lid = layout_id(dset, self.config.placement)
+        packets = self.store.packets(namespace)
+        if not packets:
+            raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
+        key = (namespace, dset, lid, len(packets), self.config.model.embedder, self.config.model.embed_model)
+        with self._lock:
+            if key in self._views:
+                return self._views[key]
+        done = self.store.extracted_packet_ids(namespace, dset)
+        if len(done) < len(packets) or not self.store.cells(namespace, lid) and self.config.placement.layout != "flat":
+            self.build(namespace)
+        else:
+            from .build import embed_packets
+
+            embed_packets(self.store, namespace, dset, self.embedder)
+        descriptors = self.store.descriptors(namespace, dset)
+        cells = self.store.cells(namespace, lid)
+        matrix = load_packet_matrix(self.store, namespace, dset, self.embedder)
+        by_packet: dict[str, list] = {}
+        for d in descriptors:
+            by_packet.setdefault(d.packet_id, []).append(d)
+        index = AddressIndex.build(packets, descriptors, cells, matrix)
+        view = MemoryView(
+            namespace=namespace,
+            packets=tuple(packets),
+            packets_by_id={p.packet_id: p for p in packets},
+            descriptors_by_packet={k: tuple(v) for k, v in by_packet.items()},
+            index=index,
+            packet_matrix=matrix,
+            row_of={p.packet_id: i for i, p in enumerate(packets)},
+        )
+        with self._lock:
+            self._views[key] = view
+        return view
+
+    def compile(self, namespace: str, question: str) -> Context:
+        """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace)."""
+        view = self.view(namespace)
+        return compile_context(question, view, self.config,
+                               client=self.client if self.needs_llm() else None, embedder=self.embedder)
+
+    def answer(self, namespace: str, question: str) -> Answer:
+        """Compile the context, then answer from it with the answer prompt."""
+        from .address.intent import is_temporal_question
+        from .evidence.answer import answer_question
+
+        ctx = self.compile(namespace, question)
+        res = answer_question(self.client, question, ctx.text, temporal=is_temporal_question(question),
+                              namespace=namespace, max_tokens=min(256, self.config.model.max_tokens))
+        return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)
+
+    def close(self) -> None:
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
