@@ -1,0 +1,161 @@
+"""Loader for LongMemEval question files (the S, M and oracle variants share a layout).
+
+The file is a list of questions. Each question carries its own haystack of chat
+sessions, so each becomes its own :class:`~memcompile_local.types.Conversation` with
+namespace ``"lme-" + question_id`` and exactly one :class:`QAItem`.
+
+Conventions (also written down in ``docs/data-formats.md``):
+
+* Sessions keep the haystack order of the file (the official order);
+  ``Session.session_id`` is the haystack session id, ``Session.time`` the matching
+  ``haystack_dates`` entry and ``Session.index`` the 1-based position. Sessions with no
+  turns are skipped.
+* Turn ids are ``f"{session_id}:{position}"`` with a 1-based position in the session;
+  the speaker is the ``role`` (``"user"`` / ``"assistant"``). Session ids must be unique
+  within a question so that turn ids are.
+* ``QAItem.evidence`` lists the ids of turns marked ``has_answer: true`` (in haystack
+  order), ``QAItem.evidence_sessions`` the ``answer_session_ids``. ``has_answer`` is
+  kept on the turn for scoring only.
+* ``category`` is the ``question_type`` string; ``is_abstention`` is true for ids that
+  contain ``_abs``. A numeric answer is kept as the text of the number.
+* The list fields ``haystack_session_ids``, ``haystack_dates``, ``haystack_sessions``
+  (and each session inside it) and ``answer_session_ids`` may also be a string holding
+  a Python list literal, as found in some redistributed copies; such strings are read
+  with :func:`ast.literal_eval`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..types import Conversation, QAItem, Session, Turn
+from .jsonio import FieldReader, child, load_json
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE_PREFIX = "lme-"
+SPEAKERS = ("user", "assistant")
+
+
+def load_longmemeval(path: str | Path, *, limit: int | None = None,
+                     question_ids: Sequence[str] | None = None) -> list[Conversation]:
+    """Read a LongMemEval JSON file into one Conversation per question.
+
+    ``question_ids`` selects questions by id (a single string is one id); ``limit`` then
+    keeps the first ``limit`` of the selection in file order. The whole file is
+    validated either way. Raises :class:`~memcompile_local.errors.DataFormatError` on
+    malformed input or a requested id the file does not have.
+    """
+    return parse_longmemeval(load_json(path), path, limit=limit, question_ids=question_ids)
+
+
+def parse_longmemeval(doc: Any, path: str | Path, *, limit: int | None = None,
+                      question_ids: Sequence[str] | None = None) -> list[Conversation]:
+    """Convert an already parsed LongMemEval document; ``path`` is used in errors."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
+    r = FieldReader(path)
+    items = r.as_list(doc, "$", "a list of LongMemEval questions")
+    if not items:
+        r.fail("$", "a non-empty list of LongMemEval questions", "found an empty list")
+    out: list[Conversation] = []
+    first_seen: dict[str, int] = {}
+    for i, raw in enumerate(items):
+        conv, qid = _parse_question(r, raw, f"$[{i}]", str(path))
+        if qid in first_seen:
+            r.fail(f"$[{i}].question_id", "a question_id that is unique in the file",
+                   f"{qid!r} is also used at $[{first_seen[qid]}]")
+        first_seen[qid] = i
+        out.append(conv)
+    if question_ids is not None:
+        wanted = [question_ids] if isinstance(question_ids, str) else list(question_ids)
+        missing = [w for w in wanted if w not in first_seen]
+        if missing:
+            shown = ", ".join(list(first_seen)[:10]) + (" ..." if len(first_seen) > 10 else "")
+            r.fail("$[*].question_id", f"a question with question_id {missing[0]!r}",
+                   f"the file has: {shown}")
+        keep = {NAMESPACE_PREFIX + w for w in wanted}
+        out = [c for c in out if c.namespace in keep]
+    if limit is not None:
+        out = out[:limit]
+    return out
+
+
+def _parse_question(r: FieldReader, raw: Any, where: str, source: str
+                    ) -> tuple[Conversation, str]:
+    item = r.as_dict(raw, where, "a LongMemEval question object")
+    qid = r.str_field(item, "question_id", where, nonempty=True)
+    r.as_namespace(NAMESPACE_PREFIX + qid, child(where, "question_id"),
+                   f"the namespace {NAMESPACE_PREFIX}<question_id> is not valid: ")
+    qtype = r.str_field(item, "question_type", where, nonempty=True)
+    question = r.str_field(item, "question", where, nonempty=True)
+    answer = r.as_text_or_number(r.require(item, "answer", where), child(where, "answer"))
+    question_date = r.str_field(item, "question_date", where)
+
+    def str_list(key: str) -> list[str]:
+        w = child(where, key)
+        values = r.as_list_or_literal(r.require(item, key, where), w, "a list of strings")
+        return [r.as_str(v, child(w, n), nonempty=True) for n, v in enumerate(values)]
+
+    session_ids = str_list("haystack_session_ids")
+    dates_w = child(where, "haystack_dates")
+    dates = [r.as_str(v, child(dates_w, n)) for n, v in enumerate(
+        r.as_list_or_literal(r.require(item, "haystack_dates", where), dates_w,
+                             "a list of date strings"))]
+    answer_sessions = str_list("answer_session_ids")
+    hw = child(where, "haystack_sessions")
+    haystack = r.as_list_or_literal(r.require(item, "haystack_sessions", where), hw,
+                                    "a list of sessions")
+    n = len(session_ids)
+    if len(dates) != n:
+        r.fail(dates_w, f"{n} dates, one per haystack_session_ids entry",
+               f"found {len(dates)}")
+    if len(haystack) != n:
+        r.fail(hw, f"{n} sessions, one per haystack_session_ids entry",
+               f"found {len(haystack)}")
+
+    seen_sessions: dict[str, int] = {}
+    sessions: list[Session] = []
+    evidence: list[str] = []
+    for k, (sid, time, raw_session) in enumerate(zip(session_ids, dates, haystack)):
+        if sid in seen_sessions:
+            r.fail(child(child(where, "haystack_session_ids"), k),
+                   "a session id that is unique within the question",
+                   f"{sid!r} is also at index {seen_sessions[sid]}")
+        seen_sessions[sid] = k
+        sw = child(hw, k)
+        raw_turns = r.as_list_or_literal(raw_session, sw, "a list of turns")
+        turns: list[Turn] = []
+        for j, raw_turn in enumerate(raw_turns):
+            tw = child(sw, j)
+            turn = r.as_dict(raw_turn, tw, "a turn object with 'role' and 'content'")
+            has_answer = None
+            if turn.get("has_answer") is not None:
+                has_answer = r.as_bool(turn["has_answer"], child(tw, "has_answer"))
+            t = Turn(packet_id=f"{sid}:{j + 1}",
+                     speaker=r.str_field(turn, "role", tw, nonempty=True),
+                     text=r.str_field(turn, "content", tw),
+                     has_answer=has_answer)
+            if has_answer:
+                evidence.append(t.packet_id)
+            turns.append(t)
+        if turns:
+            sessions.append(Session(index=len(sessions) + 1, session_id=sid, time=time,
+                                    turns=tuple(turns)))
+    if not sessions:
+        r.fail(hw, "at least one session with turns", "found none")
+
+    absent = [s for s in answer_sessions if s not in seen_sessions]
+    if absent:
+        logger.warning("%s: answer_session_ids not in the haystack: %s", qid,
+                       ", ".join(absent))
+    qa = QAItem(question_id=qid, question=question, answer=answer, category=qtype,
+                evidence=tuple(evidence), evidence_sessions=tuple(answer_sessions),
+                question_date=question_date, is_abstention="_abs" in qid)
+    conv = Conversation(namespace=NAMESPACE_PREFIX + qid, sessions=tuple(sessions),
+                        speakers=SPEAKERS, questions=(qa,), source_path=source)
+    return conv, qid

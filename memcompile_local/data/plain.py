@@ -1,0 +1,202 @@
+"""Loader for the plain memory format, meant for a user's own conversations.
+
+Two spellings of the same content are accepted (full description with examples in
+``docs/data-formats.md``):
+
+JSON::
+
+    {"namespace": "me", "speakers": ["Ana", "Ben"],
+     "sessions": [{"time": "2024-05-01 10:00", "id": "s1",
+                   "turns": [{"speaker": "Ana", "text": "...", "id": "t1",
+                              "image_caption": "..."}]}]}
+
+(a bare list of session objects is also accepted), or JSONL with one session object
+per line, optionally preceded by a header line ``{"namespace": ..., "speakers": [...]}``.
+
+Only ``sessions[].time``, ``sessions[].turns``, ``turns[].speaker`` and ``turns[].text``
+are required. Defaults: session ids ``session_N`` and turn ids ``SN:M`` where N is the
+1-based position of the session in the file and M the 1-based position of the turn.
+Sessions with no turns are skipped (but still count for N, so ids do not move when a
+session is emptied). When ``speakers`` is given every turn's speaker must be one of
+them; otherwise the speakers are collected in order of first appearance. The namespace
+is the ``namespace`` argument, else the file's ``namespace``, else the file name stem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import DataFormatError, NamespaceError
+from ..types import Conversation, Session, Turn
+from .jsonio import FieldReader, child, iter_jsonl, load_json, read_text
+
+_HEADER_KEYS = ("namespace", "speakers")
+
+
+def load_plain(path: str | Path, *, namespace: str | None = None) -> Conversation:
+    """Read a plain-format JSON or JSONL file into one Conversation.
+
+    A ``.jsonl`` file is read line by line; any other file is read as JSON, falling back
+    to JSONL when the file holds several JSON values one after another. Raises
+    :class:`~memcompile_local.errors.DataFormatError` on malformed input.
+    """
+    if Path(path).suffix.lower() == ".jsonl":
+        return parse_plain_jsonl(iter_jsonl(path), path, namespace=namespace)
+    try:
+        doc = load_json(path)
+    except DataFormatError as exc:
+        if looks_like_jsonl(exc, path):
+            return parse_plain_jsonl(iter_jsonl(path), path, namespace=namespace)
+        raise
+    return parse_plain(doc, path, namespace=namespace)
+
+
+def looks_like_jsonl(exc: DataFormatError, path: str | Path) -> bool:
+    """True when a JSON syntax error is really a JSONL file under another suffix.
+
+    That is: the parser stopped on "Extra data" and the first line alone is a JSON
+    object. Anything else keeps the original, better located JSON error.
+    """
+    if exc.expected != "valid JSON" or exc.detail != "Extra data":
+        return False
+    first = read_text(path).lstrip().split("\n", 1)[0]
+    try:
+        return isinstance(json.loads(first), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def parse_plain(doc: Any, path: str | Path, *, namespace: str | None = None) -> Conversation:
+    """Convert an already parsed plain-format JSON document (object or list of sessions)."""
+    r = FieldReader(path)
+    if isinstance(doc, (list, tuple)):
+        header: Mapping[str, Any] = {}
+        sessions_where = "$"
+        raw_sessions = doc
+    else:
+        header = r.as_dict(doc, "$", "an object with 'sessions', or a list of sessions")
+        sessions_where = "$.sessions"
+        raw_sessions = r.as_list(r.require(header, "sessions", "$"), sessions_where,
+                                 "a list of session objects")
+    located = [(child(sessions_where, i), s) for i, s in enumerate(raw_sessions)]
+    return _build(r, header, "$", located, path, namespace)
+
+
+def conversation_from_obj(obj: Any, source: str = "<memory>", *,
+                          namespace: str | None = None) -> Conversation:
+    """Build a Conversation from an in-memory plain-format object.
+
+    ``obj`` has the shape of a plain JSON document (a mapping with ``sessions``, or a list
+    of session mappings); ``source`` stands in for the file name in error messages.
+    Without a namespace in ``obj`` or as argument, a :class:`NamespaceError` is raised
+    (there is no file name to fall back on).
+    """
+    has_ns = isinstance(obj, Mapping) and obj.get("namespace") is not None
+    if namespace is None and not has_ns:
+        raise NamespaceError(f"{source}: a namespace is required (none given and none in the data)")
+    return parse_plain(obj, source, namespace=namespace)
+
+
+def parse_plain_jsonl(lines: Iterable[tuple[int, Any]], path: str | Path, *,
+                      namespace: str | None = None) -> Conversation:
+    """Convert ``(line_number, value)`` pairs of a plain-format JSONL file.
+
+    The first value is a header when it has no ``turns`` key; every other value must be
+    a session object. Locations in errors read ``line L, $.turns[2].text``.
+    """
+    r = FieldReader(path)
+    header: Mapping[str, Any] = {}
+    header_where = "$"
+    located: list[tuple[str, Any]] = []
+    for position, (number, value) in enumerate(lines):
+        where = f"line {number}, $"
+        obj = r.as_dict(value, where, "a JSON object (a session, or a header on the first line)")
+        if position == 0 and "turns" not in obj:
+            if not any(k in obj for k in _HEADER_KEYS):
+                r.fail(where, "a session object with 'turns', or a header with "
+                       "'namespace' and/or 'speakers'", "found neither")
+            header, header_where = obj, where
+            continue
+        located.append((where, obj))
+    return _build(r, header, header_where, located, path, namespace)
+
+
+def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
+           located: list[tuple[str, Any]], path: str | Path,
+           namespace: str | None) -> Conversation:
+    declared: tuple[str, ...] | None = None
+    if header.get("speakers") is not None:
+        spw = child(header_where, "speakers")
+        values = r.as_list(header["speakers"], spw, "a list of speaker names")
+        names = [r.as_str(v, child(spw, n), nonempty=True) for n, v in enumerate(values)]
+        for n, name in enumerate(names):
+            if name in names[:n]:
+                r.fail(child(spw, n), "speaker names without repeats", f"{name!r} repeats")
+        declared = tuple(names)
+
+    if namespace is not None:
+        from ..store.namespace import validate_namespace
+
+        validate_namespace(namespace)  # raises NamespaceError: a bad argument, not bad data
+    elif header.get("namespace") is not None:
+        namespace = r.as_namespace(header["namespace"], child(header_where, "namespace"))
+    else:
+        namespace = r.as_namespace(
+            Path(path).stem, "$",
+            "no namespace field or argument, and the file name does not make one: ")
+
+    if not located:
+        r.fail(header_where if header else "$", "at least one session", "found none")
+
+    sessions: list[Session] = []
+    seen_sessions: dict[str, str] = {}
+    seen_turns: dict[str, str] = {}
+    speakers: list[str] = list(declared or ())
+    for n, (where, raw) in enumerate(located, start=1):
+        obj = r.as_dict(raw, where, "a session object with 'time' and 'turns'")
+        time = r.str_field(obj, "time", where)
+        if obj.get("id") is not None:
+            session_id = r.as_str(obj["id"], child(where, "id"), nonempty=True)
+        else:
+            session_id = f"session_{n}"
+        if session_id in seen_sessions:
+            r.fail(child(where, "id"), "a session id that is unique in the file",
+                   f"{session_id!r} is also used at {seen_sessions[session_id]}")
+        seen_sessions[session_id] = child(where, "id")
+
+        tw = child(where, "turns")
+        raw_turns = r.as_list(r.require(obj, "turns", where), tw, "a list of turn objects")
+        turns: list[Turn] = []
+        for m, raw_turn in enumerate(raw_turns, start=1):
+            w = child(tw, m - 1)
+            turn = r.as_dict(raw_turn, w, "a turn object with 'speaker' and 'text'")
+            speaker = r.str_field(turn, "speaker", w, nonempty=True)
+            if declared is not None and speaker not in declared:
+                r.fail(child(w, "speaker"), "one of the declared speakers "
+                       + json.dumps(list(declared), ensure_ascii=False), f"found {speaker!r}")
+            if speaker not in speakers:
+                speakers.append(speaker)
+            if turn.get("id") is not None:
+                turn_id = r.as_str(turn["id"], child(w, "id"), nonempty=True)
+            else:
+                turn_id = f"S{n}:{m}"
+            if turn_id in seen_turns:
+                r.fail(child(w, "id") if "id" in turn else w,
+                       "a turn id that is unique in the conversation",
+                       f"{turn_id!r} is also used at {seen_turns[turn_id]}")
+            seen_turns[turn_id] = w
+            turns.append(Turn(packet_id=turn_id, speaker=speaker,
+                              text=r.str_field(turn, "text", w),
+                              image_caption=r.opt_str_field(turn, "image_caption", w),
+                              image_query=r.opt_str_field(turn, "image_query", w)))
+        if turns:
+            sessions.append(Session(index=len(sessions) + 1, session_id=session_id,
+                                    time=time, turns=tuple(turns)))
+    if not sessions:
+        r.fail(header_where if header else "$", "at least one session with turns",
+               "every session is empty")
+    return Conversation(namespace=namespace, sessions=tuple(sessions),
+                        speakers=tuple(speakers), source_path=str(path))
