@@ -1,0 +1,108 @@
+"""Backend and embedder names, resolved to classes only when asked for.
+
+The tables map a short name to a ``"module:Class"`` string, so importing this module loads
+no adapter and no model library. ``load_backend``/``load_embedder`` import the adapter at
+call time; adapters import their heavy package inside ``__init__`` through
+:func:`memcompile_local.llm.extras.require`, which raises ``MissingExtraError`` naming the
+pip extra when the package is absent.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from memcompile_local.errors import ConfigError, MissingExtraError
+from memcompile_local.llm.extras import PIP_NAMES
+
+__all__ = [
+    "BACKENDS",
+    "EMBEDDERS",
+    "BACKEND_EXTRAS",
+    "EMBEDDER_EXTRAS",
+    "load_backend",
+    "load_embedder",
+    "resolve",
+]
+
+BACKENDS: dict[str, str] = {
+    "scripted": "memcompile_local.adapters.scripted:ScriptedBackend",
+    "llamacpp": "memcompile_local.adapters.llamacpp:LlamaCppBackend",
+    "openai": "memcompile_local.adapters.openai_compat:OpenAICompatBackend",
+    "vllm": "memcompile_local.adapters.vllm_offline:VLLMBackend",
+    "transformers": "memcompile_local.adapters.transformers_local:TransformersBackend",
+}
+
+EMBEDDERS: dict[str, str] = {
+    "hash": "memcompile_local.adapters.scripted:HashEmbedder",
+    "sentence-transformers": "memcompile_local.adapters.embed_st:SentenceTransformerEmbedder",
+    "openai": "memcompile_local.adapters.embed_openai:OpenAIEmbedder",
+}
+
+# The pip extra that provides each backend's libraries (None: core only).
+BACKEND_EXTRAS: dict[str, str | None] = {
+    "scripted": None,
+    "llamacpp": "cpu",
+    "openai": "openai",
+    "vllm": "vllm",
+    "transformers": "transformers",
+}
+EMBEDDER_EXTRAS: dict[str, str | None] = {
+    "hash": None,
+    "sentence-transformers": "cpu",
+    "openai": "openai",
+}
+
+
+def resolve(target: str, *, where: str = "target") -> type:
+    """Import ``"package.module:Class"`` and return the class (raises ConfigError if malformed)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{where}: expected 'package.module:Class', got {target!r}")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{where}: {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _load(kind: str, table: dict[str, str], extras: dict[str, str | None], name: str,
+          kwargs: dict[str, Any]) -> Any:
+    key = (name or "").strip()
+    if key in table:
+        target = table[key]
+    elif ":" in key:  # a custom class given as "module:Class"
+        target = key
+    else:
+        known = ", ".join(sorted(table))
+        raise ConfigError(
+            f"unknown {kind} {name!r}; known {kind}s: {known} (or a 'package.module:Class' path)"
+        )
+    try:
+        cls = resolve(target, where=f"{kind} {key!r}")
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        extra = extras.get(key)
+        if missing and missing != "memcompile_local" and extra:
+            # The adapter imported its library at module level and it is absent.
+            raise MissingExtraError(PIP_NAMES.get(missing, missing), extra, f"the {key} {kind}") from exc
+        raise
+    return cls(**kwargs)
+
+
+def load_backend(name: str, **kwargs: Any) -> Any:
+    """Construct the LLM backend registered as ``name`` with ``kwargs``.
+
+    ``name`` is a key of ``BACKENDS`` or a ``"module:Class"`` path. Raises ``ConfigError``
+    for an unknown name (listing the known ones) and ``MissingExtraError`` when the
+    backend's optional package is not installed.
+    """
+    return _load("backend", BACKENDS, BACKEND_EXTRAS, name, kwargs)
+
+
+def load_embedder(name: str, **kwargs: Any) -> Any:
+    """Construct the embedder registered as ``name`` (see ``load_backend``)."""
+    return _load("embedder", EMBEDDERS, EMBEDDER_EXTRAS, name, kwargs)
