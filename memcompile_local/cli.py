@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
-from .errors import MemCompileError
+from .errors import ConfigError, MemCompileError
 
 DEFAULT_STORE = "memcompile.sqlite"
 
@@ -155,6 +155,8 @@ def cmd_ingest(args) -> int:
 
     kw: dict[str, Any] = {}
     if args.namespace:
+        if args.format not in ("auto", "plain"):
+            raise ConfigError(f"--namespace applies to plain memory files only, not --format {args.format}")
         kw["namespace"] = args.namespace
     convs = load_any(args.path, args.format, **kw)  # validates the whole file before anything is written
     if args.limit:

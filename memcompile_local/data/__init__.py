@@ -11,6 +11,8 @@ File layouts and conventions are described in ``docs/data-formats.md``.
 
 from __future__ import annotations
 
+from memcompile_local.errors import ConfigError
+
 import importlib.resources
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -83,7 +85,7 @@ def _check_options(fmt: str, path: str | Path, kw: dict[str, Any]) -> None:
     bad = sorted(set(kw) - _OPTIONS[fmt])
     if bad:
         allowed = ", ".join(sorted(_OPTIONS[fmt]))
-        raise ValueError(f"{path}: option(s) {', '.join(bad)} do not apply to a {fmt} file "
+        raise ConfigError(f"{path}: option(s) {', '.join(bad)} do not apply to a {fmt} file "
                          f"(it takes: {allowed})")
 
 
