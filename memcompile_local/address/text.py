@@ -34,8 +34,34 @@ def words(text: str) -> list[str]:
 
 
 def terms(text: str) -> list[str]:
-    """Lowercased content words in order: words minus stopwords and one-character tokens."""
-    return [w for w in words(text) if w not in STOPWORDS and len(w) > 1]
+    """Lowercased content words in order: words minus stopwords and one-character tokens.
+
+    A possessive ending is dropped ("caroline's" -> "caroline") so that a name matches its
+    possessive form in Jaccard terms and people sets.
+    """
+    out = []
+    for w in words(text):
+        if w.endswith("'s"):
+            w = w[:-2]
+        if w not in STOPWORDS and len(w) > 1:
+            out.append(w)
+    return out
+
+
+_STEMMER = None
+
+
+def stem_terms(text: str) -> list[str]:
+    """``terms`` reduced to Snowball (Porter2) English stems: "camped", "camping" -> "camp".
+
+    Used by the lexical channels, where an inflected question word must still hit the turn.
+    """
+    global _STEMMER
+    if _STEMMER is None:
+        import snowballstemmer
+
+        _STEMMER = snowballstemmer.stemmer("english")
+    return _STEMMER.stemWords(terms(text))
 
 
 def term_set(text: str) -> frozenset[str]:
