@@ -464,3 +464,22 @@ def test_progress_bar_counts_requests(capsys):
     with LLMClient(ScriptedBackend(answer_for), progress=True) as client:
         client.complete_many([q("question 1"), q("question 2")])
     assert "2" in capsys.readouterr().err
+
+
+def test_child_clients_split_tokens_per_sub_run_and_keep_parent_exact(tmp_path):
+    store = MemoryStore(tmp_path / "s.sqlite")
+    backend = ScriptedBackend(answer_for)
+    parent = LLMClient(backend, store, run_id="run")
+    a, b = parent.child("run/q1"), parent.child("run/q2")
+    a.complete(q("question 1"))
+    b.complete(q("question 1"))  # hit: zero new tokens, but used by q2 as well
+    b.complete(q("question 2"))
+    one = prompt_tokens("question 1")
+    two = prompt_tokens("question 2")
+    assert a.totals()["answer"]["prompt"] == one
+    assert b.totals()["answer"]["prompt"] == one + two
+    # The parent counts each unique call once, whichever child made it.
+    assert parent.totals()["answer"]["prompt"] == one + two
+    assert parent.totals()["answer"]["calls"] == 2
+    assert len(backend.requests) == 2
+    store.close()

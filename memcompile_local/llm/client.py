@@ -181,6 +181,26 @@ class LLMClient:
                           "errors": 0}
         self._progress = progress
         self._bar: Any = None
+        self._parents: tuple[str, ...] = ()
+
+    def child(self, run_id: str) -> "LLMClient":
+        """A client for a sub-run (one question, one build) that shares this client's backend,
+        cache and in-flight table, and marks every key it uses under both run ids: the parent's
+        totals stay exact while the child's totals give the sub-run's own tokens."""
+        import copy
+
+        kid = copy.copy(self)
+        kid.run_id = run_id
+        kid._parents = (*self._parents, self.run_id)
+        kid._sampled = {}
+        kid._counters = dict.fromkeys(self._counters, 0)
+        kid._bar = None
+        kid._progress = False
+        return kid
+
+    def _mark(self, keys: list[str]) -> None:
+        for rid in (self.run_id, *self._parents):
+            self._ledger.mark_used(rid, keys)
 
     # ----------------------------------------------------------------------------- keys
 
@@ -241,7 +261,7 @@ class LLMClient:
                 misses.append(miss)
             if hits:
                 self._counters["hits"] += len(hits)
-                self._ledger.mark_used(self.run_id, hits)
+                self._mark(hits)
 
         try:
             if misses:
@@ -262,7 +282,7 @@ class LLMClient:
             if isinstance(outcome, LLMResponse):
                 with self._lock:
                     self._counters["hits"] += 1
-                    self._ledger.mark_used(self.run_id, [key])
+                    self._mark([key])
                 results[pos] = replace(outcome, cached=True, prompt_tokens=0, completion_tokens=0)
             else:
                 results[pos] = outcome if outcome is not None else ModelError("no result")
@@ -400,7 +420,7 @@ class LLMClient:
             # Another process computed the same key meanwhile; the first write is the ledger
             # entry, so this call's tokens were spent twice.
             self._waste(request, response.prompt_tokens, response.completion_tokens, "duplicate")
-        self._ledger.mark_used(self.run_id, [miss.key])
+        self._mark([miss.key])
         return response
 
     def _tick(self, n: int) -> None:
