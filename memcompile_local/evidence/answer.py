@@ -1,0 +1,182 @@
+"""The answer step: one model call over the compiled reader context.
+
+Two system prompts (``prompts.ANSWER`` and ``prompts.TEMPORAL_ANSWER``); the temporal one is
+used for questions about time. Which one applies is a rule, :func:`use_temporal_prompt`: the
+Address Plane's ``is_temporal_question`` when that module is available, otherwise the cue
+check :func:`temporal_cues` of this module.
+
+The reply is post-processed into one short line: surrounding whitespace removed, a leading
+label such as ``Answer:`` dropped, bullet lists joined with commas, and otherwise only the
+first non-empty line kept (small models like to add an explanation on the next line).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from memcompile_local.errors import OutputValidationError
+from memcompile_local.llm.interface import LLMRequest, Message, TextSpec
+
+from .prompts import ANSWER, TEMPORAL_ANSWER, PromptTemplate, answer_user_message
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AnswerResult",
+    "answer_question",
+    "answer_request",
+    "postprocess_answer",
+    "use_temporal_prompt",
+    "temporal_cues",
+    "UNKNOWN",
+]
+
+UNKNOWN = "Unknown"
+DEFAULT_ANSWER_MAX_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    """The post-processed answer, the prompt version that produced it and the raw reply."""
+
+    text: str
+    prompt_version: str
+    raw: str = ""
+    temporal: bool = False
+
+
+# A leading label the model may put before its answer ("Answer:", "Final answer -", "A:").
+_LABEL = re.compile(
+    r"^\s*(?:\*\*)?\s*(?:"
+    r"(?:(?:final|short|shortest)\s+)?answer\s*(?:\*\*)?\s*(?::|[-–](?=\s))"  # "Answer:", "Final answer -"
+    r"|a\s*(?:\*\*)?\s*:"  # "A:" (not "A-list")
+    r")\s*(?:\*\*)?\s*",
+    re.IGNORECASE,
+)
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+# Cues that a question is about time: asking for a when/date/duration, or constraining the
+# event by time. "may" is excluded as a month word unless followed by a day or year.
+_TEMPORAL_PATTERNS = [
+    r"^\s*when\b",
+    r"\bwhen (?:did|does|do|is|was|were|will|has|had)\b",
+    r"\b(?:what|which) (?:date|day|year|month|week|time|weekend|season)\b",
+    r"\bhow long\b",
+    r"\bhow (?:many|much) (?:time|days|weeks|months|years|hours|minutes)\b",
+    r"\bhow (?:old|recently|soon|often)\b",
+    r"\b(?:ago|since|until|till|before|after|during|earlier|later|lately)\b",
+    r"\b(?:first|last|next|previous|recent(?:ly)?) (?:time|week|month|year|weekend|day)\b",
+    r"\b(?:yesterday|today|tomorrow|tonight)\b",
+    r"\b(?:19|20)\d\d\b",
+    rf"\b(?:{_MONTHS.replace('|may|', '|')})\b",
+    r"\bmay \d{1,2}\b|\b\d{1,2} may\b|\bmay,? (?:19|20)\d\d\b",
+    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b",
+]
+_TEMPORAL_RE = re.compile("|".join(f"(?:{p})" for p in _TEMPORAL_PATTERNS), re.IGNORECASE)
+
+
+def temporal_cues(question: str) -> bool:
+    """True when the question asks about, or is constrained by, a time (own cue check)."""
+    return bool(_TEMPORAL_RE.search(question or ""))
+
+
+def use_temporal_prompt(question: str) -> bool:
+    """Rule that picks the temporal answer prompt.
+
+    Uses ``memcompile_local.address.intent.is_temporal_question`` when that module exists
+    (one definition of "temporal" for the whole pipeline), else :func:`temporal_cues`.
+    """
+    try:
+        from memcompile_local.address.intent import is_temporal_question
+    except ImportError:
+        return temporal_cues(question)
+    return bool(is_temporal_question(question))
+
+
+def postprocess_answer(text: str) -> str:
+    """Turn a raw reply into one short answer line (see the module docstring).
+
+    Returns ``"Unknown"`` when nothing is left.
+    """
+    lines = [line.strip() for line in (text or "").strip().splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return UNKNOWN
+    first = _LABEL.sub("", lines[0], count=1).strip()
+    rest = lines[1:]
+    if not first and rest:  # "Answer:" alone on its line, the value below it
+        first, rest = rest[0], rest[1:]
+    bullets = [line for line in ([first] + rest) if _BULLET.match(line)]
+    if len(bullets) >= 2 and len(bullets) >= len([first] + rest) - 1:
+        # A list answer written one item per line: join the items.
+        items = [_BULLET.sub("", line).strip() for line in bullets]
+        answer = ", ".join(item for item in items if item)
+    else:
+        answer = _BULLET.sub("", first).strip() if _BULLET.match(first) else first
+    answer = answer.strip().strip("*").strip()
+    if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "\"'`":
+        answer = answer[1:-1].strip()
+    return answer or UNKNOWN
+
+
+def answer_request(
+    question: str,
+    context_text: str,
+    *,
+    temporal: bool,
+    namespace: str | None = None,
+    max_tokens: int = DEFAULT_ANSWER_MAX_TOKENS,
+    question_date: str | None = None,
+    prompt: PromptTemplate | None = None,
+) -> LLMRequest:
+    """The answer request (stage "answer", free text) for one question and context."""
+    template = prompt or (TEMPORAL_ANSWER if temporal else ANSWER)
+    return LLMRequest(
+        messages=(
+            Message("system", template.system),
+            Message("user", answer_user_message(question, context_text, question_date)),
+        ),
+        stage="answer",
+        output=TextSpec(),
+        max_tokens=max_tokens,
+        prompt_version=template.version,
+        namespace=namespace,
+    )
+
+
+def answer_question(
+    client: Any,
+    question: str,
+    context_text: str,
+    *,
+    temporal: bool,
+    namespace: str | None = None,
+    max_tokens: int = DEFAULT_ANSWER_MAX_TOKENS,
+    question_date: str | None = None,
+    prompt: PromptTemplate | None = None,
+) -> AnswerResult:
+    """Answer ``question`` from ``context_text`` with one call of ``client.complete``.
+
+    ``temporal`` selects the temporal prompt (see :func:`use_temporal_prompt`); ``question_date``
+    (LongMemEval) is shown under the question when given. An empty reply (the client raises
+    ``OutputValidationError`` for it) becomes "Unknown"; other model errors propagate.
+    """
+    request = answer_request(question, context_text, temporal=temporal, namespace=namespace,
+                             max_tokens=max_tokens, question_date=question_date, prompt=prompt)
+    try:
+        response = client.complete(request)
+        raw = response.text
+    except OutputValidationError as exc:
+        if (exc.text or "").strip():
+            raise
+        logger.info("empty answer for %r; answering %s", question[:60], UNKNOWN)
+        raw = ""
+    return AnswerResult(text=postprocess_answer(raw), prompt_version=request.prompt_version,
+                        raw=raw, temporal=temporal)

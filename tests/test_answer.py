@@ -1,0 +1,131 @@
+"""Answer step: prompt choice, request shape and post-processing."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import pytest
+
+from memcompile_local.adapters.scripted import ScriptedBackend
+from memcompile_local.errors import TransportError
+from memcompile_local.evidence import answer as answer_mod
+from memcompile_local.evidence.answer import (
+    answer_question,
+    postprocess_answer,
+    temporal_cues,
+    use_temporal_prompt,
+)
+from memcompile_local.evidence.prompts import ANSWER, TEMPORAL_ANSWER
+from memcompile_local.llm.client import LLMClient
+from memcompile_local.llm.interface import TextSpec
+
+CONTEXT = "[1] dia_id=D1:2 | recorded: 8 May 2023 | speaker: Caroline\n- Caroline went hiking on 7 May 2023."
+
+
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("  7 May 2023  ", "7 May 2023"),
+        ("Answer: 7 May 2023", "7 May 2023"),
+        ("**Answer:** Paris\nShe said she lives there.", "Paris"),
+        ("answer - three weeks", "three weeks"),
+        ("Final answer: Yes, she did", "Yes, she did"),
+        ("A: Sweden", "Sweden"),
+        ("A-list celebrities", "A-list celebrities"),
+        ("Answer:\nthe week before 9 July 2023", "the week before 9 July 2023"),
+        ("- pottery\n- camping\n- painting", "pottery, camping, painting"),
+        ("She enjoys:\n1. pottery\n2. swimming", "pottery, swimming"),
+        ('"Unknown"', "Unknown"),
+        ("", "Unknown"),
+        ("Answer:", "Unknown"),
+        ("The answer is 5", "The answer is 5"),
+    ],
+)
+def test_postprocess(raw, expected):
+    assert postprocess_answer(raw) == expected
+
+
+def _client(reply):
+    backend = ScriptedBackend(lambda request: reply)
+    return LLMClient(backend), backend
+
+
+def test_answer_request_shape_and_prompt_choice():
+    client, backend = _client("Answer: 7 May 2023\nbecause the claim says so")
+    res = answer_question(client, "When did Caroline go hiking?", CONTEXT, temporal=True,
+                          namespace="conv-1", max_tokens=64)
+    assert res.text == "7 May 2023"
+    assert res.prompt_version == TEMPORAL_ANSWER.version and res.temporal is True
+    assert res.raw.startswith("Answer: 7 May 2023")
+    (req,) = backend.requests
+    assert req.stage == "answer" and isinstance(req.output, TextSpec)
+    assert req.max_tokens == 64 and req.namespace == "conv-1" and req.temperature == 0.0
+    assert req.messages[0].content == TEMPORAL_ANSWER.system
+    user = req.messages[1].content
+    assert CONTEXT in user and "Question: When did Caroline go hiking?" in user
+    assert user.index(CONTEXT) < user.index("Question:")
+
+    client, backend = _client("hiking")
+    res = answer_question(client, "What did Caroline do?", CONTEXT, temporal=False, question_date="2023/05/30")
+    assert res.prompt_version == ANSWER.version
+    assert backend.requests[0].messages[0].content == ANSWER.system
+    assert "2023/05/30" in backend.requests[0].messages[1].content
+
+
+def test_prompt_texts_carry_the_required_rules():
+    for slot in ("person", "place", "object", "number", "date", "duration", "reason", "feeling",
+                 "yes/no", "list"):
+        assert slot in ANSWER.system
+    assert "Unknown" in ANSWER.system and "Unknown" in TEMPORAL_ANSWER.system
+    assert "the Sunday before 22 May 2023" in TEMPORAL_ANSWER.system
+    assert "recorded" in TEMPORAL_ANSWER.system  # record date is not an event date
+    assert ANSWER.version != TEMPORAL_ANSWER.version
+
+
+def test_empty_reply_becomes_unknown_and_transport_errors_propagate():
+    client, _ = _client("   ")
+    res = answer_question(client, "Where?", CONTEXT, temporal=False)
+    assert res.text == "Unknown" and res.raw == ""
+    backend = ScriptedBackend(lambda request: TransportError("down", retryable=False))
+    with pytest.raises(TransportError):
+        answer_question(LLMClient(backend), "Where?", CONTEXT, temporal=False)
+
+
+@pytest.mark.parametrize(
+    "question,temporal",
+    [
+        ("When did Caroline go to the LGBTQ support group?", True),
+        ("How long has Melanie been practicing art?", True),
+        ("What did Melanie do the week before 9 July 2023?", True),
+        ("Which year did Caroline move from Sweden?", True),
+        ("What did Caroline paint last Saturday?", True),
+        ("How many days did the trip take?", True),
+        ("What is Caroline's identity?", False),
+        ("What activities does Melanie partake in?", False),
+        ("Would Caroline likely pursue writing as a career?", False),
+        ("May I know what Melanie's kids like?", False),
+    ],
+)
+def test_temporal_cues(question, temporal):
+    assert temporal_cues(question) is temporal
+
+
+def test_use_temporal_prompt_prefers_the_address_plane_rule(monkeypatch):
+    if importlib.util.find_spec("memcompile_local.address.intent") is not None:
+        from memcompile_local.address.intent import is_temporal_question
+
+        for q in ("When did she go?", "What is her job?"):
+            assert use_temporal_prompt(q) == bool(is_temporal_question(q))
+    # With a stand-in module the rule is delegated to it ...
+    fake = types.ModuleType("memcompile_local.address.intent")
+    fake.is_temporal_question = lambda q: q.endswith("!")
+    monkeypatch.setitem(sys.modules, "memcompile_local.address.intent", fake)
+    assert use_temporal_prompt("When did she go?") is False
+    assert use_temporal_prompt("What is her job!") is True
+    # ... and without the module the own cue check decides.
+    monkeypatch.setitem(sys.modules, "memcompile_local.address.intent", None)
+    assert use_temporal_prompt("When did she go?") is True
+    assert use_temporal_prompt("What is her job?") is False
+    assert answer_mod.UNKNOWN == "Unknown"
