@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-backend", help="backend of the judge (default: the answer backend)")
     p.add_argument("--judge-model", help="judge model name or path")
     p.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
+    p.add_argument("--retrieval-only", action="store_true",
+                   help="measure evidence recall only: no answer, no judge (zero model calls on the model-free path)")
     p.add_argument("--baseline", choices=["full-context", "bm25", "dense"],
                    help="run a baseline with the same answer prompt instead of the pipeline")
     _add_store(p); _add_model(p); _add_quiet(p)

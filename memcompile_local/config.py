@@ -112,6 +112,7 @@ class ModelConfig:
     seed: int = 0
     concurrency: int = 4
     timeout_s: float = 120.0
+    context_window: int | None = None  # tokens; checked by the full-context baseline when set
     embedder: str = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"
     options: dict[str, Any] = field(default_factory=dict)

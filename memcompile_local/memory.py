@@ -127,7 +127,8 @@ class Memory:
             or c.evidence.frontier == "llm"
         )
 
-    def extractor(self):
+    def extractor(self, client: Any = None):
+        """The configured descriptor extractor; ``client`` overrides the LLM client (sub-runs)."""
         c = self.config.extraction
         if c.extractor == "rule":
             from .address.extract_rule import RuleExtractor
@@ -135,7 +136,7 @@ class Memory:
             return RuleExtractor(c)
         from .address.extract_llm import LLMExtractor
 
-        return LLMExtractor(self.client, combined=c.combined_call, config=c,
+        return LLMExtractor(client or self.client, combined=c.combined_call, config=c,
                             max_tokens=self.config.model.max_tokens)
 
     # -- write side ---------------------------------------------------------------------------
@@ -143,9 +144,9 @@ class Memory:
         """Ingest turns (all-or-nothing); identical turns already present are skipped."""
         return self.store.ingest(turns_to_conversation(namespace, data))
 
-    def build(self, namespace: str) -> BuildResult:
+    def build(self, namespace: str, *, client: Any = None) -> BuildResult:
         """Extract, place and embed whatever is not built yet (no model call when up to date)."""
-        return build_memory(self.store, namespace, self.extractor(), self.config.placement,
+        return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
                             self.embedder, progress=self.progress)
 
     def forget(self, namespace: str) -> dict[str, int]:
@@ -195,20 +196,23 @@ class Memory:
             self._views[key] = view
         return view
 
-    def compile(self, namespace: str, question: str) -> Context:
+    def compile(self, namespace: str, question: str, *, client: Any = None) -> Context:
         """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace)."""
         view = self.view(namespace)
-        return compile_context(question, view, self.config,
-                               client=self.client if self.needs_llm() else None, embedder=self.embedder)
+        if client is None and self.needs_llm():
+            client = self.client
+        return compile_context(question, view, self.config, client=client, embedder=self.embedder)
 
-    def answer(self, namespace: str, question: str) -> Answer:
+    def answer(self, namespace: str, question: str, *, client: Any = None,
+               question_date: str | None = None) -> Answer:
         """Compile the context, then answer from it with the answer prompt."""
-        from .address.intent import is_temporal_question
-        from .evidence.answer import answer_question
+        from .evidence.answer import answer_question, use_temporal_prompt
 
-        ctx = self.compile(namespace, question)
-        res = answer_question(self.client, question, ctx.text, temporal=is_temporal_question(question),
-                              namespace=namespace, max_tokens=min(256, self.config.model.max_tokens))
+        client = client or self.client
+        ctx = self.compile(namespace, question, client=client)
+        res = answer_question(client, question, ctx.text, temporal=use_temporal_prompt(question),
+                              namespace=namespace, max_tokens=self.config.model.max_tokens,
+                              question_date=question_date)
         return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)
 
     def close(self) -> None:

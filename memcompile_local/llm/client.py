@@ -432,3 +432,16 @@ class LLMClient:
             self._bar = tqdm(desc="llm requests", unit="req")
         self._bar.update(n)
         self._bar.set_postfix(hits=self._counters["hits"], errors=self._counters["errors"], refresh=False)
+
+
+class NoModelBackend:
+    """Stands in where a configuration makes no model call; any call is a configuration error."""
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": "none"}
+
+    def generate(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
+        from memcompile_local.errors import ConfigError
+
+        stages = sorted({r.stage for r in requests})
+        raise ConfigError(f"this run was configured without a model, but stage(s) {stages} asked for one")

@@ -1,0 +1,86 @@
+"""Baselines a user expects beside the pipeline, answered with the same answer prompt.
+
+- ``full-context``: every turn of the memory, in order, with session headers (only when it
+  fits the model's context window, ``ModelConfig.context_window``).
+- ``bm25``: raw-turn BM25 top-K (K = K0), rendered as raw turns.
+- ``dense``: raw-turn dense top-K by cosine to the question embedding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..config import PipelineConfig
+from ..errors import ConfigError
+from ..types import SourcePacket
+
+BASELINES = ("full-context", "bm25", "dense")
+
+
+def render_raw(packets: Sequence[SourcePacket]) -> str:
+    from ..evidence.views import render_raw_packets
+
+    return render_raw_packets(packets)
+
+
+def _raw_text(p: SourcePacket) -> str:
+    return p.content + (f" [image: {p.image_caption}]" if p.image_caption else "")
+
+
+def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: PipelineConfig) -> tuple[list[str], str]:
+    """(packet ids, rendered context) of a baseline for one question."""
+    packets = mem.store.packets(namespace)
+    k = cfg.evidence.k0
+    if kind == "full-context":
+        from ..address.text import count_tokens
+
+        text = render_raw(packets)
+        window = cfg.model.context_window
+        if window is not None and count_tokens(text) > window:
+            raise ConfigError(f"{namespace}: full context has {count_tokens(text)} tokens, more than the "
+                              f"configured context_window {window}")
+        return [p.packet_id for p in packets], text
+    if kind == "bm25":
+        from ..address.lexical import LexicalIndex
+        from ..address.text import stem_terms
+
+        index = _cached(mem, ("bm25", namespace, len(packets)),
+                        lambda: LexicalIndex([stem_terms(_raw_text(p)) for p in packets],
+                                             k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b))
+        hits = index.top_k(stem_terms(question), k)
+        chosen = [packets[i] for i, _ in hits]
+        return [p.packet_id for p in chosen], render_raw(chosen)
+    if kind == "dense":
+        matrix = _cached(mem, ("dense", namespace, len(packets)), lambda: _raw_matrix(mem, namespace, packets))
+        q = np.asarray(mem.embedder.embed([question]), dtype=np.float32)[0]
+        scores = matrix @ q
+        order = np.lexsort((np.arange(len(packets)), -scores))[:k]  # cosine desc, dialogue order on ties
+        chosen = [packets[i] for i in order]
+        return [p.packet_id for p in chosen], render_raw(chosen)
+    raise ConfigError(f"unknown baseline {kind!r}; expected one of {BASELINES}")
+
+
+def _cached(mem: Any, key: tuple, make):
+    cache = mem.__dict__.setdefault("_baseline_cache", {})
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
+def _raw_matrix(mem: Any, namespace: str, packets: Sequence[SourcePacket]) -> np.ndarray:
+    """Raw-turn embeddings, stored in the memory store like the packet documents."""
+    from ..build import embedding_model_id
+
+    model_id = embedding_model_id(mem.embedder)
+    keys = [f"raw|{p.packet_id}|{hashlib.sha256(_raw_text(p).encode()).hexdigest()[:16]}" for p in packets]
+    have = mem.store.embeddings(namespace, model_id, keys)
+    missing = [i for i, k in enumerate(keys) if k not in have]
+    for start in range(0, len(missing), 64):
+        idx = missing[start : start + 64]
+        vecs = np.asarray(mem.embedder.embed([_raw_text(packets[i]) for i in idx]), dtype=np.float32)
+        mem.store.save_embeddings(namespace, model_id, [keys[i] for i in idx], vecs)
+        have.update({keys[i]: v for i, v in zip(idx, vecs)})
+    return np.stack([have[k] for k in keys]).astype(np.float32)
