@@ -1,0 +1,118 @@
+"""Dense packet channel (seed 000, Section 3.2.4 and Appendix C.2).
+
+Every SourcePacket gets a document z(p): the raw turn (speaker and content), the image
+caption and image query when present, every claim extracted from the packet in construction
+order, the packet's people and keywords (union over its claims, first-seen order,
+case-insensitively deduplicated) and the recorded session time. The enriched query q+ is the
+question followed by the query-only people, keywords and time (``QueryIntent.lexical_query``).
+Embeddings are l2-normalized, so cosine similarity is one matrix-vector product; the top K_D
+packets are taken with ties broken by packet ordinal (the row order of the matrix).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import DataFormatError
+from ..llm.interface import Embedder
+from ..types import Descriptor, QueryIntent, SourcePacket
+from .text import normalize_name
+
+
+def _distinct(values) -> list[str]:
+    seen, out = set(), []
+    for v in values:
+        key = normalize_name(v)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(v.strip())
+    return out
+
+
+def packet_document(packet: SourcePacket, claims: Sequence[Descriptor] = ()) -> str:
+    """z(p): the text embedded for a packet (``claims`` in construction order)."""
+    lines = [f"{packet.speaker}: {packet.content}".strip()]
+    if packet.image_caption:
+        lines.append(f"Image: {packet.image_caption}")
+    if packet.image_query:
+        lines.append(f"Image query: {packet.image_query}")
+    lines.extend(c.text for c in claims if c.text)
+    people = _distinct(p for c in claims for p in c.people)
+    keywords = _distinct(k for c in claims for k in c.keywords)
+    if people:
+        lines.append("People: " + ", ".join(people))
+    if keywords:
+        lines.append("Keywords: " + ", ".join(keywords))
+    if packet.session_time:
+        lines.append(f"Time: {packet.session_time}")
+    return "\n".join(lines)
+
+
+def enriched_query(intent: QueryIntent) -> str:
+    """q+: the question plus query-only people, keywords and time."""
+    return intent.lexical_query()
+
+
+def l2_normalize(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
+    m = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(m, axis=-1, keepdims=True)
+    return np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
+
+
+def embed_packets(
+    embedder: Embedder, packets: Sequence[SourcePacket], claims_by_packet: dict[str, Sequence[Descriptor]]
+) -> np.ndarray:
+    """Embedding matrix (len(packets) x dim) of the packet documents, rows l2-normalized."""
+    if not packets:
+        return np.zeros((0, embedder.dim), dtype=np.float32)
+    docs = [packet_document(p, claims_by_packet.get(p.packet_id, ())) for p in packets]
+    return l2_normalize(embedder.embed(docs))
+
+
+class DenseIndex:
+    """Packets' l2-normalized embeddings; row i belongs to ``packet_ids[i]`` (dialogue order)."""
+
+    def __init__(self, packet_ids: Sequence[str], matrix: np.ndarray) -> None:
+        m = np.asarray(matrix)
+        if m.ndim != 2 or m.shape[0] != len(packet_ids):
+            raise DataFormatError("<dense index>", "packet embedding matrix",
+                                  f"a 2-d array with one row per packet ({len(packet_ids)} rows)",
+                                  f"got shape {m.shape}")
+        if len(set(packet_ids)) != len(packet_ids):
+            raise DataFormatError("<dense index>", "packet_ids", "distinct packet ids")
+        self.packet_ids = tuple(packet_ids)
+        self.matrix = l2_normalize(m)
+
+    @property
+    def dim(self) -> int:
+        return int(self.matrix.shape[1])
+
+    def similarities(self, qvec: np.ndarray) -> np.ndarray:
+        """Cosine of the (l2-normalized) query with every packet: one matrix-vector product.
+
+        BLAS may round two identical rows differently in the last bit; ties below are ties of
+        these computed values.
+        """
+        q = np.asarray(qvec, dtype=np.float32).reshape(-1)
+        if q.shape[0] != self.dim:
+            raise DataFormatError("<dense index>", "query embedding",
+                                  f"a vector of length {self.dim}", f"got length {q.shape[0]}")
+        return self.matrix @ l2_normalize(q[None, :])[0]
+
+    def top_k(self, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Up to ``k`` (packet id, cosine) pairs, best first, ties by row order."""
+        sims = self.similarities(qvec)
+        n = sims.shape[0]
+        if k <= 0 or n == 0:
+            return []
+        if k < n:
+            # Keep every row that ties with the k-th best, then order stably: exact tie-break.
+            kth = np.partition(sims, n - k)[n - k]
+            rows = np.flatnonzero(sims >= kth)
+        else:
+            rows = np.arange(n)
+        order = rows[np.lexsort((rows, -sims[rows]))][:k]
+        return [(self.packet_ids[i], float(sims[i])) for i in order]

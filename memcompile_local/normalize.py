@@ -1,0 +1,157 @@
+"""The source-normalization boundary (seed 000, Section 3.3, Eqs. 8-10, Appendices A.2, A.4, B.3).
+
+Address hits are descriptors; evidence is SourcePackets. ``normalize_to_packets`` resolves each
+hit to its packet and collapses hits of one packet into one candidate:
+
+* packet score = the largest r_i among its hits (Eq. 10);
+* representative = the hit with that score, the earliest (smallest position) on ties;
+* order = score descending, then earliest hit position, then packet order. Packet order is
+  the packet ordinal (dialogue position) when an ordinal map is given, else the packet id
+  string; a packet missing from a given map sorts after every mapped one, by id.
+
+``mmr_anchors`` is the diagnostic pre-scheduler Top-10 of Appendix B.3, and
+``aliasing_audit`` measures source aliasing before normalization (Appendix A.4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .config import RoutingConfig
+from .types import Candidate, Descriptor, PacketCandidate
+from .address.text import jaccard, term_set
+
+
+def _packet_key(ordinals: Mapping[str, int] | None):
+    if ordinals is None:
+        return lambda pid: (0, 0, pid)
+    return lambda pid: (0, ordinals[pid], pid) if pid in ordinals else (1, 0, pid)
+
+
+def normalize_to_packets(
+    candidates: Sequence[Candidate], ordinals: Mapping[str, int] | None = None
+) -> list[PacketCandidate]:
+    """Collapse descriptor hits into the packet pool U_q (Eqs. 8-10), in pool order.
+
+    ``candidates`` may come in any order; ``Candidate.position`` defines "earliest".
+    ``channels`` of a packet are the union of its hits' channels in first-seen order;
+    ``support`` is the sum of max(0, r_i) over its hits.
+    """
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(c.packet_id, []).append(c)
+    key = _packet_key(ordinals)
+    out: list[PacketCandidate] = []
+    for pid, hits in groups.items():
+        rep = min(hits, key=lambda c: (-c.score, c.position))
+        channels: list[str] = []
+        for c in sorted(hits, key=lambda c: c.position):
+            channels.extend(ch for ch in c.channels if ch not in channels)
+        out.append(PacketCandidate(
+            packet_id=pid,
+            score=rep.score,
+            first_position=min(c.position for c in hits),
+            representative=rep.descriptor_id,
+            n_hits=len(hits),
+            channels=tuple(channels),
+            support=sum(max(0.0, c.score) for c in hits),
+        ))
+    out.sort(key=lambda p: (-p.score, p.first_position, key(p.packet_id)))
+    return out
+
+
+def mmr_anchors(
+    pool: Sequence[PacketCandidate],
+    candidates: Sequence[Candidate],
+    descriptors_by_id: Mapping[str, Descriptor],
+    cells_of_descriptor: Mapping[str, int],
+    cfg: RoutingConfig = RoutingConfig(),
+    k: int | None = None,
+) -> list[str]:
+    """Packet ids of the diagnostic Top-k (default ``cfg.mmr_k``) by greedy MMR (Appendix B.3).
+
+    Relevance of a packet = its representative's r_i + mmr_support * log(1 + sum of
+    max(0, r_i) over all of ``candidates`` that resolve to it). Each greedy step takes the
+    packet maximizing relevance - mmr_overlap * (largest Jaccard between the term set of its
+    representative's claim and that of an already chosen representative) - mmr_same_cell *
+    (number of chosen representatives in the same Cell as its representative). A
+    representative outside every Cell (flat layout) shares a Cell with nobody. Ties go to
+    the packet that comes first in ``pool``.
+    """
+    k = cfg.mmr_k if k is None else k
+    support: dict[str, float] = {}
+    for c in candidates:
+        support[c.packet_id] = support.get(c.packet_id, 0.0) + max(0.0, c.score)
+    relevance = [p.score + cfg.mmr_support * math.log1p(support.get(p.packet_id, 0.0)) for p in pool]
+    rep_terms = [term_set(descriptors_by_id[p.representative].text) for p in pool]
+    rep_cell = [cells_of_descriptor.get(p.representative) for p in pool]
+    chosen: list[int] = []
+    remaining = list(range(len(pool)))
+    while remaining and len(chosen) < k:
+        best, best_value = -1, -math.inf
+        for i in remaining:
+            overlap = max((jaccard(rep_terms[i], rep_terms[j]) for j in chosen), default=0.0)
+            same_cell = 0 if rep_cell[i] is None else sum(1 for j in chosen if rep_cell[j] == rep_cell[i])
+            value = relevance[i] - cfg.mmr_overlap * overlap - cfg.mmr_same_cell * same_cell
+            if value > best_value:
+                best, best_value = i, value
+        chosen.append(best)
+        remaining.remove(best)
+    return [pool[i].packet_id for i in chosen]
+
+
+@dataclass(frozen=True)
+class AliasingRow:
+    """One depth of the source-aliasing audit (Appendix A.4, Table 5)."""
+
+    depth: int
+    eligible: int  # questions with at least ``depth`` retrieved slots
+    unique_mean: float  # mean number of distinct packets in the first ``depth`` slots
+    dbr: float  # duplicate budget rate: share of slots repeating an earlier packet (0..1)
+    affected: float  # share of eligible questions with at least one repeated packet (0..1)
+    max_source_mean: float  # mean over questions of the most slots taken by one packet
+    max_source_p95: int  # 95th percentile of that number (nearest-rank)
+    max_source_max: int
+
+
+def _nearest_rank(values: Sequence[int], pct: float) -> int:
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def aliasing_audit(
+    ranked_packet_ids_per_question: Sequence[Sequence[str]], depths: Sequence[int] = (10, 20, 40)
+) -> list[AliasingRow]:
+    """Audit pre-normalization rankings: each inner list gives, per retrieved descriptor slot
+    in rank order, the packet id it resolves to. One row per depth; a depth with no eligible
+    question yields zeros. Percentiles use the nearest-rank rule, so p95 is an observed value.
+    """
+    rows = []
+    for depth in depths:
+        uniques, max_sources = [], []
+        for ranked in ranked_packet_ids_per_question:
+            if len(ranked) < depth:
+                continue
+            counts: dict[str, int] = {}
+            for pid in ranked[:depth]:
+                counts[pid] = counts.get(pid, 0) + 1
+            uniques.append(len(counts))
+            max_sources.append(max(counts.values()))
+        n = len(uniques)
+        if n == 0:
+            rows.append(AliasingRow(depth, 0, 0.0, 0.0, 0.0, 0.0, 0, 0))
+            continue
+        rows.append(AliasingRow(
+            depth=depth,
+            eligible=n,
+            unique_mean=sum(uniques) / n,
+            dbr=sum(depth - u for u in uniques) / (n * depth),
+            affected=sum(1 for u in uniques if u < depth) / n,
+            max_source_mean=sum(max_sources) / n,
+            max_source_p95=_nearest_rank(max_sources, 95),
+            max_source_max=max(max_sources),
+        ))
+    return rows
