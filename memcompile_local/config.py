@@ -60,6 +60,7 @@ class RoutingConfig:
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     bm25_top: int = 96
+    bm25_map_scale: float = 2.0  # b_i = 2 log(1 + s_i) / log(1 + s_max)
     seeds: int = 8
     alpha_f: float = 2.0
     alpha_k: float = 1.6

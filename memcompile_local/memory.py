@@ -182,7 +182,9 @@ class Memory:
         by_packet: dict[str, list] = {}
         for d in descriptors:
             by_packet.setdefault(d.packet_id, []).append(d)
-        index = AddressIndex.build(packets, descriptors, cells, matrix)
+        index = AddressIndex.build(packets, descriptors, cells if self.config.placement.layout != "flat" else [],
+                                   matrix, layout=self.config.placement.layout,
+                                   placement=self.config.placement, routing=self.config.routing)
         view = MemoryView(
             namespace=namespace,
             packets=tuple(packets),

@@ -86,7 +86,8 @@ def select_anchors(
     if selector == "mmr":
         from .normalize import mmr_anchors
 
-        ids = mmr_anchors(address.pool, address.candidates, view.index, cfg.routing, k=k0)
+        ids = mmr_anchors(address.pool, address.candidates, view.index.descriptor_by_id,
+                          view.index.cell_of_descriptor, cfg.routing, k=k0)
         return tuple(ids), {}
     if selector == "llm":
         from .evidence.scheduler import schedule_packets

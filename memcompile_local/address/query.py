@@ -81,7 +81,7 @@ def score_candidates(
     no_rank = len(hits)
     scored = []
     for pos, chans in channels.items():
-        r = candidate_score(query, index.descriptor_terms[pos], bm25_bonus(raw.get(pos, 0.0), s_max), cfg)
+        r = candidate_score(query, index.descriptor_terms[pos], bm25_bonus(raw.get(pos, 0.0), s_max, cfg.bm25_map_scale), cfg)
         scored.append((-r, bm25_rank.get(pos, no_rank), pos, r, chans))
     scored.sort(key=lambda t: t[:3])
     out = []

@@ -66,11 +66,11 @@ class DescriptorTerms:
         )
 
 
-def bm25_bonus(raw: float, s_max: float) -> float:
+def bm25_bonus(raw: float, s_max: float, scale: float = BM25_MAP_SCALE) -> float:
     """b_i for a lexically returned descriptor with raw score ``raw``; 0 when s_max <= 0."""
     if s_max <= 0 or raw <= 0:
         return 0.0
-    return BM25_MAP_SCALE * math.log1p(raw) / math.log1p(s_max)
+    return scale * math.log1p(raw) / math.log1p(s_max)
 
 
 def candidate_score(q: QueryTerms, d: DescriptorTerms, bonus: float, cfg: RoutingConfig = RoutingConfig()) -> float:
