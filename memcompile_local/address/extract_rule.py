@@ -1,0 +1,952 @@
+"""Rule-based descriptor extraction: atomic claims and metadata without any model.
+
+This is the model-free implementation of the ``DescriptorExtractor`` interface (the LLM
+implementation is :mod:`memcompile_local.address.extract_llm`). For one turn it
+
+1. splits the text into sentences and drops the ones that carry nothing retrievable:
+   greetings, thanks, acknowledgements, exclamations of approval and content-free questions
+   ("How are you?", "Thanks!", "Wow, that's great!");
+2. rewrites each kept sentence as a standalone claim: first-person references become the
+   speaker ("I" -> "Caroline", "my" -> "Caroline's"), second-person references become the
+   addressee (the speaker of the preceding turn when that is someone else; otherwise "you"
+   is left alone) and "we"/"our" become "<speaker> and <addressee>". Verbs next to a
+   rewritten singular subject are put in the third person for the common cases
+   ("I am" -> "Caroline is", "Are you" -> "Is Melanie", "I love" -> "Caroline loves").
+   A sentence with no resolvable first/second-person reference is prefixed with
+   "<speaker> said: " so the claim still names its source; a question with content becomes
+   "<speaker> asked <addressee>: <question>";
+3. adds one claim per image caption: "<speaker> shared a photo of <caption>";
+4. attaches metadata: people (speaker, addressee when referred to, capitalized names),
+   up to ``max_keywords`` keyword phrases (maximal runs of content words between
+   stopwords, punctuation and time expressions, longest first then earliest), the event time
+   of the first time expression normalized against the session date (rules in
+   :mod:`memcompile_local.address.timeparse`), the event type and polarity from cue words,
+   and the negation flag.
+
+The output is a deterministic function of the (packet, preceding packet) pair, so builds
+are reproducible and resumable batch by batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from memcompile_local.address.text import STOPWORDS, count_tokens, normalize_name, words
+from memcompile_local.address.timeparse import (
+    MONTH_NAMES,
+    WEEKDAY_NAMES,
+    find_time_mentions,
+    parse_session_time,
+    session_date,
+)
+from memcompile_local.config import ExtractionConfig
+from memcompile_local.types import Descriptor, EventFields, SourcePacket
+
+__all__ = [
+    "RULE_EXTRACTOR_VERSION",
+    "RuleExtractor",
+    "ResolvedSentence",
+    "split_sentences",
+    "has_negation",
+    "keyword_phrases",
+    "proper_names",
+    "resolve_references",
+    "classify_event_type",
+    "predicate_lemma",
+    "is_low_value",
+    "descriptor_id",
+    "normalize_apostrophes",
+    "known_name",
+    "EVENT_TYPES",
+    "POLARITIES",
+]
+
+logger = logging.getLogger(__name__)
+
+RULE_EXTRACTOR_VERSION = "rule-v1"
+EVENT_TYPES: tuple[str, ...] = ("occurrence", "plan", "state", "preference", "relationship")
+POLARITIES: tuple[str, ...] = ("positive", "negative", "neutral", "unknown")
+
+# Fixed confidence of a rule-derived event: the heuristics are cue-word guesses, so they
+# claim middling certainty rather than pretending to a calibrated probability.
+RULE_CONFIDENCE = 0.5
+
+
+def descriptor_id(namespace: str, packet_id: str, claim_index: int) -> str:
+    """The stable descriptor id ``"<namespace>:<packet_id>:<claim_index>"``."""
+    return f"{namespace}:{packet_id}:{claim_index}"
+
+
+def normalize_apostrophes(text: str) -> str:
+    """Curly quotes to straight ones, so contraction rules see one spelling."""
+    return (text or "").replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+
+
+# ----------------------------------------------------------------------------- lexicons
+
+# Words that make a sentence small talk rather than content. A sentence whose only
+# non-stopword words come from here (or are names) is dropped.
+_FILLER: frozenset[str] = frozenset(
+    """hey hi hello hiya howdy heya greetings thanks thank thx ty bye goodbye cya later soon talk chat
+    care wow whoa woah yay yayy cool great awesome amazing nice good glad happy lovely wonderful
+    fantastic incredible beautiful sweet true totally absolutely definitely sure yes yep yup nope
+    agree agreed congrats congratulations haha hahaha lol omg gosh wish luck best hope hoping fun
+    fascinating interesting impressive proud inspiring cute exciting excited thing things stuff lot
+    lots way well much many mean means meant know think thought guess bet sound sounds sounded seem
+    seems look looks see seeing hear hearing heard feel feeling right anything something everything
+    nothing new going doing pretty super indeed exactly course kind sort appreciate appreciated
+    welcome neat tell telling told say saying keep let get got certainly surely reckon wonder
+    wondering yeah ah aw awww hmm um uh alright man dude guys day night morning time totally glad
+    lucky blessed awesome cheers excellent perfect brilliant terrific enjoy enjoyed catch care
+    touch soon anytime ya yo wanna gotta gonna cause great definitely love loved remember happen
+    happened means totally sounds""".split()
+)
+
+# Light verbs that rarely name what a sentence is about: not keywords, and a question made
+# only of them ("What made you choose that?") is small talk.
+_COMMON_VERBS: frozenset[str] = frozenset(
+    """be go goes went gone going get gets got gotten getting make makes made making take takes took
+    taken taking do does did done doing have has had having say says said saying come comes came
+    coming give gives gave given giving put puts let lets try tries tried trying want wants wanted
+    wanting need needs needed use uses used find finds found tell tells told ask asks asked seem
+    seems seemed feel feels felt keep keeps kept start starts started begin began begun help helps
+    helped show shows showed like likes liked love loves loved choose chose chosen think thinks
+    thought know knows knew known see sees saw seen look looks looked call called decide decided
+    happen happened mean meant share shared bring brought become became felt hope hoped wish
+    wished guess realize realized""".split()
+)
+
+_TIME_WORDS: frozenset[str] = frozenset(
+    """yesterday today tomorrow tonight week weeks weekend weekends month months year years day days
+    ago last next night morning afternoon evening recently lately earlier later now currently
+    soon""".split()
+    + [m.lower() for m in MONTH_NAMES] + [d.lower() for d in WEEKDAY_NAMES]
+)
+
+_LY_NOUNS = frozenset(
+    """family italy july jelly rally lily belly bully ally assembly supply reply butterfly dragonfly
+    firefly anomaly monopoly melancholy holly fly""".split()
+)
+
+# Words ending in -ed that are nouns, not past tenses or participles.
+_ED_NOUNS = frozenset("hundred speed breed seed weed greed sled shed bred".split())
+
+_KEYWORD_EXCLUDE: frozenset[str] = _FILLER | _COMMON_VERBS | _TIME_WORDS | frozenset(
+    """also really just still always never often usually sometimes actually even truly honestly
+    kinda maybe perhaps probably lot lots bit little big tons ton bunch couple few several every
+    another anyone someone everyone thing things stuff way ways yes yeah oh ok okay hmm
+    one two three four five six seven eight nine ten after before since until till while during
+    through between around without within because though although via per among across behind
+    beyond toward towards upon onto unless whether able better worse ever gonna kinda wanna gotta
+    thinkin lemme yours etc already especially together else much many ones cannot""".split()
+)
+
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|nobody|nothing|none|neither|nor|nowhere|cannot)\b|n't\b", re.IGNORECASE
+)
+
+_NON_NAMES: frozenset[str] = frozenset(
+    """I I'm I've I'll I'd Mom Mum Dad Mommy Daddy Mama Papa Grandma Grandpa Granny God Lord OK Okay
+    TV Internet English Spanish French German Chinese Japanese Italian American British Canadian
+    Mexican Indian European Christmas Easter Thanksgiving Halloween Hanukkah Pride Valentine's
+    Mother's Father's Day New Year Eve Mr Mrs Ms Dr Hey Hi Hello Thanks Wow Yes No Oh Yeah LOL
+    Haha Congrats Congratulations Sure Totally Absolutely Awesome Great Cool Nice Omg Ah Aw Well
+    So And But Or If When What Why How Where Who Which That This These Those The A An It It's
+    There Here They We You He She My Your Our Their His Her""".split()
+    + list(MONTH_NAMES) + list(WEEKDAY_NAMES)
+)
+
+# --------------------------------------------------------------------------- sentence splitting
+
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc e.g i.e a.m p.m approx dept est inc ltd co mt ft".split()
+)
+_BOUNDARY = re.compile(r"(?:[.!?\u2026]+|\n)[\"')\]]*(?=\s|$)|\n+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a chat turn in order, stripped, without empty pieces.
+
+    Splits after ``.``, ``!``, ``?``, ``…`` (runs count once) followed by whitespace, and at
+    line breaks; a period after a known abbreviation (Mr., Dr., e.g.) or a single capital
+    initial ("J. K.") does not end a sentence. Decimals ("3.5") are not split because no
+    space follows the point.
+    """
+    text = (text or "").strip()
+    if not text:
+        return []
+    out: list[str] = []
+    start = 0
+    for m in _BOUNDARY.finditer(text):
+        end = m.end()
+        piece = text[start:end]
+        if m.group(0).startswith(".") and "\n" not in m.group(0):
+            before = text[start:m.start()].split()
+            last = before[-1].lower().rstrip(".") if before else ""
+            if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
+                continue
+        if piece.strip():
+            out.append(piece.strip())
+        start = end
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def has_negation(text: str) -> bool:
+    """True when the text contains a negation marker (not, no, never, n't, nothing, ...)."""
+    return _NEGATION.search(normalize_apostrophes(text)) is not None
+
+
+# --------------------------------------------------------------------------- names and keywords
+
+_NAME_TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*")
+
+
+def known_name(token: str, known: Sequence[str]) -> str | None:
+    """The known person a token refers to: exact first name or a 3+ letter nickname prefix."""
+    t = token.lower()
+    for name in known:
+        full = name.lower()
+        first = full.split()[0] if full.split() else full
+        if t == full or t == first or (len(t) >= 3 and first.startswith(t)):
+            return name
+    return None
+
+
+def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
+    """Person-like names in a sentence, in order of appearance, without duplicates.
+
+    A name is a run of capitalized words that is not an acronym, not in a small list of
+    capitalized non-names (months, days, "I", holidays, interjections, pronouns), not
+    preceded by "the" (places, titles), and not at the start of the sentence, where
+    capitalization says nothing. Tokens matching a ``known`` name (first name or a nickname
+    prefix such as "Mel" for "Melanie") are reported as that known name wherever they are.
+    """
+    s = normalize_apostrophes(sentence)
+    tokens = [(m.start(), m.end(), m.group(0)) for m in _NAME_TOKEN.finditer(s)]
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def add(name: str) -> None:
+        key = normalize_name(name)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(name)
+
+    known_list = list(known)
+    run: list[str] = []
+    run_end = -1
+    skipped_end = -1
+
+    def flush() -> None:
+        nonlocal run
+        if run:
+            add(" ".join(run))
+        run = []
+
+    for idx, (start, end, raw) in enumerate(tokens):
+        tok = raw[:-2] if raw.endswith("'s") else raw.rstrip("'")
+        match = known_name(tok, known_list) if known_list else None
+        prefix = s[:start].rstrip()
+        at_start = not prefix or prefix[-1] in ".!?:\"(" or prefix.endswith(("...",))
+        prev_word = tokens[idx - 1][2].lower() if idx > 0 else ""
+        if match is not None:
+            flush()
+            add(match)
+            continue
+        capitalized = tok[:1].isupper() and not (len(tok) > 1 and tok.isupper())
+        # A capitalized word right after a skipped one ("the Rose Garden") belongs to the same
+        # non-person proper noun and is skipped with it.
+        continues_skipped = skipped_end >= 0 and start - skipped_end <= 1 and capitalized
+        if capitalized and (prev_word == "the" or continues_skipped):
+            flush()
+            skipped_end = end
+            continue
+        skipped_end = -1
+        if not capitalized or tok in _NON_NAMES or raw in _NON_NAMES or at_start or len(tok) < 2:
+            flush()
+            continue
+        if run and start - run_end <= 1:
+            run.append(tok)
+        else:
+            flush()
+            run = [tok]
+        run_end = end
+    flush()
+    return out
+
+
+def _name_tokens(text: str, known: Sequence[str]) -> set[str]:
+    """Lowercased capitalized tokens of ``text`` that refer to a known person ("Mel", "Caroline's").
+
+    Only capitalized tokens count, so a common word that happens to be a name prefix
+    ("car" for "Caroline") is not mistaken for a nickname.
+    """
+    out: set[str] = set()
+    if not known:
+        return out
+    for raw in _NAME_TOKEN.findall(normalize_apostrophes(text)):
+        tok = raw[:-2] if raw.endswith("'s") else raw
+        if tok[:1].isupper() and known_name(tok, known) is not None:
+            out.add(tok.lower())
+    return out
+
+
+_PHRASE_BREAK = re.compile(r"[^\w'\s-]|\s-\s|_")
+
+
+def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequence[str] = (),
+                    limit: int = 5) -> tuple[str, ...]:
+    """Up to ``limit`` lowercase noun-phrase-like chunks of ``text``.
+
+    A chunk is a maximal run of content words between stopwords, punctuation and excluded
+    words (names in ``exclude``, nicknames of ``known_names``, time words, light verbs,
+    small-talk words, numbers, adverbs in -ly, participles in -ed), cut to its last four
+    words (the head of an English noun phrase is at its end). Chunks are ranked by word
+    count, longest first, then by position; duplicates are dropped.
+    """
+    if limit <= 0:
+        return ()
+    banned = set(_KEYWORD_EXCLUDE)
+    for e in exclude:
+        banned.update(words(e))
+    banned.update(_name_tokens(text, known_names))
+    runs: list[tuple[int, int, list[str]]] = []  # (-length, position, words)
+    position = 0
+    for segment in _PHRASE_BREAK.split(normalize_apostrophes(text).lower()):
+        current: list[str] = []
+        for raw in segment.split():
+            w = raw.strip("'-")
+            if w.endswith("'s"):
+                w = w[:-2]
+            ok = (
+                len(w) > 1
+                and w not in STOPWORDS
+                and w not in banned
+                and not w.isdigit()
+                and not (w.endswith("ly") and len(w) > 4 and w not in _LY_NOUNS)
+                and not (w.endswith("ed") and len(w) > 4 and w not in _ED_NOUNS)
+                and "'" not in w
+                and w not in _IRREGULAR
+                and not (w.endswith("s") and w[:-1] in _COMMON_VERBS)
+                and not (w.endswith("ing") and _lemma(w) in _COMMON_VERBS)
+            )
+            if ok:
+                current.append(w)
+                continue
+            if current:
+                runs.append((position, current))
+                position += 1
+            current = []
+        if current:
+            runs.append((position, current))
+            position += 1
+    ranked = sorted(((-min(len(r), 4), pos, r[-4:]) for pos, r in runs))
+    out: list[str] = []
+    for _neg, _pos, run_words in ranked:
+        phrase = " ".join(run_words)
+        if phrase not in out:
+            out.append(phrase)
+        if len(out) >= limit:
+            break
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- reference resolution
+
+_TOKEN_SPLIT = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*|\s+|.", re.DOTALL)
+
+# Auxiliaries that change form when their subject becomes a singular third person.
+_SINGULAR_AUX = {
+    "am": "is", "are": "is", "were": "was", "have": "has", "do": "does", "don't": "doesn't",
+    "haven't": "hasn't", "aren't": "isn't", "weren't": "wasn't", "ain't": "isn't",
+}
+# Adverbs that may sit between a subject and its verb ("I really love").
+_MID_ADVERBS = frozenset(
+    """also really just still always never often usually sometimes totally actually definitely even
+    truly absolutely honestly kinda finally already mostly only rarely""".split()
+)
+# Present-tense verbs whose third-person form is added after a rewritten singular subject.
+_PRESENT_VERBS = frozenset(
+    """love like enjoy want need think know feel hope wish work live go play paint write plan try
+    make take get keep use run teach study believe prefer hate miss remember forget mean own
+    volunteer appreciate agree understand find see hear care support help adore collect practice
+    cook bake swim dance sing draw travel visit attend spend stay look seem struggle admire guess
+    bet say love dream worry wonder cherish value owe volunteer mentor advocate identify relate
+    imagine realize recommend suggest grow raise build create sew knit garden hike bike ride drive
+    walk jog climb fish camp surf ski skate listen watch speak learn coach host organize
+    belong sign join""".split()
+)
+# Words after which "you" is an object, so the following word is not its verb.
+_OBJECT_CONTEXT = frozenset(
+    """with to for at about from of by on in into like than thank thanks love miss tell told see saw
+    help helped ask asked give gave show showed let make made hear heard call called""".split()
+)
+# A pronoun right after one of these is inverted or governed: its verb keeps the base form.
+_AUX_BLOCK = frozenset(
+    """do does did don't doesn't didn't can can't cannot could couldn't will won't would wouldn't
+    should shouldn't shall may might must to let make made help helped watch saw see hear heard
+    have has had""".split()
+)
+
+
+def _third_person(verb: str) -> str:
+    v = verb.lower()
+    if v == "have":
+        out = "has"
+    elif v == "do":
+        out = "does"
+    elif v == "go":
+        out = "goes"
+    elif v.endswith(("s", "sh", "ch", "x", "z", "o")):
+        out = v + "es"
+    elif v.endswith("y") and len(v) > 1 and v[-2] not in "aeiou":
+        out = v[:-1] + "ies"
+    else:
+        out = v + "s"
+    return out if not verb[:1].isupper() else out.capitalize()
+
+
+def _match_case(original: str, replacement: str) -> str:
+    return replacement.capitalize() if original[:1].isupper() else replacement
+
+
+@dataclass(frozen=True)
+class ResolvedSentence:
+    """A sentence after reference resolution.
+
+    ``first_person``/``second_person``: whether a reference to the speaker / the addressee
+    was rewritten (a "we" counts as both).
+    """
+
+    text: str
+    first_person: bool
+    second_person: bool
+
+
+def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
+                       resolve_second: bool = True) -> ResolvedSentence:
+    """Rewrite first/second-person references of ``sentence`` to names (see module doc).
+
+    ``addressee=None`` leaves "you"/"your" as written and turns "we" into
+    "<speaker> and others". ``resolve_second=False`` leaves "you" alone even with a known
+    addressee (questions keep "you" because the caller names the addressee in a prefix).
+    """
+    s = normalize_apostrophes(sentence)
+    toks = _TOKEN_SPLIT.findall(s)
+    out = list(toks)
+    word_at = [i for i, t in enumerate(toks) if t[:1].isalpha()]
+    speaker_poss = f"{speaker}'s"
+    group = f"{speaker} and {addressee}" if addressee else f"{speaker} and others"
+    group_poss = f"{group}'s" if addressee else f"{group}'"
+    first = second = False
+
+    def adjacent(a: int, b: int) -> bool:
+        """Only whitespace between token positions a < b."""
+        return all(toks[j].isspace() for j in range(a + 1, b))
+
+    def prev_word(k: int) -> tuple[int, str] | None:
+        if k > 0 and adjacent(word_at[k - 1], word_at[k]):
+            return word_at[k - 1], toks[word_at[k - 1]]
+        return None
+
+    def agree_next(k: int) -> None:
+        """Put the verb after subject word k (skipping mid adverbs) in the third person."""
+        j = k + 1
+        while j < len(word_at) and adjacent(word_at[j - 1], word_at[j]):
+            w = toks[word_at[j]]
+            lw = w.lower()
+            if lw in _MID_ADVERBS:
+                j += 1
+                continue
+            if lw in _SINGULAR_AUX:
+                out[word_at[j]] = _match_case(w, _SINGULAR_AUX[lw])
+            elif lw in _PRESENT_VERBS:
+                out[word_at[j]] = _third_person(w)
+            return
+
+    def invert_prev(k: int) -> bool:
+        """'Are you' -> 'Is <name>'; True when the pronoun follows an auxiliary."""
+        pw = prev_word(k)
+        if pw is None:
+            return False
+        i, w = pw
+        lw = w.lower()
+        if lw in _SINGULAR_AUX:
+            out[i] = _match_case(w, _SINGULAR_AUX[lw])
+            return True
+        return lw in _AUX_BLOCK
+
+    for k, i in enumerate(word_at):
+        w = toks[i]
+        lw = w.lower()
+        if (i > 0 and toks[i - 1] == "-") or (i + 1 < len(toks) and toks[i + 1] == "-"):
+            continue  # part of a compound such as "me-time"
+        if lw == "i" and w == "I":
+            out[i] = speaker
+            first = True
+            if not invert_prev(k):
+                agree_next(k)
+        elif lw in ("i'm", "i've", "i'll", "i'd"):
+            out[i] = speaker + {"i'm": " is", "i've": " has", "i'll": " will", "i'd": " would"}[lw]
+            first = True
+        elif lw in ("me", "myself") and w != "ME":
+            out[i] = speaker
+            first = True
+        elif lw in ("my", "mine"):
+            out[i] = speaker_poss
+            first = True
+        elif lw in ("we", "us", "ourselves") and w != "US":
+            out[i] = group
+            first = True
+            second = second or addressee is not None
+        elif lw in ("our", "ours"):
+            out[i] = group_poss
+            first = True
+            second = second or addressee is not None
+        elif lw in ("we're", "we've", "we'll", "we'd"):
+            out[i] = group + {"we're": " are", "we've": " have", "we'll": " will", "we'd": " would"}[lw]
+            first = True
+            second = second or addressee is not None
+        elif addressee and resolve_second:
+            if lw == "you":
+                nxt = toks[word_at[k + 1]].lower() if k + 1 < len(word_at) and adjacent(i, word_at[k + 1]) else ""
+                if nxt in ("two", "both", "guys", "all", "folks"):
+                    continue  # plural "you": not the one addressee
+                out[i] = addressee
+                second = True
+                pw = prev_word(k)
+                if not invert_prev(k) and (pw is None or pw[1].lower() not in _OBJECT_CONTEXT):
+                    agree_next(k)
+            elif lw in ("you're", "you've", "you'll", "you'd"):
+                out[i] = addressee + {"you're": " is", "you've": " has", "you'll": " will",
+                                      "you'd": " would"}[lw]
+                second = True
+            elif lw in ("your", "yours"):
+                out[i] = f"{addressee}'s"
+                second = True
+            elif lw == "yourself":
+                out[i] = addressee
+                second = True
+    text = "".join(out)
+    return ResolvedSentence(text=text, first_person=first, second_person=second)
+
+
+# --------------------------------------------------------------------------- low-value sentences
+
+_LEADING_INTERJECTION = re.compile(
+    r"^\s*(?:(?:hey|hi|hello|oh|ooh|wow|whoa|woah|yeah|yes|yep|yup|well|so|ah|aw+|omg|haha+|lol|um+|"
+    r"hmm+|ok|okay|sure|totally|absolutely|definitely|honestly|thanks|thank\s+you|true|right|gosh|"
+    r"man|dude|congrats|congratulations)(?:,?\s+[A-Z][a-z]+)?\s*[,!.\u2026-]+\s*)+",
+    re.IGNORECASE,
+)
+
+
+def _strip_interjection(sentence: str) -> str:
+    """Drop a leading interjection/vocative chunk that ends in punctuation ("Yeah, ...")."""
+    stripped = _LEADING_INTERJECTION.sub("", sentence, count=1)
+    if not stripped.strip():
+        return sentence
+    return stripped[:1].upper() + stripped[1:]
+
+
+def _strip_vocative(sentence: str, known: Sequence[str]) -> str:
+    """Drop a leading "<known name>, " or trailing ", <known name>" form of address."""
+    m = re.match(r"\s*([A-Z][a-z]+)\s*,\s+(?=\S)", sentence)
+    if m and known_name(m.group(1), known) is not None:
+        rest = sentence[m.end():]
+        sentence = rest[:1].upper() + rest[1:]
+    tail = re.search(r",\s*([A-Z][a-z]+)\s*([.!?\u2026]*)\s*$", sentence)
+    if tail and known_name(tail.group(1), known) is not None and sentence[:tail.start()].strip():
+        sentence = sentence[:tail.start()] + tail.group(2)
+    return sentence
+
+
+def _content_words(sentence: str, names: Sequence[str], *, drop_verbs: bool = True) -> list[str]:
+    name_words = {w for n in names for w in words(n)} | _name_tokens(sentence, names)
+    out = []
+    for w in words(normalize_apostrophes(sentence)):
+        base = w[:-2] if w.endswith("'s") else w
+        if (base in STOPWORDS or base in _FILLER or base in _TIME_WORDS or base in name_words
+                or len(base) < 2 or base.isdigit() or (drop_verbs and base in _COMMON_VERBS)):
+            continue
+        out.append(base)
+    return out
+
+
+def is_low_value(sentence: str, names: Sequence[str] = ()) -> bool:
+    """True for greetings, thanks, acknowledgements and content-free questions.
+
+    A statement is low-value when none of its words is content (not a stopword, not a
+    small-talk word, not a name in ``names``). A question needs two content words that are
+    not light verbs ("Have you tried the pottery class?" stays; "How are you?" and "What
+    made you choose that?" go). Light verbs do not count for statements either ("I got it!").
+    Names include nickname prefixes of ``names`` ("Mel" for "Melanie").
+    """
+    s = normalize_apostrophes(sentence).strip()
+    if not s:
+        return True
+    known = list(names)
+    content = _content_words(s, known + proper_names(s, known))
+    if s.rstrip(" \"')").endswith("?"):
+        return len(content) < 2
+    return not content
+
+
+# --------------------------------------------------------------------------- event heuristics
+
+_PLAN = re.compile(
+    r"\b(?:will|won't|shall|gonna|going\s+to|plan|plans|planning|planned\s+to|intend|intends|"
+    r"hoping\s+to|hope\s+to|looking\s+forward|about\s+to|next\s+(?:week|month|year|weekend)|tomorrow|"
+    r"can't\s+wait|should|let's|want\s+to|wanna|would\s+like\s+to|thinking\s+of|thinking\s+about)\b|'ll\b",
+    re.IGNORECASE,
+)
+_PREFERENCE = re.compile(
+    r"\b(?:favorite|favourite|prefer|prefers|fan\s+of|passionate\s+about|obsessed\s+with|"
+    r"can't\s+stand)\b|"
+    r"\b(?:[Ii]|[Yy]ou|[Ww]e|[Tt]hey|[Hh]e|[Ss]he|[A-Z][a-z]+)\s+(?:really\s+|also\s+|just\s+|totally\s+|"
+    r"absolutely\s+)?(?:like|likes|love|loves|enjoy|enjoys|adore|adores|hate|hates|dislike|dislikes)\b",
+)
+_RELATIONSHIP = re.compile(
+    r"\b(?:married|engaged|divorced|dating|boyfriend|girlfriend|husband|wife|fianc[eé]e?|"
+    r"best\s+friends?|in\s+a\s+relationship|broke\s+up|break\s*up|single\s+parent)\b",
+    re.IGNORECASE,
+)
+_PAST_WORD = re.compile(
+    r"\b(?:was|were|went|did|had|got|made|took|saw|came|gave|found|told|felt|met|left|bought|began|"
+    r"ran|wrote|won|lost|spent|yesterday|ago|last)\b",
+    re.IGNORECASE,
+)
+_ED_WORD = re.compile(r"([\w']+)\s+(\w{3,}ed)\b", re.IGNORECASE)
+_PRESENT_BE = frozenset("am is are i'm you're we're they're he's she's it's be being get gets".split())
+
+
+def _has_past_cue(s: str) -> bool:
+    """Past-tense cue words, or an -ed verb not used as an adjective after a present "be"."""
+    if _PAST_WORD.search(s):
+        return True
+    first = re.match(r"\s*(\w{3,}ed)\b", s)
+    if first:
+        return True
+    return any(m.group(1).lower() not in _PRESENT_BE for m in _ED_WORD.finditer(s))
+
+
+def classify_event_type(sentence: str) -> str:
+    """Cue-word event type: plan, then preference, relationship, occurrence (past), else state."""
+    s = normalize_apostrophes(sentence)
+    if _PLAN.search(s):
+        return "plan"
+    if _PREFERENCE.search(s):
+        return "preference"
+    if _RELATIONSHIP.search(s) and not _has_past_cue(s):
+        return "relationship"
+    if _has_past_cue(s):
+        return "occurrence"
+    return "state"
+
+
+_IRREGULAR = {
+    "went": "go", "gone": "go", "goes": "go", "got": "get", "gotten": "get", "made": "make",
+    "took": "take", "taken": "take", "saw": "see", "seen": "see", "had": "have", "has": "have",
+    "did": "do", "done": "do", "does": "do", "was": "be", "were": "be", "been": "be", "is": "be",
+    "am": "be", "are": "be", "felt": "feel", "found": "find", "told": "tell", "thought": "think",
+    "knew": "know", "known": "know", "bought": "buy", "brought": "bring", "came": "come",
+    "began": "begin", "begun": "begin", "ran": "run", "wrote": "write", "written": "write",
+    "met": "meet", "left": "leave", "kept": "keep", "spent": "spend", "taught": "teach",
+    "caught": "catch", "sang": "sing", "sung": "sing", "drew": "draw", "drawn": "draw",
+    "gave": "give", "given": "give", "ate": "eat", "eaten": "eat", "slept": "sleep", "won": "win",
+    "lost": "lose", "built": "build", "sent": "send", "held": "hold", "heard": "hear",
+    "said": "say", "paid": "pay", "fell": "fall", "chose": "choose", "chosen": "choose",
+    "became": "become", "grew": "grow", "grown": "grow", "swam": "swim", "rode": "ride",
+    "drove": "drive", "flew": "fly", "read": "read", "sat": "sit", "stood": "stand", "wore": "wear",
+    "lived": "live", "loved": "love", "moved": "move", "hoped": "hope", "liked": "like",
+    "baked": "bake", "danced": "dance", "created": "create", "decided": "decide", "shared": "share",
+    "used": "use", "joined": "join", "adored": "adore", "practiced": "practice", "raced": "race",
+    "hiked": "hike", "received": "receive", "closed": "close", "arrived": "arrive",
+    "graduated": "graduate", "celebrated": "celebrate", "volunteered": "volunteer",
+    "explored": "explore", "inspired": "inspire", "participated": "participate",
+}
+_AUX_LEMMA = {
+    "am": "be", "is": "be", "are": "be", "was": "be", "were": "be", "been": "be", "be": "be",
+    "have": "have", "has": "have", "had": "have", "do": "do", "does": "do", "did": "do",
+}
+_MODALS = frozenset(
+    """will would can could should shall may might must won't wouldn't can't couldn't shouldn't
+    don't doesn't didn't isn't aren't wasn't weren't hasn't haven't hadn't not never to going gonna
+    wanna""".split()
+)
+
+
+# Stems that lost a silent e before -ed/-ing: prioritiz(e), carv(e), danc(e), judg(e), us(e),
+# cur(e), celebrat(e), and one-vowel stems such as bak(e), skat(e).
+_NEEDS_E = re.compile(r"(?:iz|yz|v|[^aeiou]c|dg|^us|[^aeiou]us|ur|[^aeiou]at)$|^[^aeiou]+[aeiou][bkmptz]$")
+
+
+def _strip_suffix(w: str, n: int) -> str:
+    """Base of an -ed/-ing form: undo consonant doubling, restore a silent e when likely."""
+    base = w[:-n]
+    if len(base) > 2 and base[-1] == base[-2] and base[-1] not in "lsfz":
+        return base[:-1]
+    if base + "e" in _PRESENT_VERBS or (len(base) >= 3 and _NEEDS_E.search(base)):
+        return base + "e"
+    return base
+
+
+def _lemma(word: str) -> str:
+    w = word.lower()
+    if w in _IRREGULAR:
+        return _IRREGULAR[w]
+    if w.endswith("ied") and len(w) > 4:
+        return w[:-3] + "y"
+    if w.endswith("ed") and len(w) > 4:
+        return _strip_suffix(w, 2)
+    if w.endswith("ing") and len(w) > 4 and re.search(r"[aeiouy]", w[:-3]):
+        return _strip_suffix(w, 3)
+    if w.endswith("ies") and len(w) > 4:
+        return w[:-3] + "y"
+    if w.endswith("es") and w[:-2] in _PRESENT_VERBS:
+        return w[:-2]
+    if w.endswith("s") and w[:-1] in _PRESENT_VERBS:
+        return w[:-1]
+    return w
+
+
+def predicate_lemma(sentence: str) -> str:
+    """Base-form verb of the first clause after a pronoun or name subject (heuristic).
+
+    Skips auxiliaries, modals, negation and mid-sentence adverbs; falls back to the
+    auxiliary's lemma ("I am tired" -> "be") and to "" when no subject is found.
+    """
+    toks = words(normalize_apostrophes(sentence))
+    subjects = {"i", "we", "you", "he", "she", "they", "it"}
+    start = None
+    for idx, w in enumerate(toks):
+        if w in subjects or w in ("i'm", "i've", "we're", "we've", "you're", "you've", "it's"):
+            start = idx
+            break
+    if start is None:
+        return ""
+    aux = _AUX_LEMMA.get({"i'm": "am", "we're": "are", "you're": "are", "it's": "is"}.get(toks[start], ""), "")
+    if toks[start] in ("i've", "we've", "you've"):
+        aux = "have"
+    for w in toks[start + 1:start + 7]:
+        if w in _AUX_LEMMA:
+            aux = aux or _AUX_LEMMA[w]
+            continue
+        if w in _MODALS or w in _MID_ADVERBS or w in ("so", "very"):
+            continue
+        if w in _IRREGULAR or w in _PRESENT_VERBS or w in _COMMON_VERBS or w.endswith(("ed", "ing")) or (
+                w.endswith("s") and (w[:-1] in _PRESENT_VERBS or w[:-1] in _COMMON_VERBS)):
+            return _lemma(w)
+        return aux
+    return aux
+
+
+# --------------------------------------------------------------------------- extractor
+
+_PROFILE_CUES = re.compile(
+    r"\b(?:job|work(?:s|ed)?\s+(?:as|at)|occupation|career|profession|identity|identif(?:y|ies)|"
+    r"transgender|gay|lesbian|bisexual|religio\w*|believe|married|single|divorced|hobby|"
+    r"hobbies|favorite|favourite|allergic|health|diagnos\w*|goal|dream|passion|passionate|"
+    r"personality|values?|born|grew\s+up|live[sd]?\s+in|moved\s+(?:to|from))\b",
+    re.IGNORECASE,
+)
+_CAPTION_PREFIX = re.compile(
+    r"^\s*(?:(?:a|an|the)\s+)?(?:photo|picture|image|photograph|pic|screenshot)\s+of\s+|^\s*there\s+is\s+|"
+    r"^\s*this\s+is\s+", re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    text: str  # the standalone claim
+    source: str  # the sentence it came from (before resolution), used for metadata
+    people: tuple[str, ...]
+    is_question: bool = False
+    is_caption: bool = False
+    extra_keywords: tuple[str, ...] = ()
+
+
+def _finish(sentence: str, question: bool) -> str:
+    s = sentence.strip()
+    if question:
+        return s
+    s = re.sub(r"[!\u2026:;,]+$", ".", s)
+    s = re.sub(r"\.{2,}$", ".", s)
+    if s and s[-1] not in ".?\"')":
+        s += "."
+    return s
+
+
+class RuleExtractor:
+    """Model-free ``DescriptorExtractor`` (see the module docstring for the rules).
+
+    ``descriptor_set`` names the rule version and the keyword cap, so a change of either
+    builds a new descriptor set instead of mixing outputs.
+    """
+
+    def __init__(self, config: ExtractionConfig = ExtractionConfig()) -> None:
+        self.config = config
+        self.descriptor_set = f"{RULE_EXTRACTOR_VERSION}:k{config.max_keywords}"
+
+    # -- public -------------------------------------------------------------------------------
+    def extract(self, items: Sequence[tuple[SourcePacket, SourcePacket | None]]) -> list[list[Descriptor]]:
+        """One descriptor list per (packet, preceding packet) item, in order."""
+        return [self.extract_one(packet, previous) for packet, previous in items]
+
+    def extract_one(self, packet: SourcePacket, previous: SourcePacket | None) -> list[Descriptor]:
+        """Descriptors of one packet, claim index in extraction order."""
+        speaker = packet.speaker.strip() or "Someone"
+        addressee = None
+        if previous is not None and normalize_name(previous.speaker) != normalize_name(speaker):
+            addressee = previous.speaker.strip() or None
+        claims = self._claims(packet, speaker, addressee)
+        anchor = parse_session_time(packet.session_time)
+        interaction = session_date(packet.session_time)
+        out: list[Descriptor] = []
+        seen: set[str] = set()
+        for claim in claims:
+            key = " ".join(words(claim.text))
+            if not key or key in seen:
+                continue
+            seen.add(key)
+            out.append(self._descriptor(packet, len(out), claim, speaker, anchor, interaction))
+        return out
+
+    # -- claims -------------------------------------------------------------------------------
+    def _claims(self, packet: SourcePacket, speaker: str, addressee: str | None) -> list[_Claim]:
+        known = [speaker] + ([addressee] if addressee else [])
+        claims: list[_Claim] = []
+        for raw in split_sentences(normalize_apostrophes(packet.content)):
+            if is_low_value(raw, known):
+                continue
+            sentence = _strip_vocative(_strip_interjection(raw), known)
+            if is_low_value(sentence, known):
+                continue
+            question = sentence.rstrip(" \"')").endswith("?")
+            names = proper_names(sentence, known)
+            if question:
+                res = resolve_references(sentence, speaker, addressee, resolve_second=False)
+                lead = f"{speaker} asked {addressee}: " if addressee else f"{speaker} asked: "
+                text = lead + res.text
+                people = [speaker] + ([addressee] if addressee else [])
+            else:
+                res = resolve_references(sentence, speaker, addressee)
+                if res.first_person or res.second_person:
+                    text = res.text
+                else:
+                    text = f"{speaker} said: {res.text}"
+                people = [speaker]
+                if res.second_person and addressee:
+                    people.append(addressee)
+            people += names
+            claims.append(_Claim(_finish(text, question), sentence, _dedupe_names(people), question))
+        caption = (packet.image_caption or "").strip()
+        if caption:
+            body = _CAPTION_PREFIX.sub("", normalize_apostrophes(caption), count=1).strip().rstrip(".")
+            if body:
+                extra = ()
+                if packet.image_query and packet.image_query.strip():
+                    extra = (" ".join(packet.image_query.lower().split()),)
+                claims.append(_Claim(
+                    f"{speaker} shared a photo of {body}.", body,
+                    _dedupe_names([speaker] + proper_names(body, known)), False, True, extra,
+                ))
+        return claims
+
+    # -- metadata -----------------------------------------------------------------------------
+    def _descriptor(self, packet: SourcePacket, index: int, claim: _Claim, speaker: str,
+                    anchor, interaction: str) -> Descriptor:
+        source = claim.source
+        if claim.is_caption:
+            event_type = "occurrence"
+            mentions = []
+            event_time = ""
+        else:
+            event_type = classify_event_type(source)
+            prefer = "future" if event_type == "plan" else "past"
+            mentions = find_time_mentions(source, anchor, prefer=prefer)
+            event_time = mentions[0].value if mentions else ""
+        # Time expressions and names are not keywords: blank them out before chunking.
+        masked = list(source)
+        for m in mentions:
+            masked[m.start:m.end] = [","] * (m.end - m.start)
+        masked_text = "".join(masked)
+        limit = max(0, int(self.config.max_keywords))
+        kws = keyword_phrases(masked_text, exclude=list(claim.people) + [speaker],
+                              known_names=claim.people, limit=limit)
+        if claim.extra_keywords:
+            kws = tuple(dict.fromkeys(claim.extra_keywords + kws))[:limit]
+        negated = has_negation(claim.text)
+        if claim.is_question:
+            polarity = "unknown"
+        else:
+            polarity = "negative" if negated else "positive"
+        subject = self._subject(source, claim, speaker)
+        predicate = "share" if claim.is_caption else predicate_lemma(source)
+        needs_profile = event_type in ("preference", "relationship") or (
+            not claim.is_question and _PROFILE_CUES.search(source) is not None)
+        event = EventFields(
+            subject_people=subject,
+            predicate=predicate,
+            focus_terms=tuple(kws[:2]),
+            goal_context_terms=(),
+            event_type=event_type,
+            event_time=event_time,
+            polarity=polarity,
+            confidence=RULE_CONFIDENCE,
+        )
+        return Descriptor(
+            descriptor_id=descriptor_id(packet.namespace, packet.packet_id, index),
+            namespace=packet.namespace,
+            packet_id=packet.packet_id,
+            claim_index=index,
+            text=claim.text,
+            speaker=packet.speaker,
+            session_index=packet.session_index,
+            session_time=packet.session_time,
+            people=claim.people,
+            keywords=kws,
+            event_time=event_time,
+            interaction_time=interaction,
+            n_tokens=count_tokens(claim.text),
+            needs_profile=needs_profile,
+            event=event,
+            negated=negated,
+        )
+
+    @staticmethod
+    def _subject(source: str, claim: _Claim, speaker: str) -> tuple[str, ...]:
+        if claim.is_caption:
+            return (speaker,)
+        first = words(normalize_apostrophes(source))[:1]
+        if not first:
+            return ()
+        w = first[0]
+        if w in ("i", "i'm", "i've", "i'll", "i'd", "my"):
+            return (speaker,) if w != "my" else ()
+        people = [p for p in claim.people if normalize_name(p) != normalize_name(speaker)]
+        if w in ("we", "we're", "we've", "we'll", "we'd"):
+            return (speaker, people[0]) if people else (speaker,)
+        if w in ("you", "you're", "you've", "you'll", "you'd") and people:
+            return (people[0],)
+        for p in claim.people:
+            if words(p)[:1] == [w.removesuffix("'s")]:
+                return (p,)
+        return ()
+
+
+def _dedupe_names(names: Iterable[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    seen: set[str] = set()
+    for n in names:
+        key = normalize_name(n)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(n.strip())
+    return tuple(out)

@@ -1,0 +1,119 @@
+"""End to end through the Memory API on the shipped example conversation.
+
+A scripted backend answers every LLM stage deterministically, so these tests check the
+wiring: build -> store -> address -> normalization -> scheduler -> frontier -> view -> answer,
+the cache (a second build makes zero calls), the ledger and forget.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
+from memcompile_local.config import PipelineConfig
+from memcompile_local.data import example_conversation_path, load_locomo
+from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.llm.client import LLMClient, NoModelBackend
+from memcompile_local.memory import Memory
+from memcompile_local.store import MemoryStore
+
+EVENT = {"subject_people": [], "predicate": "say", "focus_terms": ["thing"], "goal_context_terms": [],
+         "event_type": "occurrence", "event_time": "", "polarity": "neutral", "confidence": 0.5}
+
+
+def responder(req):
+    user = req.messages[-1].content
+    if req.stage == "fact":
+        lines = [line.strip() for line in user.splitlines() if line.strip()]
+        return json.dumps({"facts": [lines[-1][:160], "A second claim about " + lines[-1][:40]]})
+    if req.stage == "metadata":
+        return json.dumps({"people": [], "keywords": ["topic"], "time": ["", ""],
+                           "needs_profile_extraction": False, "event": EVENT})
+    if req.stage == "intent":
+        return json.dumps({"need_attribute": False, "people": [], "keywords": ["trip"], "time": None})
+    if req.stage in ("schedule", "frontier"):
+        labels = list(req.output.labels)
+        # Reverse pool order: proves labels are mapped back by label, not by position.
+        return json.dumps({"ranked_candidate_ids": labels[::-1][: req.output.k]})
+    if req.stage == "answer":
+        return "scripted answer"
+    return None
+
+
+@pytest.fixture()
+def conv():
+    return load_locomo(example_conversation_path())[0]
+
+
+def test_full_pipeline_with_scripted_model(tmp_path, conv):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    backend = ScriptedBackend(responder)
+    client = LLMClient(backend, store, run_id="run-1")
+    mem = Memory(store, PipelineConfig(), client=client, embedder=HashEmbedder(dim=64))
+    mem.add(conv.namespace, conv)
+    built = mem.build(conv.namespace)
+    assert built.packets == sum(len(s.turns) for s in conv.sessions)
+    assert built.descriptors == 2 * built.packets and built.cells > 0
+    calls_after_build = len(backend.requests)
+
+    # Rebuilding an unchanged memory makes zero model calls.
+    again = mem.build(conv.namespace)
+    assert again.extracted_now == 0 and again.embedded_now == 0
+    assert len(backend.requests) == calls_after_build
+
+    question = conv.questions[0].question
+    ans = mem.answer(conv.namespace, question)
+    ctx = ans.context
+    assert ans.text == "scripted answer"
+    pool_ids = [pc.packet_id for pc in ctx.address.pool]
+    # A0: K0 packets from the closed pool, mapped back in the scheduler's (reversed) order.
+    assert len(ctx.anchors) == min(10, len(pool_ids))
+    assert list(ctx.anchors) == pool_ids[::-1][: len(ctx.anchors)]
+    # The frontier appends at most K_Delta packets and keeps A0 in front.
+    assert ctx.packet_ids[: len(ctx.anchors)] == ctx.anchors
+    assert len(ctx.frontier_added) <= 2
+    assert not set(ctx.frontier_added) & set(ctx.anchors)
+    # Claim-bundle view renders every selected packet's claims.
+    for pid in ctx.packet_ids:
+        assert pid in ctx.text
+    stages = {r.stage for r in backend.requests}
+    assert {"fact", "metadata", "intent", "schedule", "frontier", "answer"} <= stages
+    totals = client.totals()
+    assert totals["fact"]["calls"] == built.packets
+    # Asking again is answered from the cache: no new backend call.
+    n = len(backend.requests)
+    mem.answer(conv.namespace, question)
+    assert len(backend.requests) == n
+
+    deleted = mem.forget(conv.namespace)
+    assert deleted["packets"] == built.packets
+    assert store.packets(conv.namespace) == []
+    store.close()
+
+
+def test_model_free_path_makes_no_model_call(tmp_path, conv):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = apply_preset("model-free", PipelineConfig())
+    client = LLMClient(NoModelBackend(), store, run_id="mf")
+    mem = Memory(store, cfg, client=client, embedder=HashEmbedder(dim=64))
+    assert not mem.needs_llm()
+    mem.add(conv.namespace, conv)
+    ctx = mem.compile(conv.namespace, conv.questions[0].question)
+    assert len(ctx.packet_ids) == len(set(ctx.packet_ids)) == 10
+    assert client.totals() == {}
+    store.close()
+
+
+@pytest.mark.parametrize("preset", ["A1", "A2", "A3", "A4", "A5", "A6", "A7", "view-raw", "view-representative",
+                                    "layout-sequential", "layout-session", "layout-entity", "layout-flat"])
+def test_every_preset_compiles(tmp_path, conv, preset):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    client = LLMClient(ScriptedBackend(responder), store)
+    mem = Memory(store, apply_preset(preset, PipelineConfig()), client=client, embedder=HashEmbedder(dim=64))
+    mem.add(conv.namespace, conv)
+    ctx = mem.compile(conv.namespace, conv.questions[1].question)
+    assert 1 <= len(ctx.packet_ids) <= 12
+    assert len(set(ctx.packet_ids)) == len(ctx.packet_ids)
+    store.close()
