@@ -82,11 +82,27 @@ class EvidenceConfig:
     k_rank: int = 5  # K_R, frontier rank cutoff
     k_append: int = 2  # K_Delta, frontier append cap
     max_retries: int = 3  # scheduler schema-correction retries (Appendix A.2)
-    anchor_selector: Literal["llm", "mmr", "normalized", "pursuit", "dense"] = "llm"
+    anchor_selector: Literal["llm", "mmr", "normalized", "pursuit", "dense", "fused"] = "llm"
     frontier: Literal["llm", "pursuit", "none"] = "llm"
     view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
     pursuit_tau: float = 1e-5  # MemPursuit adaptive stop (seed 001)
     pursuit_pool: int = 200  # P
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """The model-free ``fused`` selector (evidence/fusion.py); not a paper component.
+
+    Weights were set on the two development conversations (see README, "Model-free path").
+    """
+
+    lexical_weight: float = 1.0
+    claim_weight: float = 1.0
+    packet_weight: float = 1.0
+    speaker_weight: float = 0.3
+    neighbor_context: bool = True
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,7 @@ class PipelineConfig:
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -142,6 +159,7 @@ class PipelineConfig:
             "routing": RoutingConfig,
             "evidence": EvidenceConfig,
             "model": ModelConfig,
+            "fusion": FusionConfig,
         }
         for key, value in (data or {}).items():
             if key not in sub:

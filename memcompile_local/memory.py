@@ -127,6 +127,9 @@ class Memory:
             or c.evidence.frontier == "llm"
         )
 
+    def uses_fusion(self) -> bool:
+        return self.config.evidence.anchor_selector == "fused"
+
     def extractor(self, client: Any = None):
         """The configured descriptor extractor; ``client`` overrides the LLM client (sub-runs)."""
         c = self.config.extraction
@@ -147,7 +150,7 @@ class Memory:
     def build(self, namespace: str, *, client: Any = None) -> BuildResult:
         """Extract, place and embed whatever is not built yet (no model call when up to date)."""
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
-                            self.embedder, progress=self.progress)
+                            self.embedder, progress=self.progress, claims=self.uses_fusion())
 
     def forget(self, namespace: str) -> dict[str, int]:
         with self._lock:
@@ -182,6 +185,14 @@ class Memory:
         by_packet: dict[str, list] = {}
         for d in descriptors:
             by_packet.setdefault(d.packet_id, []).append(d)
+        fusion = None
+        if self.uses_fusion():
+            from .build import load_claim_matrix
+            from .evidence.fusion import FusionIndex
+
+            claim_matrix, claim_owner = load_claim_matrix(self.store, namespace, dset, self.embedder)
+            fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, self.config.fusion,
+                                       claim_matrix=claim_matrix, claim_owner=claim_owner, packet_matrix=matrix)
         index = AddressIndex.build(packets, descriptors, cells if self.config.placement.layout != "flat" else [],
                                    matrix, layout=self.config.placement.layout,
                                    placement=self.config.placement, routing=self.config.routing)
@@ -193,6 +204,7 @@ class Memory:
             index=index,
             packet_matrix=matrix,
             row_of={p.packet_id: i for i, p in enumerate(packets)},
+            fusion=fusion,
         )
         with self._lock:
             self._views[key] = view

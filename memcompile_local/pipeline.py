@@ -44,6 +44,7 @@ class MemoryView:
     index: Any  # address.index.AddressIndex
     packet_matrix: np.ndarray | None  # (N, d) in packet order, l2-normalized
     row_of: Mapping[str, int]  # packet id -> row in packet_matrix
+    fusion: Any = None  # evidence.fusion.FusionIndex when the fused selector is configured
 
 
 def query_intent(question: str, cfg: PipelineConfig, client: Any, view: MemoryView) -> QueryIntent:
@@ -97,6 +98,12 @@ def select_anchors(
         res = schedule_packets(client, question, [view.packets_by_id[i] for i in pool_ids], k=k0,
                                stage="schedule", namespace=view.namespace, max_retries=cfg.evidence.max_retries)
         return tuple(res.packet_ids), {"attempts": res.attempts, "rounds": res.rounds, "repaired": res.repaired}
+    if selector == "fused":
+        from .evidence.fusion import select_fused
+
+        if view.fusion is None:
+            raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
+        return tuple(select_fused(view.fusion, question, query_vec, cfg.fusion, k0)), {}
     if selector == "pursuit":
         ids = _pursuit_order(pool_ids + [p for p, _ in address.dense], query_vec, view, k0, cfg.evidence.pursuit_tau)
         return tuple(ids), {}

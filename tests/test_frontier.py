@@ -100,7 +100,7 @@ def test_ablations_reset_to_the_full_path_and_views_compose():
 def test_model_free_preset_needs_no_llm_before_answering():
     cfg = apply_preset("model-free", PipelineConfig())
     assert cfg.extraction.extractor == "rule" and cfg.extraction.intent_source == "rule"
-    assert cfg.evidence.anchor_selector == "pursuit" and cfg.evidence.frontier == "none"
+    assert cfg.evidence.anchor_selector == "fused" and cfg.evidence.frontier == "none"
 
 
 def test_unknown_preset_lists_the_names():

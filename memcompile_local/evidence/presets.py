@@ -89,11 +89,11 @@ def _layout(name: str) -> Preset:
 
 
 def _model_free(cfg: PipelineConfig) -> PipelineConfig:
-    # No LLM before the answer: rule-based descriptors and intent, MemPursuit over the
-    # normalized pool united with the dense proposals as the anchors, no separate frontier.
+    # No LLM before the answer: rule-based descriptors and intent, the fused selector
+    # (evidence/fusion.py) picks K0 packets, no separate frontier.
     return cfg.replace(
         extraction={"extractor": "rule", "intent_source": "rule", "use_intent": True},
-        evidence={"anchor_selector": "pursuit", "frontier": "none"},
+        evidence={"anchor_selector": "fused", "frontier": "none"},
         routing={"channels": "both"},
     )
 
@@ -135,7 +135,7 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "layout-sequential": "placement: fixed-size blocks in dialogue order",
     "layout-session": "placement: fixed-size blocks within sessions",
     "layout-entity": "placement: fixed-size blocks grouped by person",
-    "model-free": "no LLM before answering: rule extraction/intent, MemPursuit over pool + dense",
+    "model-free": "no LLM before answering: rule extraction/intent, fused lexical+claim+packet+speaker selector",
 }
 
 

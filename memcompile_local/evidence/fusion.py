@@ -1,0 +1,153 @@
+"""Model-free packet selection by score fusion (the ``fused`` anchor selector).
+
+Selects K packets with no model call, at query time or at build time (descriptors come from
+the rule-based extractor). Each packet gets one score, a weighted sum of channels that are
+each normalized to a comparable range:
+
+- lexical: BM25 (Snowball-stemmed terms) over a packet document made of the turn, its
+  image caption, its claims and, with ``neighbor_context``, the previous and next turn of
+  the same session (an answer is often the reply to the turn that matched, or the turn a
+  reply refers to); divided by the best score of the query, so it lies in [0, 1];
+- claim: the best cosine between the query and any one of the packet's claims (a packet is
+  as relevant as its most relevant statement, not the average of its small talk);
+- packet: the cosine between the query and the packet document z(p) of the dense channel;
+- speaker: a bonus for packets spoken by the one conversation participant the question
+  names (questions about a person are mostly answered by that person's own turns).
+
+Scores are fused by value, not by rank: a channel that is confident (one very high BM25
+score) keeps that confidence. Ties break by dialogue order. Which of these channels pay off,
+and by how much, is measured by ``scripts/ablate_model_free.py``; the weights are few and
+were chosen on the development conversations as described in the README.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..address.lexical import LexicalIndex
+from ..address.text import stem_terms
+from ..config import FusionConfig
+from ..types import Descriptor, SourcePacket
+
+
+def lexical_documents(
+    packets: Sequence[SourcePacket],
+    descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
+    *,
+    neighbor_context: bool,
+) -> list[str]:
+    """The lexical document of each packet (packets in dialogue order)."""
+    own = []
+    for p in packets:
+        parts = [p.content, p.image_caption or "", *(d.text for d in descriptors_by_packet.get(p.packet_id, ()))]
+        own.append(" ".join(x for x in parts if x))
+    if not neighbor_context:
+        return own
+    docs = []
+    for i, p in enumerate(packets):
+        parts = [own[i]]
+        if i > 0 and packets[i - 1].session_index == p.session_index:
+            parts.insert(0, _raw(packets[i - 1]))
+        if i + 1 < len(packets) and packets[i + 1].session_index == p.session_index:
+            parts.append(_raw(packets[i + 1]))
+        docs.append(" ".join(parts))
+    return docs
+
+
+def _raw(p: SourcePacket) -> str:
+    return f"{p.content} {p.image_caption}" if p.image_caption else p.content
+
+
+@dataclass(frozen=True)
+class FusionIndex:
+    """Query-time structures of the fused selector for one namespace."""
+
+    packet_ids: tuple[str, ...]
+    speakers: tuple[str, ...]  # speaker of each packet
+    participants: tuple[str, ...]  # distinct speakers of the conversation
+    lexical: LexicalIndex
+    claim_matrix: np.ndarray | None  # (M, d) l2-normalized claim embeddings
+    claim_owner: np.ndarray | None  # (M,) row of the packet each claim belongs to
+    packet_matrix: np.ndarray | None  # (N, d) l2-normalized z(p) embeddings
+
+    @classmethod
+    def build(
+        cls,
+        packets: Sequence[SourcePacket],
+        descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
+        cfg: FusionConfig,
+        *,
+        claim_matrix: np.ndarray | None = None,
+        claim_owner: np.ndarray | None = None,
+        packet_matrix: np.ndarray | None = None,
+    ) -> "FusionIndex":
+        docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context)
+        lexical = LexicalIndex([stem_terms(d) for d in docs], k1=cfg.bm25_k1, b=cfg.bm25_b)
+        speakers = tuple(p.speaker for p in packets)
+        return cls(
+            packet_ids=tuple(p.packet_id for p in packets),
+            speakers=speakers,
+            participants=tuple(dict.fromkeys(speakers)),
+            lexical=lexical,
+            claim_matrix=claim_matrix,
+            claim_owner=claim_owner,
+            packet_matrix=packet_matrix,
+        )
+
+
+@dataclass(frozen=True)
+class FusedScores:
+    total: np.ndarray
+    channels: dict[str, np.ndarray]
+
+
+def named_participants(question: str, participants: Sequence[str]) -> list[str]:
+    """Participants whose name appears in the question as a word (possessives included)."""
+    out = []
+    for name in participants:
+        if name and re.search(rf"(?<!\w){re.escape(name)}(?:'s)?(?!\w)", question, re.IGNORECASE):
+            out.append(name)
+    return out
+
+
+def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig) -> FusedScores:
+    """The fused score of every packet (aligned with ``index.packet_ids``)."""
+    n = len(index.packet_ids)
+    channels: dict[str, np.ndarray] = {}
+    if cfg.lexical_weight:
+        s = index.lexical.scores(stem_terms(question))
+        top = float(s.max()) if n else 0.0
+        channels["lexical"] = s / top if top > 0 else np.zeros(n)
+    if query_vec is not None:
+        if cfg.claim_weight and index.claim_matrix is not None and len(index.claim_matrix):
+            sims = index.claim_matrix @ query_vec
+            best = np.full(n, -1.0, dtype=np.float64)
+            np.maximum.at(best, index.claim_owner, sims.astype(np.float64))
+            best[best < -0.5] = 0.0  # packets with no claim: no evidence either way
+            channels["claim"] = best
+        if cfg.packet_weight and index.packet_matrix is not None:
+            channels["packet"] = (index.packet_matrix @ query_vec).astype(np.float64)
+    if cfg.speaker_weight:
+        named = named_participants(question, index.participants)
+        bonus = np.zeros(n)
+        if len(named) == 1:
+            bonus[[i for i, s in enumerate(index.speakers) if s == named[0]]] = 1.0
+        channels["speaker"] = bonus
+    weights = {"lexical": cfg.lexical_weight, "claim": cfg.claim_weight, "packet": cfg.packet_weight,
+               "speaker": cfg.speaker_weight}
+    total = np.zeros(n)
+    for name, values in channels.items():
+        total += weights[name] * values
+    return FusedScores(total=total, channels=channels)
+
+
+def select_fused(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
+                 k: int) -> list[str]:
+    """The ``k`` best packets by fused score, ties by dialogue order."""
+    s = fused_scores(index, question, query_vec, cfg).total
+    order = np.lexsort((np.arange(len(s)), -s))[:k]
+    return [index.packet_ids[i] for i in order]
