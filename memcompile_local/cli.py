@@ -266,7 +266,8 @@ def cmd_eval(args) -> int:
 def cmd_compare(args) -> int:
     from .bench.compare import run_compare
 
-    return run_compare(args.spec, out=args.out, progress=not args.quiet)
+    run_compare(args.spec, out=args.out, progress=not args.quiet)
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -286,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    # bm25s sets its own logger to DEBUG; keep it at our level.
+    logging.getLogger("bm25s").setLevel(level)
     if not args.command:
         parser.print_help()
         return 2

@@ -62,8 +62,10 @@ _JUDGED = ("CORRECT", "WRONG")
 # Shared helpers
 # --------------------------------------------------------------------------------------
 
-def _mean(values: Sequence[float]) -> float | None:
-    return (sum(values) / len(values)) if values else None
+def _mean(values: Sequence[float | None]) -> float | None:
+    """Mean of the values that are not None (None when there are none: e.g. a retrieval-only run)."""
+    kept = [v for v in values if v is not None]
+    return (sum(kept) / len(kept)) if kept else None
 
 
 def _judge_status(row: Mapping[str, Any]) -> str | None:
@@ -129,9 +131,14 @@ def _recall_block(pairs: Sequence[tuple[Sequence[Any], Sequence[Any]]], recall_f
 # --------------------------------------------------------------------------------------
 
 def score_locomo_row(row: Mapping[str, Any]) -> dict[str, float]:
-    """``{"mem0_f1", "mem0_bleu1", "locomo_f1"}`` of one LoCoMo row of category 1-4."""
+    """``{"mem0_f1", "mem0_bleu1", "locomo_f1"}`` of one LoCoMo row of category 1-4.
+
+    A row without a prediction (a retrieval-only run) scores None, not zero.
+    """
     cat = locomo_category(row.get("category"), f"question {row.get('question_id')!r}.category")
     prediction, gold = row.get("prediction"), row.get("gold")
+    if prediction is None:
+        return {"mem0_f1": None, "mem0_bleu1": None, "locomo_f1": None}
     return {
         "mem0_f1": mem0_f1(prediction, gold),
         "mem0_bleu1": mem0_bleu1(prediction, gold),

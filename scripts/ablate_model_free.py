@@ -1,0 +1,331 @@
+#!/usr/bin/env python
+"""Per-component ablation of the model-free path on a LoCoMo file (issue: model-free selection).
+
+Builds each conversation with the ``model-free`` preset (rule descriptors, MiniLM embeddings;
+zero model calls), then for every question of categories 1-4 with gold evidence computes the
+fused selector's channels once and scores variants:
+
+* ``full``: the package's model-free path (checked to equal ``Memory.compile``'s selection);
+* ``- X``: one component of the package switched off (its recall delta is what it adds);
+* ``+ Y``: ideas that were measured and removed from the package because they did not pay
+  off; they are re-implemented here, on top of the same channels, so the numbers can be
+  reproduced.
+
+Prints recall@10 and recall@12 (overall and per category) and the per-query latency of the
+whole model-free query path (question embedding included) as p50/p95, on each conversation
+and on a ~600-turn conversation made by joining sessions of the file's conversations.
+
+    python scripts/ablate_model_free.py --data ../shared/data/locomo/locomo_dev.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from memcompile_local.address.lexical import LexicalIndex  # noqa: E402
+from memcompile_local.address.text import stem_terms, term_set, terms  # noqa: E402
+from memcompile_local.bench.evidence import gold_recall  # noqa: E402
+from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
+from memcompile_local.config import PipelineConfig  # noqa: E402
+from memcompile_local.data import load_locomo  # noqa: E402
+from memcompile_local.evidence.fusion import FusionIndex, fused_scores, lexical_documents  # noqa: E402
+from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.evidence.pursuit import mem_pursuit  # noqa: E402
+from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
+from memcompile_local.memory import Memory  # noqa: E402
+from memcompile_local.store import MemoryStore  # noqa: E402
+from memcompile_local.types import Conversation  # noqa: E402
+
+CATS = (1, 2, 3, 4)
+
+
+def top(scores: np.ndarray, k: int) -> list[int]:
+    return list(np.lexsort((np.arange(len(scores)), -scores))[:k])
+
+
+def greedy(scores: np.ndarray, k: int, penalty) -> list[int]:
+    """Greedy selection where penalty(chosen_index, remaining_scores) lowers the rest."""
+    s = scores.astype(np.float64).copy()
+    out: list[int] = []
+    for _ in range(min(k, len(s))):
+        i = int(np.lexsort((np.arange(len(s)), -s))[0])
+        out.append(i)
+        s[i] = -np.inf
+        penalty(i, s)
+    return out
+
+
+class Question:
+    def __init__(self, q, ns, view, qvec, channels):
+        self.q, self.ns, self.view, self.qvec, self.ch = q, ns, view, qvec, channels
+
+
+def variants(cfg):
+    f = cfg.fusion
+    W = {"lexical": f.lexical_weight, "claim": f.claim_weight, "packet": f.packet_weight, "speaker": f.speaker_weight}
+
+    def fuse(ch, drop=None, lexical=None):
+        total = np.zeros(len(next(iter(ch.values()))))
+        for name, v in ch.items():
+            if name == drop:
+                continue
+            total += W[name] * (lexical if (name == "lexical" and lexical is not None) else v)
+        return total
+
+    def full(Q, k):
+        return top(fuse(Q.ch), k)
+
+    def drop(name):
+        return lambda Q, k: top(fuse(Q.ch, drop=name), k)
+
+    def no_neighbors(Q, k):
+        return top(fuse(Q.ch, lexical=Q.view.__dict__["_lex_no_nbr"](Q.q.question)), k)
+
+    def no_stemming(Q, k):
+        return top(fuse(Q.ch, lexical=Q.view.__dict__["_lex_no_stem"](Q.q.question)), k)
+
+    def rank_fusion(Q, k):  # reciprocal-rank fusion of the same channels (k=60)
+        total = np.zeros(len(Q.ch["lexical"]))
+        for name, v in Q.ch.items():
+            if name == "speaker":
+                total += W[name] * v / 60.0
+                continue
+            ranks = np.empty(len(v))
+            ranks[np.lexsort((np.arange(len(v)), -v))] = np.arange(1, len(v) + 1)
+            total += 1.0 / (60.0 + ranks)
+        return top(total, k)
+
+    def session_diversity(Q, k, pen=0.1):
+        sess = np.asarray([p.session_index for p in Q.view.packets])
+
+        def p(i, s):
+            s[(sess == sess[i]) & np.isfinite(s)] -= pen
+        return greedy(fuse(Q.ch), k, p)
+
+    def adjacent_suppression(Q, k, pen=0.1):
+        sess = np.asarray([p.session_index for p in Q.view.packets])
+
+        def p(i, s):
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(s) and sess[j] == sess[i] and np.isfinite(s[j]):
+                    s[j] -= pen
+        return greedy(fuse(Q.ch), k, p)
+
+    def neighbor_propagation(Q, k, g=0.2):
+        base = fuse(Q.ch)
+        sess = np.asarray([p.session_index for p in Q.view.packets])
+        out = base.copy()
+        for i in range(len(base)):
+            nb = [base[j] for j in (i - 1, i + 1) if 0 <= j < len(base) and sess[j] == sess[i]]
+            if nb:
+                out[i] += g * max(nb)
+        return top(out, k)
+
+    def prf(Q, k, m=5, n_terms=10, w=0.3):
+        base = fuse(Q.ch)
+        seen = set(stem_terms(Q.q.question))
+        counts: dict[str, int] = {}
+        for i in top(base, m):
+            pid = Q.view.packets[i].packet_id
+            words = set()
+            for d in Q.view.descriptors_by_packet.get(pid, ()):
+                words.update(stem_terms(d.text))
+            for t in words - seen:
+                counts[t] = counts.get(t, 0) + 1
+        expansion = [t for t, _ in sorted(counts.items(), key=lambda x: (-x[1], x[0]))[:n_terms]]
+        if not expansion:
+            return top(base, k)
+        s = Q.view.fusion.lexical.scores(expansion)
+        return top(base + w * (s / s.max() if s.max() > 0 else s), k)
+
+    def pursuit_split(Q, k, direct=6, pool=50):
+        base = fuse(Q.ch)
+        order = top(base, pool)
+        chosen = order[:direct]
+        rest = [i for i in order if i not in chosen]
+        X = Q.view.packet_matrix[rest]
+        res = mem_pursuit(Q.qvec, X, k=k - direct, tau=0.0)
+        picked = chosen + [rest[i] for i in res.indices]
+        return (picked + [i for i in order if i not in picked])[:k]
+
+    def mmr(Q, k, lam=0.2):
+        E = Q.view.packet_matrix
+
+        def p(i, s, best=np.zeros(len(E))):
+            pass
+        base = fuse(Q.ch)
+        out, sim = [], np.zeros(len(base))
+        s = base.copy()
+        for _ in range(k):
+            v = s - lam * sim
+            v[out] = -np.inf
+            i = int(np.lexsort((np.arange(len(v)), -v))[0])
+            out.append(i)
+            sim = np.maximum(sim, E @ E[i])
+        return out
+
+    def cell_prior(Q, k, pen=0.1):
+        idx = Q.view.index
+        cells_of = []
+        for p in Q.view.packets:
+            cells_of.append({idx.cell_of_descriptor[d] for d in idx.packet_descriptors.get(p.packet_id, ())
+                             if d in idx.cell_of_descriptor})
+
+        def pn(i, s):
+            for j in range(len(s)):
+                if np.isfinite(s[j]) and cells_of[i] & cells_of[j]:
+                    s[j] -= pen
+        return greedy(fuse(Q.ch), k, pn)
+
+    def temporal_cue(Q, k, w=0.2):
+        from memcompile_local.address.intent import is_temporal_question
+
+        base = fuse(Q.ch)
+        if not is_temporal_question(Q.q.question):
+            return top(base, k)
+        dated = np.asarray([any(d.event_time for d in Q.view.descriptors_by_packet.get(p.packet_id, ()))
+                            for p in Q.view.packets], dtype=float)
+        return top(base + w * dated, k)
+
+    return [
+        ("full (package model-free path)", full),
+        ("- neighbour context in BM25 docs", no_neighbors),
+        ("- stemming", no_stemming),
+        ("- lexical channel", drop("lexical")),
+        ("- claim channel", drop("claim")),
+        ("- packet channel", drop("packet")),
+        ("- speaker cue", drop("speaker")),
+        ("removed: rank fusion instead of score", rank_fusion),
+        ("removed: + session diversity", session_diversity),
+        ("removed: + adjacent-turn suppression", adjacent_suppression),
+        ("removed: + neighbour score propagation", neighbor_propagation),
+        ("removed: + pseudo-relevance feedback", prf),
+        ("removed: + MemPursuit for slots 7-10", pursuit_split),
+        ("removed: + MMR over packet embeddings", mmr),
+        ("removed: + Cells as diversity prior", cell_prior),
+        ("removed: + temporal cue (dated claims)", temporal_cue),
+    ]
+
+
+def joined_conversation(convs, target_turns: int) -> Conversation:
+    """Sessions of several conversations, renumbered, until ``target_turns`` turns."""
+    from dataclasses import replace
+
+    sessions, n = [], 0
+    for ci, conv in enumerate(convs):
+        for s in conv.sessions:
+            if n >= target_turns:
+                break
+            turns = tuple(replace(t, packet_id=f"C{ci}-{t.packet_id}") for t in s.turns)
+            sessions.append(replace(s, index=len(sessions) + 1, session_id=f"c{ci}-{s.session_id}", turns=turns))
+            n += len(turns)
+    return Conversation(namespace=f"joined-{n}", sessions=tuple(sessions), questions=convs[0].questions)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="../shared/data/locomo/locomo_dev.json")
+    ap.add_argument("--store", default=None, help="store file (default: a temporary file)")
+    ap.add_argument("--latency-runs", type=int, default=3)
+    args = ap.parse_args()
+
+    cfg = apply_preset("model-free", PipelineConfig())
+    tmp = tempfile.TemporaryDirectory()
+    store = MemoryStore(args.store or Path(tmp.name) / "ablate.sqlite")
+    mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store))
+    convs = load_locomo(args.data)
+    questions: list[Question] = []
+    t_build = time.perf_counter()
+    for conv in convs:
+        mem.add(conv.namespace, conv)
+        mem.build(conv.namespace)
+    print(f"built {len(convs)} conversations in {time.perf_counter() - t_build:.1f} s (zero model calls)")
+
+    mismatches = 0
+    for conv in convs:
+        view = mem.view(conv.namespace)
+        plain = FusionIndex.build(view.packets, view.descriptors_by_packet, cfg.fusion.__class__(
+            **{**cfg.fusion.__dict__, "neighbor_context": False}))
+        docs = lexical_documents(view.packets, view.descriptors_by_packet, neighbor_context=True)
+        unstemmed = LexicalIndex([terms(d) for d in docs], k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)
+
+        def lex_from(index, tok):
+            def f(question):
+                s = index.scores(tok(question))
+                return s / s.max() if s.max() > 0 else s
+            return f
+        view.__dict__["_lex_no_nbr"] = lex_from(plain.lexical, stem_terms)
+        view.__dict__["_lex_no_stem"] = lex_from(unstemmed, terms)
+        for q in conv.questions:
+            if q.category not in CATS or not q.evidence:
+                continue
+            from memcompile_local.pipeline import query_intent
+
+            intent = query_intent(q.question, cfg, None, view)
+            qvec = np.asarray(mem.embedder.embed([intent.lexical_query()]), dtype=np.float32)[0]
+            ch = fused_scores(view.fusion, q.question, qvec, cfg.fusion).channels
+            Q = Question(q, conv.namespace, view, qvec, ch)
+            questions.append(Q)
+            ctx = mem.compile(conv.namespace, q.question)
+            full = [view.packets[i].packet_id for i in variants(cfg)[0][1](Q, cfg.evidence.k0)]
+            mismatches += list(ctx.packet_ids) != full
+
+    print(f"{len(questions)} questions with gold evidence; full variant == Memory.compile on "
+          f"{len(questions) - mismatches}/{len(questions)}")
+    header = f"{'variant':42s} {'R@10':>6s} {'R@12':>6s} " + " ".join(
+        f"{LOCOMO_CATEGORY_NAMES[c][:9]:>9s}" for c in CATS) + f" {'full@10':>7s}"
+    print(header)
+    for name, fn in variants(cfg):
+        rec = {10: [], 12: []}
+        per_cat: dict[int, list[float]] = {c: [] for c in CATS}
+        full_cov = 0
+        for Q in questions:
+            for k in (10, 12):
+                picked = [Q.view.packets[i].packet_id for i in fn(Q, k)]
+                r = gold_recall(picked, Q.q.evidence)
+                rec[k].append(r)
+                if k == 10:
+                    per_cat[Q.q.category].append(r)
+                    full_cov += r == 1.0
+        cats = " ".join(f"{100 * statistics.fmean(per_cat[c]):9.1f}" for c in CATS)
+        print(f"{name:42s} {100 * statistics.fmean(rec[10]):6.1f} {100 * statistics.fmean(rec[12]):6.1f} {cats} "
+              f"{full_cov:7d}")
+
+    # Latency of the whole query path (rule intent, question embedding, all channels, top-K).
+    targets = [(c.namespace, c) for c in convs]
+    joined = joined_conversation(convs, 600)
+    mem.add(joined.namespace, joined)
+    mem.build(joined.namespace)
+    targets.append((joined.namespace, joined))
+    print(f"\nper-query latency of Memory.compile on the model-free path ({args.latency_runs} passes, "
+          f"2 shared CPU cores)")
+    for ns, conv in targets:
+        n_turns = len(store.packets(ns))
+        qs = [q.question for q in conv.questions if q.category in CATS]
+        mem.compile(ns, qs[0])  # warm: index load, model load
+        times = []
+        for _ in range(args.latency_runs):
+            for question in qs:
+                t0 = time.perf_counter()
+                mem.compile(ns, question)
+                times.append((time.perf_counter() - t0) * 1000)
+        times.sort()
+        p50 = times[len(times) // 2]
+        p95 = times[min(len(times) - 1, int(round(0.95 * len(times))) - 1)]
+        print(f"  {ns:14s} {n_turns:4d} turns: p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  ({len(times)} queries)")
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The benchmark runner on the LoCoMo dev file with a scripted backend: run folder contents,
+resumability after an interruption, and exact token totals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
+from memcompile_local.bench.runner import EvalRunner, EvalSpec, read_jsonl
+from memcompile_local.config import PipelineConfig
+from memcompile_local.evidence.presets import apply_preset
+
+from test_pipeline_e2e import responder
+
+DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+pytestmark = pytest.mark.skipif(not DEV.exists(), reason="LoCoMo dev file not present")
+
+
+def judge_and_answer(req):
+    if req.stage == "judge":
+        return json.dumps({"label": "CORRECT" if "blue" in req.messages[-1].content else "WRONG"})
+    if req.stage == "answer":
+        return "blue"
+    return responder(req)
+
+
+class Interrupting:
+    """A scripted backend that raises KeyboardInterrupt at the n-th answer call."""
+
+    def __init__(self, n: int):
+        self.inner = ScriptedBackend(judge_and_answer)
+        self.n = n
+        self.answers = 0
+
+    def identity(self):
+        return self.inner.identity()
+
+    def generate(self, requests):
+        self.answers += sum(r.stage == "answer" for r in requests)
+        if self.answers >= self.n:
+            raise KeyboardInterrupt
+        return self.inner.generate(requests)
+
+
+def spec(tmp_path: Path, name: str, store: str) -> EvalSpec:
+    return EvalSpec(benchmark="locomo", data=str(DEV), store=str(tmp_path / store), out=str(tmp_path / name),
+                    limit=3, progress=False)
+
+
+def cfg() -> PipelineConfig:
+    # A1 (LLM anchors, no frontier) keeps the scripted run small; rule extraction keeps it fast.
+    return apply_preset("A1", PipelineConfig()).replace(extraction={"extractor": "rule"})
+
+
+def test_run_folder_contents_and_resume_after_interrupt(tmp_path):
+    emb = HashEmbedder(dim=64)
+    # Uninterrupted reference run.
+    ref = EvalRunner(spec(tmp_path, "ref", "ref.sqlite"), cfg(), backend=ScriptedBackend(judge_and_answer),
+                     embedder=emb, echo=lambda s: None).run()
+
+    # Interrupted at the 4th answer, then resumed with a fresh backend.
+    s = spec(tmp_path, "run", "run.sqlite")
+    with pytest.raises(KeyboardInterrupt):
+        EvalRunner(s, cfg(), backend=Interrupting(4), embedder=emb, echo=lambda s: None).run()
+    done = read_jsonl(Path(s.out) / "answers.jsonl")
+    assert 0 < len(done) < 6
+    second = ScriptedBackend(judge_and_answer)
+    out = EvalRunner(s, cfg(), backend=second, embedder=emb, echo=lambda s: None).run()
+    # Answered questions were not asked again.
+    answered_again = [r for r in second.requests if r.stage == "answer"
+                      and any(d["question"] in r.messages[-1].content for d in done)]
+    assert answered_again == []
+
+    folder = Path(s.out)
+    for name in ("config.json", "predictions.jsonl", "metrics.json", "report.md", "answers.jsonl", "judgments.jsonl"):
+        assert (folder / name).exists(), name
+    rows = read_jsonl(folder / "predictions.jsonl")
+    assert len(rows) == 6  # 3 questions (categories 1-4) in each of the 2 conversations
+    for r in rows:
+        assert r["category"] in (1, 2, 3, 4)
+        assert r["prediction"] == "blue" and r["judge_label"] in ("CORRECT", "WRONG")
+        assert len(r["selected_ids"]) == 10 and r["recall_stages"]["final"] == r["selected_ids"]
+        assert set(r["tokens"]) >= {"schedule", "answer"}
+    config = json.loads((folder / "config.json").read_text())
+    assert config["prompt_versions"] and config["versions"]["memcompile-local"]
+    # The resumed run reports exactly the totals of the uninterrupted one.
+    assert out["tokens_by_stage"] == ref["tokens_by_stage"]
+    assert out["metrics"]["overall"]["judge"]["accuracy"] == ref["metrics"]["overall"]["judge"]["accuracy"]
+    report = (folder / "report.md").read_text()
+    assert "## Metric definitions" in report and "## Token cost" in report
+
+    # A third run makes zero model calls and changes nothing.
+    third = ScriptedBackend(judge_and_answer)
+    again = EvalRunner(s, cfg(), backend=third, embedder=emb, echo=lambda s: None).run()
+    assert third.requests == []
+    assert again["tokens_by_stage"] == ref["tokens_by_stage"]
+
+
+def test_retrieval_only_model_free_run_makes_no_model_call(tmp_path):
+    s = EvalSpec(benchmark="locomo", data=str(DEV), store=str(tmp_path / "m.sqlite"), out=str(tmp_path / "mf"),
+                 limit=5, progress=False, answer=False)
+    result = EvalRunner(s, apply_preset("model-free", PipelineConfig()), embedder=HashEmbedder(dim=64),
+                        echo=lambda s: None).run()
+    assert result["tokens_by_stage"] == {}
+    rec = result["metrics"]["overall"]["recall"]["final"]
+    assert rec["n"] == 10 and 0 <= rec["recall"] <= 1
