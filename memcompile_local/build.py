@@ -134,49 +134,6 @@ def embed_packets(
     return len(missing)
 
 
-def _claim_keys(descriptors: Sequence[Descriptor]) -> list[str]:
-    return [f"claim|{d.descriptor_id}|{hashlib.sha256(d.text.encode()).hexdigest()[:16]}" for d in descriptors]
-
-
-def embed_claims(
-    store: MemoryStore,
-    namespace: str,
-    descriptor_set: str,
-    embedder: Any,
-    *,
-    batch_size: int = 128,
-    on_progress: Callable[[int], None] | None = None,
-) -> int:
-    """Embed every claim not yet stored (used by the model-free fused selector)."""
-    descriptors = store.descriptors(namespace, descriptor_set)
-    keys = _claim_keys(descriptors)
-    model_id = embedding_model_id(embedder)
-    have = store.embeddings(namespace, model_id, keys)
-    missing = [(k, d.text) for k, d in zip(keys, descriptors) if k not in have]
-    for start in range(0, len(missing), batch_size):
-        chunk = missing[start : start + batch_size]
-        vecs = np.asarray(embedder.embed([t for _, t in chunk]), dtype=np.float32)
-        store.save_embeddings(namespace, model_id, [k for k, _ in chunk], vecs)
-        if on_progress:
-            on_progress(len(chunk))
-    return len(missing)
-
-
-def load_claim_matrix(
-    store: MemoryStore, namespace: str, descriptor_set: str, embedder: Any
-) -> tuple[np.ndarray, np.ndarray]:
-    """(claim matrix (M, d), owner row of each claim) in descriptor order; embeds what is missing."""
-    embed_claims(store, namespace, descriptor_set, embedder)
-    descriptors = store.descriptors(namespace, descriptor_set)
-    keys = _claim_keys(descriptors)
-    got = store.embeddings(namespace, embedding_model_id(embedder), keys)
-    row = {p.packet_id: i for i, p in enumerate(store.packets(namespace))}
-    owner = np.asarray([row[d.packet_id] for d in descriptors], dtype=np.int64)
-    if not keys:
-        return np.zeros((0, embedder.dim), np.float32), owner
-    return np.stack([got[k] for k in keys]).astype(np.float32), owner
-
-
 def packet_document_keys(
     store: MemoryStore, namespace: str, descriptor_set: str
 ) -> tuple[list[str], list[str]]:
@@ -215,7 +172,6 @@ def build_memory(
     embedder: Any | None,
     *,
     progress: bool = False,
-    claims: bool = False,
 ) -> BuildResult:
     """Run all build stages for one namespace (idempotent and resumable)."""
     from .progress import bar
@@ -229,10 +185,6 @@ def build_memory(
     if embedder is not None:
         with bar(total=n_packets, desc=f"embed {namespace}", unit="doc", enabled=progress) as pb:
             embedded = embed_packets(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update)
-        if claims:
-            n_desc = len(store.descriptors(namespace, extractor.descriptor_set))
-            with bar(total=n_desc, desc=f"embed claims {namespace}", unit="claim", enabled=progress) as pb:
-                embedded += embed_claims(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update)
     return BuildResult(
         namespace=namespace,
         descriptor_set=extractor.descriptor_set,

@@ -97,7 +97,6 @@ class FusionConfig:
     """
 
     lexical_weight: float = 1.0
-    claim_weight: float = 1.0
     packet_weight: float = 1.0
     speaker_weight: float = 0.3
     neighbor_context: bool = True

@@ -150,7 +150,7 @@ class Memory:
     def build(self, namespace: str, *, client: Any = None) -> BuildResult:
         """Extract, place and embed whatever is not built yet (no model call when up to date)."""
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
-                            self.embedder, progress=self.progress, claims=self.uses_fusion())
+                            self.embedder, progress=self.progress)
 
     def forget(self, namespace: str) -> dict[str, int]:
         with self._lock:
@@ -187,12 +187,10 @@ class Memory:
             by_packet.setdefault(d.packet_id, []).append(d)
         fusion = None
         if self.uses_fusion():
-            from .build import load_claim_matrix
             from .evidence.fusion import FusionIndex
 
-            claim_matrix, claim_owner = load_claim_matrix(self.store, namespace, dset, self.embedder)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, self.config.fusion,
-                                       claim_matrix=claim_matrix, claim_owner=claim_owner, packet_matrix=matrix)
+                                       packet_matrix=matrix)
         index = AddressIndex.build(packets, descriptors, cells if self.config.placement.layout != "flat" else [],
                                    matrix, layout=self.config.placement.layout,
                                    placement=self.config.placement, routing=self.config.routing)

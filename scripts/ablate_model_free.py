@@ -72,7 +72,8 @@ class Question:
 
 def variants(cfg):
     f = cfg.fusion
-    W = {"lexical": f.lexical_weight, "claim": f.claim_weight, "packet": f.packet_weight, "speaker": f.speaker_weight}
+    W = {"lexical": f.lexical_weight, "packet": f.packet_weight, "speaker": f.speaker_weight,
+         "claim": 1.0}  # claim: removed channel, re-created below
 
     def fuse(ch, drop=None, lexical=None):
         total = np.zeros(len(next(iter(ch.values()))))
@@ -197,12 +198,14 @@ def variants(cfg):
                             for p in Q.view.packets], dtype=float)
         return top(base + w * dated, k)
 
+    def with_claims(Q, k):
+        return top(fuse(Q.ch) + Q.view.__dict__["_claim_channel"](Q.qvec), k)
+
     return [
         ("full (package model-free path)", full),
         ("- neighbour context in BM25 docs", no_neighbors),
         ("- stemming", no_stemming),
         ("- lexical channel", drop("lexical")),
-        ("- claim channel", drop("claim")),
         ("- packet channel", drop("packet")),
         ("- speaker cue", drop("speaker")),
         ("removed: rank fusion instead of score", rank_fusion),
@@ -214,6 +217,7 @@ def variants(cfg):
         ("removed: + MMR over packet embeddings", mmr),
         ("removed: + Cells as diversity prior", cell_prior),
         ("removed: + temporal cue (dated claims)", temporal_cue),
+        ("removed: + claim max-cosine channel", with_claims),
     ]
 
 
@@ -266,6 +270,17 @@ def main() -> int:
             return f
         view.__dict__["_lex_no_nbr"] = lex_from(plain.lexical, stem_terms)
         view.__dict__["_lex_no_stem"] = lex_from(unstemmed, terms)
+        # The removed claim channel: best cosine between the query and any claim of the packet.
+        descs = [d for p in view.packets for d in view.descriptors_by_packet.get(p.packet_id, ())]
+        claim_m = np.asarray(mem.embedder.embed([d.text for d in descs]), dtype=np.float32)
+        owner = np.asarray([view.row_of[d.packet_id] for d in descs])
+
+        def claim_channel(qvec, claim_m=claim_m, owner=owner, n=len(view.packets)):
+            best = np.full(n, -1.0)
+            np.maximum.at(best, owner, (claim_m @ qvec).astype(np.float64))
+            best[best < -0.5] = 0.0
+            return best
+        view.__dict__["_claim_channel"] = claim_channel
         for q in conv.questions:
             if q.category not in CATS or not q.evidence:
                 continue

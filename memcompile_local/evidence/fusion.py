@@ -8,8 +8,6 @@ each normalized to a comparable range:
   image caption, its claims and, with ``neighbor_context``, the previous and next turn of
   the same session (an answer is often the reply to the turn that matched, or the turn a
   reply refers to); divided by the best score of the query, so it lies in [0, 1];
-- claim: the best cosine between the query and any one of the packet's claims (a packet is
-  as relevant as its most relevant statement, not the average of its small talk);
 - packet: the cosine between the query and the packet document z(p) of the dense channel;
 - speaker: a bonus for packets spoken by the one conversation participant the question
   names (questions about a person are mostly answered by that person's own turns).
@@ -70,8 +68,6 @@ class FusionIndex:
     speakers: tuple[str, ...]  # speaker of each packet
     participants: tuple[str, ...]  # distinct speakers of the conversation
     lexical: LexicalIndex
-    claim_matrix: np.ndarray | None  # (M, d) l2-normalized claim embeddings
-    claim_owner: np.ndarray | None  # (M,) row of the packet each claim belongs to
     packet_matrix: np.ndarray | None  # (N, d) l2-normalized z(p) embeddings
 
     @classmethod
@@ -81,8 +77,6 @@ class FusionIndex:
         descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
         cfg: FusionConfig,
         *,
-        claim_matrix: np.ndarray | None = None,
-        claim_owner: np.ndarray | None = None,
         packet_matrix: np.ndarray | None = None,
     ) -> "FusionIndex":
         docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context)
@@ -93,8 +87,6 @@ class FusionIndex:
             speakers=speakers,
             participants=tuple(dict.fromkeys(speakers)),
             lexical=lexical,
-            claim_matrix=claim_matrix,
-            claim_owner=claim_owner,
             packet_matrix=packet_matrix,
         )
 
@@ -122,23 +114,15 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
         s = index.lexical.scores(stem_terms(question))
         top = float(s.max()) if n else 0.0
         channels["lexical"] = s / top if top > 0 else np.zeros(n)
-    if query_vec is not None:
-        if cfg.claim_weight and index.claim_matrix is not None and len(index.claim_matrix):
-            sims = index.claim_matrix @ query_vec
-            best = np.full(n, -1.0, dtype=np.float64)
-            np.maximum.at(best, index.claim_owner, sims.astype(np.float64))
-            best[best < -0.5] = 0.0  # packets with no claim: no evidence either way
-            channels["claim"] = best
-        if cfg.packet_weight and index.packet_matrix is not None:
-            channels["packet"] = (index.packet_matrix @ query_vec).astype(np.float64)
+    if query_vec is not None and cfg.packet_weight and index.packet_matrix is not None:
+        channels["packet"] = (index.packet_matrix @ query_vec).astype(np.float64)
     if cfg.speaker_weight:
         named = named_participants(question, index.participants)
         bonus = np.zeros(n)
         if len(named) == 1:
             bonus[[i for i, s in enumerate(index.speakers) if s == named[0]]] = 1.0
         channels["speaker"] = bonus
-    weights = {"lexical": cfg.lexical_weight, "claim": cfg.claim_weight, "packet": cfg.packet_weight,
-               "speaker": cfg.speaker_weight}
+    weights = {"lexical": cfg.lexical_weight, "packet": cfg.packet_weight, "speaker": cfg.speaker_weight}
     total = np.zeros(n)
     for name, values in channels.items():
         total += weights[name] * values
