@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .config import PlacementConfig
+from .errors import ExtractionError
 from .store import MemoryStore
 from .types import Descriptor, SourcePacket
 
@@ -51,12 +52,17 @@ def extract_descriptors(
     *,
     batch_size: int = 16,
     on_progress: Callable[[int], None] | None = None,
+    on_failure: str = "error",
 ) -> int:
     """Extract descriptors for every packet not yet extracted by this descriptor set.
 
     Packets go in dialogue order, each paired with its immediately preceding packet. Each
     packet's result is committed on its own, so an interrupted build resumes where it stopped.
-    Returns the number of packets extracted by this call.
+    When the model fails on some packets of a batch, the packets that succeeded are saved
+    first; then ``on_failure="error"`` raises the extraction error (a rerun retries only the
+    failed packets), and ``on_failure="rule"`` extracts the failed packets with the rule-based
+    extractor instead and records their ids in the namespace's meta (``fallback:<set>``),
+    which ``stats`` reports. Returns the number of packets extracted by this call.
     """
     packets = store.packets(namespace)
     done = store.extracted_packet_ids(namespace, extractor.descriptor_set)
@@ -64,16 +70,56 @@ def extract_descriptors(
     for i, p in enumerate(packets):
         if p.packet_id not in done:
             todo.append((p, packets[i - 1] if i > 0 else None))
+    failed: list[str] = []
+    first_error: Exception | None = None
+    extracted = 0
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
-        results = extractor.extract(batch)
+        try:
+            results = extractor.extract(batch)
+        except Exception as exc:
+            partial = getattr(exc, "partial", None)
+            if partial is None:
+                raise
+            if on_failure != "rule":
+                # Keep the packets that worked and go on; the failures are reported at the end.
+                for (packet, _), descriptors in zip(batch, partial):
+                    if descriptors is None:
+                        failed.append(packet.packet_id)
+                    else:
+                        store.save_extraction(namespace, extractor.descriptor_set, packet.packet_id, descriptors)
+                        extracted += 1
+                first_error = first_error or exc
+                if on_progress:
+                    on_progress(len(batch))
+                continue
+            results = _rule_fallback(store, namespace, extractor.descriptor_set, batch, partial, exc)
         if len(results) != len(batch):
             raise RuntimeError(f"extractor returned {len(results)} results for {len(batch)} packets")
         for (packet, _), descriptors in zip(batch, results):
             store.save_extraction(namespace, extractor.descriptor_set, packet.packet_id, descriptors)
+        extracted += len(batch)
         if on_progress:
             on_progress(len(batch))
-    return len(todo)
+    if failed:
+        raise ExtractionError(namespace, failed, first_error)
+    return extracted
+
+
+def _rule_fallback(store, namespace, descriptor_set, batch, partial, exc) -> list[list[Descriptor]]:
+    """Rule-based descriptors for the packets the model failed on (same id scheme)."""
+    from .address.extract_rule import RuleExtractor
+
+    failed = [i for i, d in enumerate(partial) if d is None]
+    log.warning("%s; extracting %d packet(s) with the rule-based extractor instead", exc, len(failed))
+    rule = RuleExtractor().extract([batch[i] for i in failed])
+    results = list(partial)
+    for i, descriptors in zip(failed, rule):
+        results[i] = descriptors
+    done = json.loads(store.get_meta(namespace, f"fallback:{descriptor_set}") or "[]")
+    done.extend(batch[i][0].packet_id for i in failed)
+    store.set_meta(namespace, f"fallback:{descriptor_set}", json.dumps(sorted(set(done))))
+    return [list(r) for r in results]
 
 
 def place_cells(
@@ -172,6 +218,7 @@ def build_memory(
     embedder: Any | None,
     *,
     progress: bool = False,
+    on_failure: str = "error",
 ) -> BuildResult:
     """Run all build stages for one namespace (idempotent and resumable)."""
     from .progress import bar
@@ -179,7 +226,7 @@ def build_memory(
     n_packets = len(store.packets(namespace))
     done = len(store.extracted_packet_ids(namespace, extractor.descriptor_set))
     with bar(total=n_packets - done, desc=f"extract {namespace}", unit="turn", enabled=progress) as pb:
-        extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update)
+        extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update, on_failure=on_failure)
     lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement)
     embedded = 0
     if embedder is not None:

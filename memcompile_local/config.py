@@ -110,6 +110,7 @@ class ExtractionConfig:
 
     extractor: Literal["llm", "rule"] = "llm"
     combined_call: bool = False  # facts and metadata in one call per turn
+    on_failure: Literal["error", "rule"] = "error"  # a turn the model fails on: stop, or rule-extract it
     max_keywords: int = 5
     use_intent: bool = True  # query intent (ablation A6 turns it off)
     intent_source: Literal["llm", "rule"] = "llm"  # the model-free path uses the rule-based intent

@@ -87,3 +87,18 @@ class OutputValidationError(ModelError):
 
 class UnexpectedRequestError(ModelError):
     """The scripted test backend received a request it has no answer for."""
+
+
+class ExtractionError(ModelError):
+    """The model failed to extract descriptors for some turns of a memory.
+
+    The other turns were saved; rerunning the build retries only ``packet_ids`` (set
+    ``extraction.on_failure = "rule"`` to extract them with the rule-based extractor).
+    """
+
+    def __init__(self, namespace: str, packet_ids, cause: Exception | None = None):
+        self.namespace = namespace
+        self.packet_ids = tuple(packet_ids)
+        shown = ", ".join(self.packet_ids[:5]) + (f" (+{len(self.packet_ids) - 5} more)" if len(self.packet_ids) > 5 else "")
+        super().__init__(f"{namespace}: descriptor extraction failed for {len(self.packet_ids)} turn(s): {shown}"
+                         + (f"; first error: {cause}" if cause else ""))

@@ -150,7 +150,8 @@ class Memory:
     def build(self, namespace: str, *, client: Any = None) -> BuildResult:
         """Extract, place and embed whatever is not built yet (no model call when up to date)."""
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
-                            self.embedder, progress=self.progress)
+                            self.embedder, progress=self.progress,
+                            on_failure=self.config.extraction.on_failure)
 
     def forget(self, namespace: str) -> dict[str, int]:
         with self._lock:

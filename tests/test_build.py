@@ -1,0 +1,76 @@
+"""Build orchestration: resumable extraction, failure policy, incremental Cells."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
+from memcompile_local.address.extract_llm import LLMExtractor
+from memcompile_local.address.extract_rule import RuleExtractor
+from memcompile_local.build import build_memory, layout_id
+from memcompile_local.config import PlacementConfig
+from memcompile_local.data import example_conversation_path, load_locomo
+from memcompile_local.errors import ExtractionError
+from memcompile_local.llm.client import LLMClient
+from memcompile_local.store import MemoryStore
+from memcompile_local.types import Conversation
+
+from test_pipeline_e2e import responder
+
+
+def failing_on(packet_text: str):
+    def reply(req):
+        if req.stage == "fact" and packet_text in req.messages[-1].content.split("\n")[-1]:
+            return "this is not json"
+        return responder(req)
+    return reply
+
+
+@pytest.fixture()
+def conv():
+    return load_locomo(example_conversation_path())[0]
+
+
+def test_failed_packets_raise_after_saving_the_others_then_rule_fallback(tmp_path, conv):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    store.ingest(conv)
+    target = store.packets(conv.namespace)[3]
+    client = LLMClient(ScriptedBackend(failing_on(target.content[:30])), store)
+    ex = LLMExtractor(client)
+    with pytest.raises(ExtractionError) as err:
+        build_memory(store, conv.namespace, ex, PlacementConfig(), None)
+    assert err.value.packet_ids == (target.packet_id,) and target.packet_id in str(err.value)
+    done = store.extracted_packet_ids(conv.namespace, ex.descriptor_set)
+    assert target.packet_id not in done and len(done) == len(store.packets(conv.namespace)) - 1
+
+    res = build_memory(store, conv.namespace, ex, PlacementConfig(), None, on_failure="rule")
+    assert res.extracted_now == 1
+    fallback = json.loads(store.get_meta(conv.namespace, f"fallback:{ex.descriptor_set}"))
+    assert fallback == [target.packet_id]
+    rule_texts = [d.text for d in RuleExtractor().extract([(target, store.packets(conv.namespace)[2])])[0]]
+    got = [d.text for d in store.descriptors(conv.namespace, ex.descriptor_set) if d.packet_id == target.packet_id]
+    assert got == rule_texts
+    store.close()
+
+
+def test_incremental_build_equals_full_build(tmp_path, conv):
+    half = len(conv.sessions) // 2
+    first = Conversation(namespace=conv.namespace, sessions=conv.sessions[:half])
+    ex = RuleExtractor()
+    emb = HashEmbedder(dim=32)
+    a = MemoryStore(tmp_path / "a.sqlite")
+    a.ingest(first)
+    build_memory(a, conv.namespace, ex, PlacementConfig(), emb)
+    a.ingest(conv)  # the earlier turns are skipped, the later ones appended
+    inc = build_memory(a, conv.namespace, ex, PlacementConfig(), emb)
+    b = MemoryStore(tmp_path / "b.sqlite")
+    b.ingest(conv)
+    full = build_memory(b, conv.namespace, ex, PlacementConfig(), emb)
+    lid = layout_id(ex.descriptor_set, PlacementConfig())
+    assert inc.descriptors == full.descriptors and inc.cells == full.cells
+    assert a.cells(conv.namespace, lid) == b.cells(conv.namespace, lid)
+    assert inc.embedded_now < full.embedded_now  # only the new packets were embedded the second time
+    a.close()
+    b.close()
