@@ -99,6 +99,7 @@ class FusionConfig:
     lexical_weight: float = 1.0
     packet_weight: float = 1.0
     speaker_weight: float = 0.3
+    temporal_weight: float = 0.2
     neighbor_context: bool = True
     bm25_k1: float = 1.5
     bm25_b: float = 0.75

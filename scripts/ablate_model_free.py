@@ -73,7 +73,7 @@ class Question:
 def variants(cfg):
     f = cfg.fusion
     W = {"lexical": f.lexical_weight, "packet": f.packet_weight, "speaker": f.speaker_weight,
-         "claim": 1.0}  # claim: removed channel, re-created below
+         "temporal": f.temporal_weight, "claim": 1.0}  # claim: removed channel, re-created below
 
     def fuse(ch, drop=None, lexical=None):
         total = np.zeros(len(next(iter(ch.values()))))
@@ -188,16 +188,6 @@ def variants(cfg):
                     s[j] -= pen
         return greedy(fuse(Q.ch), k, pn)
 
-    def temporal_cue(Q, k, w=0.2):
-        from memcompile_local.address.intent import is_temporal_question
-
-        base = fuse(Q.ch)
-        if not is_temporal_question(Q.q.question):
-            return top(base, k)
-        dated = np.asarray([any(d.event_time for d in Q.view.descriptors_by_packet.get(p.packet_id, ()))
-                            for p in Q.view.packets], dtype=float)
-        return top(base + w * dated, k)
-
     def with_claims(Q, k):
         return top(fuse(Q.ch) + Q.view.__dict__["_claim_channel"](Q.qvec), k)
 
@@ -208,6 +198,7 @@ def variants(cfg):
         ("- lexical channel", drop("lexical")),
         ("- packet channel", drop("packet")),
         ("- speaker cue", drop("speaker")),
+        ("- temporal cue (dated claims)", drop("temporal")),
         ("removed: rank fusion instead of score", rank_fusion),
         ("removed: + session diversity", session_diversity),
         ("removed: + adjacent-turn suppression", adjacent_suppression),
@@ -216,7 +207,6 @@ def variants(cfg):
         ("removed: + MemPursuit for slots 7-10", pursuit_split),
         ("removed: + MMR over packet embeddings", mmr),
         ("removed: + Cells as diversity prior", cell_prior),
-        ("removed: + temporal cue (dated claims)", temporal_cue),
         ("removed: + claim max-cosine channel", with_claims),
     ]
 

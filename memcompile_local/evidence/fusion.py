@@ -10,7 +10,10 @@ each normalized to a comparable range:
   reply refers to); divided by the best score of the query, so it lies in [0, 1];
 - packet: the cosine between the query and the packet document z(p) of the dense channel;
 - speaker: a bonus for packets spoken by the one conversation participant the question
-  names (questions about a person are mostly answered by that person's own turns).
+  names (questions about a person are mostly answered by that person's own turns);
+- temporal: for a question that asks about time ("When did ...", "How long ago ..."), a
+  bonus for packets with at least one claim whose event time was resolved (the turn dates
+  something, which is what such a question needs).
 
 Scores are fused by value, not by rank: a channel that is confident (one very high BM25
 score) keeps that confidence. Ties break by dialogue order. Which of these channels pay off,
@@ -69,6 +72,7 @@ class FusionIndex:
     participants: tuple[str, ...]  # distinct speakers of the conversation
     lexical: LexicalIndex
     packet_matrix: np.ndarray | None  # (N, d) l2-normalized z(p) embeddings
+    dated: np.ndarray  # (N,) 1.0 where a claim of the packet has a resolved event time
 
     @classmethod
     def build(
@@ -88,6 +92,8 @@ class FusionIndex:
             participants=tuple(dict.fromkeys(speakers)),
             lexical=lexical,
             packet_matrix=packet_matrix,
+            dated=np.asarray([any(d.event_time for d in descriptors_by_packet.get(p.packet_id, ()))
+                              for p in packets], dtype=np.float64),
         )
 
 
@@ -122,7 +128,12 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
         if len(named) == 1:
             bonus[[i for i, s in enumerate(index.speakers) if s == named[0]]] = 1.0
         channels["speaker"] = bonus
-    weights = {"lexical": cfg.lexical_weight, "packet": cfg.packet_weight, "speaker": cfg.speaker_weight}
+    if cfg.temporal_weight:
+        from ..address.intent import is_temporal_question
+
+        channels["temporal"] = index.dated if is_temporal_question(question) else np.zeros(n)
+    weights = {"lexical": cfg.lexical_weight, "packet": cfg.packet_weight, "speaker": cfg.speaker_weight,
+               "temporal": cfg.temporal_weight}
     total = np.zeros(n)
     for name, values in channels.items():
         total += weights[name] * values
