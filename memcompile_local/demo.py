@@ -6,7 +6,7 @@ extractor and models, compiles evidence for one of its questions and answers it.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -20,9 +20,12 @@ def run_demo(args: Any, cfg) -> int:
     conv = load_locomo(example_conversation_path())[0]
     question = args.question or conv.questions[0].question
     gold = None if args.question else conv.questions[0].answer
-    # SmolLM2-135M rambles when allowed 2,048 tokens; the demo caps completions to keep it quick.
+    # SmolLM2-135M rambles when allowed 2,048 tokens, and often fails the extraction schema:
+    # the demo caps completions and rule-extracts (and reports) the turns the model fails on.
     if cfg.model.backend == "llamacpp" and cfg.model.max_tokens > 512:
         cfg = cfg.replace(model={"max_tokens": 512})
+    if cfg.extraction.extractor == "llm":
+        cfg = cfg.replace(extraction={"on_failure": "rule"})
     tmp = None
     store_path = args.store
     if store_path is None:
@@ -34,7 +37,10 @@ def run_demo(args: Any, cfg) -> int:
             res = mem.add(conv.namespace, conv)
             print(f"ingested {conv.namespace}: {res.added} turns ({res.skipped} already present) into {store_path}")
             b = mem.build(conv.namespace)
-            print(f"built: {b.descriptors} descriptors in {b.cells} cells over {b.packets} packets")
+            fallback = mem.store.get_meta(conv.namespace, f"fallback:{b.descriptor_set}")
+            n_fallback = len(json.loads(fallback)) if fallback else 0
+            print(f"built: {b.descriptors} descriptors in {b.cells} cells over {b.packets} packets"
+                  + (f" ({n_fallback} turns rule-extracted after model failures)" if n_fallback else ""))
             ans = mem.answer(conv.namespace, question)
             ctx = ans.context
             print(f"\nquestion: {question}")
@@ -44,8 +50,9 @@ def run_demo(args: Any, cfg) -> int:
             if gold is not None:
                 print(f"reference answer: {gold}")
             totals = mem.client.totals() if mem.needs_llm() else {}
-            spent = sum(v.get("prompt", 0) + v.get("completion", 0) for v in totals.values())
-            print(f"model tokens: {spent} ({', '.join(f'{k}={v['prompt'] + v['completion']}' for k, v in totals.items())})")
+            per_stage = {k: v.get("prompt", 0) + v.get("completion", 0) for k, v in totals.items()}
+            detail = ", ".join(f"{k}={n}" for k, n in per_stage.items())
+            print(f"model tokens: {sum(per_stage.values())} ({detail})")
             print(f"wall time: {time.perf_counter() - t0:.1f} s")
     finally:
         if tmp is not None:

@@ -1,0 +1,37 @@
+"""The built wheel installs ``adapters/`` as ``memcompile_local.adapters``, never as ``adapters``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_adapters_under_the_package(tmp_path):
+    pytest.importorskip("build")
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+                   check=True, capture_output=True, cwd=tmp_path)
+    wheel = next(dist.glob("memcompile_local-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "memcompile_local/adapters/__init__.py" in names
+    assert "memcompile_local/adapters/llamacpp.py" in names
+    assert "memcompile_local/data/example_conversation.json" in names
+    assert not any(n.startswith("adapters/") for n in names)
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    # --no-deps: the check is about the package layout; the package's import needs only the stdlib.
+    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, capture_output=True)
+    code = ("import importlib.util, memcompile_local.adapters as a; "
+            "print(a.__name__); print(importlib.util.find_spec('adapters') is None)")
+    out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.split() == ["memcompile_local.adapters", "True"]
