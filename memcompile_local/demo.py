@@ -26,6 +26,13 @@ def run_demo(args: Any, cfg) -> int:
         cfg = cfg.replace(model={"max_tokens": 512})
     if cfg.extraction.extractor == "llm":
         cfg = cfg.replace(extraction={"on_failure": "rule"})
+    if getattr(args, "extractor", None) is None and cfg.model.backend == "llamacpp" and cfg.model.model == "smollm2-135m":
+        # SmolLM2-135M cannot produce usable claims (measured: it returns turn ids as facts and
+        # loops on metadata until max_tokens); the demo builds with the rule-based extractor and
+        # runs every query-time stage on the model. --extractor llm overrides this.
+        cfg = cfg.replace(extraction={"extractor": "rule"})
+        print("descriptors: rule-based extractor (SmolLM2-135M is too small for claim extraction; "
+              "--extractor llm uses the model)")
     tmp = None
     store_path = args.store
     if store_path is None:

@@ -286,3 +286,19 @@ def test_results_do_not_depend_on_the_hash_seed():
                              text=True, check=True)
         digests.add(run.stdout.strip())
     assert len(digests) == 1
+
+
+def test_channel_switch_selects_the_address_channels():
+    """A4 (cells) keeps only Cell-reached descriptors; A5 (bm25) opens no Cell."""
+    import dataclasses
+
+    index, intent, cfg = small_index(), INTENT, CFG
+    both = address_query(index, intent, cfg)
+    cells = address_query(index, intent, dataclasses.replace(cfg, channels="cells"))
+    bm25 = address_query(index, intent, dataclasses.replace(cfg, channels="bm25"))
+    assert both.opened_cells and cells.opened_cells == both.opened_cells
+    assert not bm25.opened_cells
+    assert all(c.channels and all(ch.startswith("cell:") for ch in c.channels) for c in cells.candidates)
+    assert all(c.channels == ("bm25",) for c in bm25.candidates)
+    assert {c.descriptor_id for c in cells.candidates} | {c.descriptor_id for c in bm25.candidates} == \
+        {c.descriptor_id for c in both.candidates}

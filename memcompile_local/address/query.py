@@ -70,15 +70,18 @@ def score_candidates(
     channels: dict[int, list[str]] = {}
     bm25_rank: dict[int, int] = {}
     raw: dict[int, float] = {}
-    for rank, h in enumerate(hits):
+    # Cell-only (ablation A4): the lexical hits still seed routing, but they are not
+    # candidates and give no BM25 contribution.
+    lexical_hits = hits if cfg.channels != "cells" else []
+    for rank, h in enumerate(lexical_hits):
         channels[h.position] = [BM25_CHANNEL]
         bm25_rank[h.position] = rank
         raw[h.position] = h.score
     for cid in opened:
         for did in index.cell_by_id[cid].descriptor_ids:
             channels.setdefault(index.descriptor_position[did], []).append(cell_channel(cid))
-    s_max = hits[0].score if hits else 0.0
-    no_rank = len(hits)
+    s_max = lexical_hits[0].score if lexical_hits else 0.0
+    no_rank = len(lexical_hits)
     scored = []
     for pos, chans in channels.items():
         r = candidate_score(query, index.descriptor_terms[pos], bm25_bonus(raw.get(pos, 0.0), s_max, cfg.bm25_map_scale), cfg)
@@ -103,7 +106,9 @@ def address_query(
     """Run the Address Plane for one query.
 
     ``layout`` defaults to the index's layout; ``"flat"`` opens no Cells (BM25-only address
-    channel) whatever Cells the index holds. ``query_embedding`` (the embedded q+, see
+    channel) whatever Cells the index holds. ``cfg.channels`` selects the address channels:
+    ``"both"`` (Eq. 6), ``"bm25"`` (no routing, ablation A5) or ``"cells"`` (routing seeded by
+    BM25 but only Cell descriptors as candidates, ablation A4). ``query_embedding`` (the embedded q+, see
     ``dense.enriched_query``) enables the dense channel; it needs an index built with packet
     embeddings. ``timings_ms`` has one entry per stage plus ``total``.
     """
@@ -124,7 +129,7 @@ def address_query(
     query = QueryTerms.from_intent(intent)
     hits = lexical_channel(index, intent, cfg)
     lap("bm25")
-    if layout == "flat" or not index.cells:
+    if layout == "flat" or not index.cells or cfg.channels == "bm25":
         routing = route_cells((), query.terms, query.people, query.is_temporal, cfg, item_cap=index.item_cap)
     else:
         routing = route_query(index, query, hits, cfg)
