@@ -287,8 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    # bm25s sets its own logger to DEBUG; keep it at our level.
-    logging.getLogger("bm25s").setLevel(level)
+    # bm25s sets its logger to DEBUG when it is imported; filter on our handlers instead.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: record.levelno >= level)
     if not args.command:
         parser.print_help()
         return 2
