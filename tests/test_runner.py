@@ -91,6 +91,8 @@ def test_run_folder_contents_and_resume_after_interrupt(tmp_path):
     assert out["metrics"]["overall"]["judge"]["accuracy"] == ref["metrics"]["overall"]["judge"]["accuracy"]
     report = (folder / "report.md").read_text()
     assert "## Metric definitions" in report and "## Token cost" in report
+    assert "## Source aliasing before normalization" in report
+    assert set(out["aliasing_audit"]) == {"10", "20", "40"} and out["aliasing_audit"]["10"]["eligible"] > 0
 
     # A third run makes zero model calls and changes nothing.
     third = ScriptedBackend(judge_and_answer)
@@ -107,3 +109,38 @@ def test_retrieval_only_model_free_run_makes_no_model_call(tmp_path):
     assert result["tokens_by_stage"] == {}
     rec = result["metrics"]["overall"]["recall"]["final"]
     assert rec["n"] == 10 and 0 <= rec["recall"] <= 1
+
+
+@pytest.mark.parametrize("baseline", ["bm25", "dense", "full-context"])
+def test_baselines_use_the_same_answer_step(tmp_path, baseline):
+    s = EvalSpec(benchmark="locomo", data=str(DEV), store=str(tmp_path / "b.sqlite"), out=str(tmp_path / baseline),
+                 limit=2, progress=False, baseline=baseline, judge=False)
+    backend = ScriptedBackend(judge_and_answer)
+    result = EvalRunner(s, cfg(), backend=backend, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    rows = read_jsonl(Path(s.out) / "predictions.jsonl")
+    assert len(rows) == 4 and all(r["prediction"] == "blue" for r in rows)
+    assert {r.stage for r in backend.requests} == {"answer"}  # no build, no scheduler: retrieval is the baseline
+    n = 10 if baseline != "full-context" else None
+    for r in rows:
+        if n:
+            assert len(r["selected_ids"]) == n
+        else:
+            assert len(r["selected_ids"]) > 300  # every turn of the conversation
+    assert result["tokens_by_stage"]["answer"]["calls"] == 4
+
+
+def test_longmemeval_single_question_run(tmp_path):
+    lme = DEV.parents[1] / "longmemeval" / "longmemeval_s_single.json"
+    s = EvalSpec(benchmark="longmemeval", data=str(lme), store=str(tmp_path / "l.sqlite"), out=str(tmp_path / "lme"),
+                 progress=False)
+
+    def reply(req):
+        if req.stage == "judge":
+            return json.dumps({"answer": "yes"})
+        return judge_and_answer(req)
+    result = EvalRunner(s, cfg(), backend=ScriptedBackend(reply), embedder=HashEmbedder(dim=64),
+                        echo=lambda s: None).run()
+    m = result["metrics"]
+    assert m["overall_accuracy"] == 1.0 and m["task_averaged_accuracy"] == 1.0
+    row = read_jsonl(Path(s.out) / "predictions.jsonl")[0]
+    assert row["question_type"] == "single-session-user" and row["answer_session_ids"] == ["answer_280352e9"]

@@ -281,6 +281,7 @@ class EvalRunner:
 
         qclient = client.child(f"{run_id}/q/{q.question_id}")
         t0 = time.perf_counter()
+        candidate_packets: list[str] = []
         if self.spec.baseline:
             from .baselines import baseline_context
 
@@ -296,6 +297,8 @@ class EvalRunner:
                 "final": list(ctx.packet_ids),
             }
             timings = ctx.timings_ms
+            # Packet of each address hit before normalization, for the aliasing audit (A.4).
+            candidate_packets = [c.packet_id for c in ctx.address.candidates[:40]]
         prediction = None
         if self.spec.answer:
             prediction = answer_question(
@@ -316,6 +319,7 @@ class EvalRunner:
             "tokens": tokens,
             "context_tokens": _count(text),
             "timings_ms": {k: round(v, 2) for k, v in timings.items()},
+            "candidate_packets": candidate_packets,
             "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
         }
         if self.spec.benchmark == "longmemeval":
@@ -370,6 +374,10 @@ class EvalRunner:
         _atomic_write(out / "predictions.jsonl",
                       "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in merged))
         metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
+        from .evidence import aliasing_audit
+
+        audited = [r["candidate_packets"] for r in merged if r.get("candidate_packets")]
+        aliasing = {str(k): v for k, v in aliasing_audit(audited).items()} if audited else {}
         stage_totals = {k: v for k, v in totals.items()}
         if judge_totals:
             judge_sum = {"prompt": 0, "completion": 0, "calls": 0}
@@ -388,6 +396,7 @@ class EvalRunner:
             "phases_s": {k: round(v, 2) for k, v in phases.items()},
             "questions": len(merged),
             "failed_questions": errors,
+            "aliasing_audit": aliasing,
         }
         _atomic_write(out / "metrics.json", json.dumps(result, indent=2, sort_keys=True, default=str))
         summary = json.loads((out / "config.json").read_text(encoding="utf-8"))
@@ -398,6 +407,8 @@ class EvalRunner:
             "embedder": f"{summary['config']['model']['embedder']} {summary['config']['model']['embed_model']}",
             "wall time (s)": round(phases["total_s"], 1),
         }, table)
+        if aliasing:
+            _append_aliasing(out / "report.md", aliasing)
         self.echo(_summary_text(metrics, table, phases))
         self.echo(f"wrote {out}/predictions.jsonl, metrics.json, report.md")
         if errors:
@@ -422,6 +433,24 @@ class EvalRunner:
             "embedder_identity": embed_identity,
         }
         _atomic_write(out / "config.json", json.dumps(cfg_doc, indent=2, sort_keys=True, default=str))
+
+
+def _append_aliasing(path: Path, aliasing: dict) -> None:
+    lines = ["", "## Source aliasing before normalization", "",
+             "Address hits (claims) in candidate order, before they are collapsed to packets "
+             "(seed 000, Appendix A.4). Eligible: questions with at least that many hits. DBR: share of "
+             "slots holding a packet already seen higher in the list. Affected: share of eligible questions "
+             "with such a slot. Max-source: slots held by the most repeated packet (mean / p95 / max).", "",
+             "| Depth | Eligible | Unique packets | DBR | Affected | Max-source mean/p95/max |",
+             "|---:|---:|---:|---:|---:|---|"]
+    for depth, a in aliasing.items():
+        if not a.get("eligible"):
+            lines.append(f"| {depth} | 0 | n/a | n/a | n/a | n/a |")
+            continue
+        lines.append(f"| {depth} | {a['eligible']} | {a['unique_mean']:.2f} | {100 * a['dbr']:.2f}% | "
+                     f"{100 * a['affected']:.2f}% | {a['max_source_mean']:.2f}/{a['max_source_p95']}/{a['max_source_max']} |")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
 
 
 def _count(text: str) -> int:
