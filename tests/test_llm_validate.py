@@ -313,3 +313,14 @@ def test_ranking_truncated_and_non_json():
     with pytest.raises(OutputValidationError) as info:
         _rank('{"ranked_candidate_ids": "C001"}')
     assert "expected a list" in str(info.value) and info.value.parsed is None
+
+
+def test_alias_check_handles_schemas_with_only_some_union_keywords():
+    """Regression (found on a real SmolLM2 run): a schema whose properties have an ``anyOf``
+    but no ``oneOf`` crashed the alias check with a TypeError instead of reporting the error."""
+    from memcompile_local.address.schemas import IntentModel, spec_for
+
+    spec = spec_for(IntentModel)
+    req = LLMRequest(messages=(Message("user", "q"),), stage="intent", output=spec)
+    with pytest.raises(OutputValidationError):
+        validate_response(req, LLMResponse(text='{"need_attribute": false, "people": [], "keywords": "x"}'))

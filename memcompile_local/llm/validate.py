@@ -326,7 +326,8 @@ def _accepts_array(schema: Any, root: dict[str, Any]) -> bool:
     declared = schema.get("type")
     if declared == "array" or (isinstance(declared, list) and "array" in declared):
         return True
-    return any(_accepts_array(b, root) for b in schema.get("anyOf", ()) + schema.get("oneOf", ()))
+    branches = [*schema.get("anyOf", ()), *schema.get("oneOf", ())]
+    return any(_accepts_array(b, root) for b in branches)
 
 
 def _single_list_field(value: dict[str, Any]) -> str | None:
