@@ -10,13 +10,12 @@ hit to its packet and collapses hits of one packet into one candidate:
   string; a packet missing from a given map sorts after every mapped one, by id.
 
 ``mmr_anchors`` is the diagnostic pre-scheduler Top-10 of Appendix B.3, and
-``aliasing_audit`` measures source aliasing before normalization (Appendix A.4).
+The source-aliasing audit of Appendix A.4 is a benchmark metric: ``bench.evidence.aliasing_audit``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .config import RoutingConfig
@@ -100,58 +99,3 @@ def mmr_anchors(
         chosen.append(best)
         remaining.remove(best)
     return [pool[i].packet_id for i in chosen]
-
-
-@dataclass(frozen=True)
-class AliasingRow:
-    """One depth of the source-aliasing audit (Appendix A.4, Table 5)."""
-
-    depth: int
-    eligible: int  # questions with at least ``depth`` retrieved slots
-    unique_mean: float  # mean number of distinct packets in the first ``depth`` slots
-    dbr: float  # duplicate budget rate: share of slots repeating an earlier packet (0..1)
-    affected: float  # share of eligible questions with at least one repeated packet (0..1)
-    max_source_mean: float  # mean over questions of the most slots taken by one packet
-    max_source_p95: int  # 95th percentile of that number (nearest-rank)
-    max_source_max: int
-
-
-def _nearest_rank(values: Sequence[int], pct: float) -> int:
-    ordered = sorted(values)
-    rank = max(1, math.ceil(pct / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def aliasing_audit(
-    ranked_packet_ids_per_question: Sequence[Sequence[str]], depths: Sequence[int] = (10, 20, 40)
-) -> list[AliasingRow]:
-    """Audit pre-normalization rankings: each inner list gives, per retrieved descriptor slot
-    in rank order, the packet id it resolves to. One row per depth; a depth with no eligible
-    question yields zeros. Percentiles use the nearest-rank rule, so p95 is an observed value.
-    """
-    rows = []
-    for depth in depths:
-        uniques, max_sources = [], []
-        for ranked in ranked_packet_ids_per_question:
-            if len(ranked) < depth:
-                continue
-            counts: dict[str, int] = {}
-            for pid in ranked[:depth]:
-                counts[pid] = counts.get(pid, 0) + 1
-            uniques.append(len(counts))
-            max_sources.append(max(counts.values()))
-        n = len(uniques)
-        if n == 0:
-            rows.append(AliasingRow(depth, 0, 0.0, 0.0, 0.0, 0.0, 0, 0))
-            continue
-        rows.append(AliasingRow(
-            depth=depth,
-            eligible=n,
-            unique_mean=sum(uniques) / n,
-            dbr=sum(depth - u for u in uniques) / (n * depth),
-            affected=sum(1 for u in uniques if u < depth) / n,
-            max_source_mean=sum(max_sources) / n,
-            max_source_p95=_nearest_rank(max_sources, 95),
-            max_source_max=max(max_sources),
-        ))
-    return rows

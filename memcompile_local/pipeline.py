@@ -91,13 +91,8 @@ def select_anchors(
                           view.index.cell_of_descriptor, cfg.routing, k=k0)
         return tuple(ids), {}
     if selector == "llm":
-        from .evidence.scheduler import schedule_packets
-
-        if client is None:
-            raise ConfigError("anchor_selector='llm' needs a model backend")
-        res = schedule_packets(client, question, [view.packets_by_id[i] for i in pool_ids], k=k0,
-                               stage="schedule", namespace=view.namespace, max_retries=cfg.evidence.max_retries)
-        return tuple(res.packet_ids), {"attempts": res.attempts, "rounds": res.rounds, "repaired": res.repaired}
+        ids, info = _llm_ordering(question, pool_ids, k0, "schedule", view, cfg, client)
+        return tuple(ids), info
     if selector == "fused":
         from .evidence.fusion import select_fused
 
@@ -108,6 +103,18 @@ def select_anchors(
         ids = _pursuit_order(pool_ids + [p for p, _ in address.dense], query_vec, view, k0, cfg.evidence.pursuit_tau)
         return tuple(ids), {}
     raise ConfigError(f"unknown anchor selector {selector!r}")
+
+
+def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, view: MemoryView,
+                  cfg: PipelineConfig, client: Any) -> tuple[list[str], dict[str, Any]]:
+    """A closed-pool listwise ordering of ``packet_ids`` by the model (scheduler or frontier)."""
+    from .evidence.scheduler import schedule_packets
+
+    if client is None:
+        raise ConfigError(f"the LLM {stage} stage needs a model backend")
+    res = schedule_packets(client, question, [view.packets_by_id[i] for i in packet_ids], k=k, stage=stage,
+                           namespace=view.namespace, max_retries=cfg.evidence.max_retries)
+    return list(res.packet_ids), {"attempts": res.attempts, "rounds": res.rounds, "repaired": res.repaired}
 
 
 def _pursuit_order(candidate_ids: Sequence[str], query_vec, view: MemoryView, k: int, tau: float) -> list[str]:
@@ -145,16 +152,8 @@ def run_frontier(
     ev = cfg.evidence
     pool = frontier_pool(anchors, [pid for pid, _ in address.dense[: ev.k_dense]])
     if mode == "llm":
-        from .evidence.scheduler import schedule_packets
-
-        if client is None:
-            raise ConfigError("frontier='llm' needs a model backend")
         # Only the first K_R positions of the ordering are read, so only K_R labels are requested.
-        res = schedule_packets(client, question, [view.packets_by_id[i] for i in pool],
-                               k=min(ev.k_rank, len(pool)), stage="frontier", namespace=view.namespace,
-                               max_retries=ev.max_retries)
-        ordering = list(res.packet_ids)
-        info = {"attempts": res.attempts, "rounds": res.rounds, "repaired": res.repaired}
+        ordering, info = _llm_ordering(question, pool, min(ev.k_rank, len(pool)), "frontier", view, cfg, client)
     elif mode == "pursuit":
         ordering = _pursuit_order(pool, query_vec, view, ev.k_rank, ev.pursuit_tau)
         info = {}

@@ -34,7 +34,7 @@ from memcompile_local.address.query import address_query, lexical_channel, route
 from memcompile_local.address.scoring import QueryTerms
 from memcompile_local.address.text import count_tokens, terms
 from memcompile_local.config import PlacementConfig, RoutingConfig
-from memcompile_local.normalize import aliasing_audit
+from memcompile_local.bench.evidence import aliasing_audit
 from memcompile_local.types import Descriptor, QueryIntent, SourcePacket, content_sha256
 
 STAGES = ("bm25", "routing", "scoring", "normalization", "dense", "total")
@@ -169,10 +169,13 @@ def main() -> None:
     print("direct calls p50 ms: " + ", ".join(f"{k} {pct(v, 50):.3f}" for k, v in split.items()))
 
     print("pre-normalization aliasing (Appendix A.4 metrics) of the address candidate order:")
-    for row in aliasing_audit(ranked):
-        print(f"  top-{row.depth}: eligible {row.eligible}, unique {row.unique_mean:.2f}, DBR {row.dbr * 100:.2f}%, "
-              f"affected {row.affected * 100:.2f}%, max-source {row.max_source_mean:.2f}/"
-              f"{row.max_source_p95}/{row.max_source_max}")
+    for depth, row in aliasing_audit(ranked).items():
+        if not row["eligible"]:
+            print(f"  top-{depth}: no eligible question")
+            continue
+        print(f"  top-{depth}: eligible {row['eligible']}, unique {row['unique_mean']:.2f}, "
+              f"DBR {row['dbr'] * 100:.2f}%, affected {row['affected'] * 100:.2f}%, "
+              f"max-source {row['max_source_mean']:.2f}/{row['max_source_p95']}/{row['max_source_max']}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from memcompile_local.config import RoutingConfig
-from memcompile_local.normalize import aliasing_audit, mmr_anchors, normalize_to_packets
+from memcompile_local.bench.evidence import aliasing_audit
+from memcompile_local.normalize import mmr_anchors, normalize_to_packets
 from memcompile_local.types import Candidate, Descriptor, PacketCandidate
 
 
@@ -91,19 +92,20 @@ def test_mmr_anchors_hand_computed():
 
 def test_aliasing_audit_hand_example():
     ranked = [["a", "a", "b", "c"], ["a", "b", "c", "d"], ["a", "a", "a"]]
-    r3, r4, r5 = aliasing_audit(ranked, depths=(3, 4, 5))
-    assert (r3.depth, r3.eligible) == (3, 3)
-    assert r3.unique_mean == pytest.approx(2.0)
-    assert r3.dbr == pytest.approx(3 / 9)
-    assert r3.affected == pytest.approx(2 / 3)
-    assert (r3.max_source_mean, r3.max_source_p95, r3.max_source_max) == (pytest.approx(2.0), 3, 3)
-    assert (r4.eligible, r4.unique_mean, r4.dbr, r4.affected) == (2, 3.5, pytest.approx(1 / 8), 0.5)
-    assert (r4.max_source_mean, r4.max_source_p95, r4.max_source_max) == (1.5, 2, 2)
-    assert r5.eligible == 0 and r5.dbr == 0.0
+    audit = aliasing_audit(ranked, depths=(3, 4, 5))
+    r3, r4, r5 = audit[3], audit[4], audit[5]
+    assert r3["eligible"] == 3
+    assert r3["unique_mean"] == pytest.approx(2.0)
+    assert r3["dbr"] == pytest.approx(3 / 9)
+    assert r3["affected"] == pytest.approx(2 / 3)
+    assert (r3["max_source_mean"], r3["max_source_p95"], r3["max_source_max"]) == (pytest.approx(2.0), 3, 3)
+    assert (r4["eligible"], r4["unique_mean"], r4["dbr"], r4["affected"]) == (2, 3.5, pytest.approx(1 / 8), 0.5)
+    assert (r4["max_source_mean"], r4["max_source_p95"], r4["max_source_max"]) == (1.5, 2, 2)
+    assert r5["eligible"] == 0 and r5["dbr"] is None
 
 
 def test_aliasing_dbr_is_one_minus_unique_share():
     ranked = [[f"p{(i * j) % 7}" for i in range(40)] for j in range(1, 30)]
-    for row in aliasing_audit(ranked):
-        assert row.dbr == pytest.approx(1 - row.unique_mean / row.depth)
-        assert row.max_source_p95 <= row.max_source_max
+    for depth, row in aliasing_audit(ranked).items():
+        assert row["dbr"] == pytest.approx(1 - row["unique_mean"] / depth)
+        assert row["max_source_p95"] <= row["max_source_max"]

@@ -71,14 +71,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# LoCoMo's integer categories as the benchmark files number them.
-LOCOMO_CATEGORY_NAMES: dict[int, str] = {
-    1: "multi-hop",
-    2: "temporal",
-    3: "open-domain",
-    4: "single-hop",
-    5: "adversarial",
-}
+# LoCoMo's integer categories as the benchmark files number them (owned by the loader).
+from memcompile_local.data.locomo import LOCOMO_CATEGORY_NAMES  # noqa: E402
 SCORED_LOCOMO_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
 
 
