@@ -86,6 +86,10 @@ class EvidenceConfig:
     frontier: Literal["llm", "pursuit", "none"] = "llm"
     view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
     pursuit_tau: float = 1e-5  # MemPursuit adaptive stop (seed 001)
+    # For models with a small context window (not in the paper, which sends the whole pool):
+    # the scheduler sees at most this many candidates (pool order) and this many characters of each.
+    max_schedule_pool: int | None = None
+    max_candidate_chars: int | None = None
     pursuit_pool: int = 200  # P
 
 

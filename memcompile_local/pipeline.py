@@ -112,8 +112,12 @@ def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, 
 
     if client is None:
         raise ConfigError(f"the LLM {stage} stage needs a model backend")
+    ev = cfg.evidence
+    if ev.max_schedule_pool is not None:
+        packet_ids = list(packet_ids)[: max(ev.max_schedule_pool, k)]
     res = schedule_packets(client, question, [view.packets_by_id[i] for i in packet_ids], k=k, stage=stage,
-                           namespace=view.namespace, max_retries=cfg.evidence.max_retries)
+                           namespace=view.namespace, max_retries=ev.max_retries,
+                           max_content_chars=ev.max_candidate_chars)
     return list(res.packet_ids), {"attempts": res.attempts, "rounds": res.rounds, "repaired": res.repaired}
 
 

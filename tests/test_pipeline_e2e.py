@@ -117,3 +117,20 @@ def test_every_preset_compiles(tmp_path, conv, preset):
     assert 1 <= len(ctx.packet_ids) <= 12
     assert len(set(ctx.packet_ids)) == len(ctx.packet_ids)
     store.close()
+
+
+def test_small_context_limits_cap_the_scheduler_pool_and_contents(tmp_path, conv):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    backend = ScriptedBackend(responder)
+    client = LLMClient(backend, store)
+    cfg = apply_preset("A1", PipelineConfig()).replace(
+        extraction={"extractor": "rule"}, evidence={"max_schedule_pool": 12, "max_candidate_chars": 20})
+    mem = Memory(store, cfg, client=client, embedder=HashEmbedder(dim=64))
+    mem.add(conv.namespace, conv)
+    ctx = mem.compile(conv.namespace, conv.questions[6].question)
+    sched = [r for r in backend.requests if r.stage == "schedule"][0]
+    assert len(sched.output.labels) == 12  # the first 12 of the normalized pool
+    assert set(ctx.anchors) <= {pc.packet_id for pc in ctx.address.pool[:12]}
+    body = sched.messages[-1].content
+    assert "…" in body and all(len(line) < 200 for line in body.splitlines() if line.startswith("[C"))
+    store.close()
