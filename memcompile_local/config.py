@@ -86,11 +86,11 @@ class EvidenceConfig:
     frontier: Literal["llm", "pursuit", "none"] = "llm"
     view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
     pursuit_tau: float = 1e-5  # MemPursuit adaptive stop (seed 001)
+    pursuit_pool: int = 200  # P: MemPursuit candidates (normalized pool, then dense proposals)
     # For models with a small context window (not in the paper, which sends the whole pool):
     # the scheduler sees at most this many candidates (pool order) and this many characters of each.
     max_schedule_pool: int | None = None
     max_candidate_chars: int | None = None
-    pursuit_pool: int = 200  # P
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,7 @@ class ModelConfig:
     model: str = "smollm2-135m"
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    max_tokens: int = 2048
-    temperature: float = 0.0
-    seed: int = 0
+    max_tokens: int = 2048  # every stage decodes greedily: temperature 0, seed 0 (LLMRequest defaults)
     concurrency: int = 4
     timeout_s: float = 120.0
     context_window: int | None = None  # tokens; checked by the full-context baseline when set

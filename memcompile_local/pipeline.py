@@ -100,7 +100,8 @@ def select_anchors(
             raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
         return tuple(select_fused(view.fusion, question, query_vec, cfg.fusion, k0)), {}
     if selector == "pursuit":
-        ids = _pursuit_order(pool_ids + [p for p, _ in address.dense], query_vec, view, k0, cfg.evidence.pursuit_tau)
+        ids = _pursuit_order(pool_ids + [p for p, _ in address.dense], query_vec, view, k0, cfg.evidence.pursuit_tau,
+                             limit=cfg.evidence.pursuit_pool)
         return tuple(ids), {}
     raise ConfigError(f"unknown anchor selector {selector!r}")
 
@@ -121,7 +122,9 @@ def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, 
     return list(res.packet_ids), {"attempts": res.attempts, "rounds": res.rounds, "repaired": res.repaired}
 
 
-def _pursuit_order(candidate_ids: Sequence[str], query_vec, view: MemoryView, k: int, tau: float) -> list[str]:
+def _pursuit_order(candidate_ids: Sequence[str], query_vec, view: MemoryView, k: int, tau: float,
+                   limit: int | None = None) -> list[str]:
+    """MemPursuit over the first ``limit`` distinct candidates (P), in the given order."""
     from .evidence.pursuit import mem_pursuit
 
     if query_vec is None or view.packet_matrix is None:
@@ -129,7 +132,7 @@ def _pursuit_order(candidate_ids: Sequence[str], query_vec, view: MemoryView, k:
     seen: dict[str, None] = {}
     for pid in candidate_ids:
         seen.setdefault(pid, None)
-    ids = list(seen)
+    ids = list(seen)[:limit]
     if not ids:
         return []
     X = view.packet_matrix[[view.row_of[i] for i in ids]]
