@@ -24,6 +24,15 @@ _NAME_OK = re.compile(r"[^a-zA-Z0-9_-]")
 SERVER_KINDS = ("openai", "vllm", "vllm-legacy", "llamacpp", "sglang", "ollama")
 
 
+def embed_inputs(texts: Any) -> list[str]:
+    """The texts of an ``Embedder.embed`` call as a list, each checked to be a string."""
+    items = list(texts)
+    for i, t in enumerate(items):
+        if not isinstance(t, str):
+            raise ConfigError(f"embed(texts): item {i} is {type(t).__name__}, expected str")
+    return items
+
+
 def json_schema_of(spec: OutputSpec) -> dict[str, Any] | None:
     """The JSON schema a spec constrains to, or None for free text."""
     if isinstance(spec, TextSpec):

@@ -6,6 +6,7 @@ import logging
 import os
 from typing import Any, Sequence
 
+from memcompile_local.adapters._specs import embed_inputs
 from memcompile_local.errors import ConfigError, TransportError
 
 from memcompile_local.llm.extras import require
@@ -112,10 +113,7 @@ class OpenAIEmbedder:
     def embed(self, texts: Sequence[str]) -> Any:
         """``(len(texts), dim)`` float32 array of unit-length rows."""
         import numpy as np
-        items = list(texts)
-        for i, t in enumerate(items):
-            if not isinstance(t, str):
-                raise ConfigError(f"embed(texts): item {i} is {type(t).__name__}, expected str")
+        items = embed_inputs(texts)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         rows: list[list[float]] = []
