@@ -348,3 +348,12 @@ def test_locomo_dev_turns_read_well():
     assert sunrise.text.startswith("Melanie painted that lake sunrise")
     assert sunrise.event_time == "2022"
     assert by_id["D1:1"] == []  # a pure greeting
+
+
+def test_facts_about_places_and_organisations_are_kept():
+    """Regression: a statement whose only content words are proper names was taken for small
+    talk and dropped ("I went to Paris!"); vocatives in greetings still are small talk."""
+    names = ["Melanie", "Caroline"]
+    assert not is_low_value("I went to Paris!", names)
+    assert not is_low_value("I start at Halden Energy next Monday.", names)
+    assert is_low_value("Thanks, Mel!", names) and is_low_value("Hey Jon! Good to see you!", names)

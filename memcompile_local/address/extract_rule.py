@@ -66,7 +66,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RULE_EXTRACTOR_VERSION = "rule-v1"
+RULE_EXTRACTOR_VERSION = "rule-v2"
 EVENT_TYPES: tuple[str, ...] = ("occurrence", "plan", "state", "preference", "relationship")
 POLARITIES: tuple[str, ...] = ("positive", "negative", "neutral", "unknown")
 
@@ -583,7 +583,7 @@ def is_low_value(sentence: str, names: Sequence[str] = ()) -> bool:
     """True for greetings, thanks, acknowledgements and content-free questions.
 
     A statement is low-value when none of its words is content (not a stopword, not a
-    small-talk word, not a name in ``names``). A question needs two content words that are
+    small-talk word, not a participant name in ``names``; other proper names are content). A question needs two content words that are
     not light verbs ("Have you tried the pottery class?" stays; "How are you?" and "What
     made you choose that?" go). Light verbs do not count for statements either ("I got it!").
     Names include nickname prefixes of ``names`` ("Mel" for "Melanie").
@@ -592,7 +592,11 @@ def is_low_value(sentence: str, names: Sequence[str] = ()) -> bool:
     if not s:
         return True
     known = list(names)
-    content = _content_words(s, known + proper_names(s, known))
+    content = _content_words(s, known)
+    # Other proper names are content ("I went to Paris!" is a fact) unless the sentence is
+    # small talk addressed to someone ("Hey Mel!", "Thanks, Jon!"): then they are vocatives.
+    if content and any(w in _FILLER for w in words(normalize_apostrophes(s))):
+        content = _content_words(s, known + proper_names(s, known))
     if s.rstrip(" \"')").endswith("?"):
         return len(content) < 2
     return not content
