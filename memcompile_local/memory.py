@@ -166,13 +166,15 @@ class Memory:
         extractor = self.extractor()
         dset = extractor.descriptor_set
         lid = layout_id(dset, self.config.placement)
-        packets = self.store.packets(namespace)
-        if not packets:
+        # Asked on every compile: a COUNT decides whether the cached view is still current.
+        n_packets = self.store.packet_count(namespace)
+        if not n_packets:
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
-        key = (namespace, dset, lid, len(packets), self.config.model.embedder, self.config.model.embed_model)
+        key = (namespace, dset, lid, n_packets, self.config.model.embedder, self.config.model.embed_model)
         with self._lock:
             if key in self._views:
                 return self._views[key]
+        packets = self.store.packets(namespace)
         done = self.store.extracted_packet_ids(namespace, dset)
         if len(done) < len(packets) or not self.store.cells(namespace, lid) and self.config.placement.layout != "flat":
             self.build(namespace)

@@ -598,3 +598,13 @@ def test_two_processes_ingest_same_file(tmp_path):
         order = [r[0] for r in s._conn.execute("SELECT namespace FROM packets ORDER BY rowid")]
     switches = sum(1 for a, b in zip(order, order[1:]) if a != b)
     print(f"\ntwo-process ingest: {switches} switches between writers over {len(order)} packets")
+
+
+def test_packet_count_follows_ingest(tmp_path):
+    from memcompile_local.data import example_conversation_path, load_locomo
+
+    conv = load_locomo(example_conversation_path())[0]
+    with MemoryStore(tmp_path / "c.sqlite") as store:
+        assert store.packet_count(conv.namespace) == 0
+        store.ingest(conv)
+        assert store.packet_count(conv.namespace) == len(store.packets(conv.namespace)) == 40

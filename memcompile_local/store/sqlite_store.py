@@ -617,6 +617,11 @@ class MemoryStore:
         )
         return [_packet_from_row(r) for r in rows]
 
+    def packet_count(self, namespace: str) -> int:
+        """Number of packets of ``namespace`` (a cheap check that a memory has not grown)."""
+        ns = validate_namespace(namespace)
+        return int(self._query("SELECT COUNT(*) FROM packets WHERE namespace = ?", (ns,))[0][0])
+
     def get_packet(self, namespace: str, packet_id: str) -> SourcePacket | None:
         """One packet by id, or ``None`` when ``namespace`` has no such packet."""
         ns = validate_namespace(namespace)
