@@ -54,6 +54,16 @@ def embedder_kwargs(m: ModelConfig) -> dict[str, Any]:
     return kw
 
 
+def config_needs_llm(c: PipelineConfig) -> bool:
+    """Whether building or compiling (answering aside) makes any model call under ``c``."""
+    return (
+        c.extraction.extractor == "llm"
+        or (c.extraction.use_intent and c.extraction.intent_source == "llm")
+        or c.evidence.anchor_selector == "llm"
+        or c.evidence.frontier == "llm"
+    )
+
+
 def turns_to_conversation(namespace: str, data: Any) -> Conversation:
     """Accept a Conversation, a sequence of Sessions, or a list of plain dict sessions/turns."""
     if isinstance(data, Conversation):
@@ -119,13 +129,7 @@ class Memory:
             return self._embedder
 
     def needs_llm(self) -> bool:
-        c = self.config
-        return (
-            c.extraction.extractor == "llm"
-            or (c.extraction.use_intent and c.extraction.intent_source == "llm")
-            or c.evidence.anchor_selector == "llm"
-            or c.evidence.frontier == "llm"
-        )
+        return config_needs_llm(self.config)
 
     def uses_fusion(self) -> bool:
         return self.config.evidence.anchor_selector == "fused"

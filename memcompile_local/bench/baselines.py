@@ -30,8 +30,14 @@ def _raw_text(p: SourcePacket) -> str:
     return p.content + (f" [image: {p.image_caption}]" if p.image_caption else "")
 
 
-def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: PipelineConfig) -> tuple[list[str], str]:
-    """(packet ids, rendered context) of a baseline for one question."""
+def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: PipelineConfig,
+                     cache: dict | None = None) -> tuple[list[str], str]:
+    """(packet ids, rendered context) of a baseline for one question.
+
+    ``cache`` (owned by the caller, e.g. one per run) keeps each namespace's index between
+    questions.
+    """
+    cache = {} if cache is None else cache
     packets = mem.store.packets(namespace)
     k = cfg.evidence.k0
     if kind == "full-context":
@@ -47,14 +53,14 @@ def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: Pi
         from ..address.lexical import LexicalIndex
         from ..address.text import stem_terms
 
-        index = _cached(mem, ("bm25", namespace, len(packets)),
+        index = _cached(cache, ("bm25", namespace, len(packets)),
                         lambda: LexicalIndex([stem_terms(_raw_text(p)) for p in packets],
                                              k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b))
         hits = index.top_k(stem_terms(question), k)
         chosen = [packets[i] for i, _ in hits]
         return [p.packet_id for p in chosen], render_raw(chosen)
     if kind == "dense":
-        matrix = _cached(mem, ("dense", namespace, len(packets)), lambda: _raw_matrix(mem, namespace, packets))
+        matrix = _cached(cache, ("dense", namespace, len(packets)), lambda: _raw_matrix(mem, namespace, packets))
         q = np.asarray(mem.embedder.embed([question]), dtype=np.float32)[0]
         scores = matrix @ q
         order = np.lexsort((np.arange(len(packets)), -scores))[:k]  # cosine desc, dialogue order on ties
@@ -63,8 +69,7 @@ def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: Pi
     raise ConfigError(f"unknown baseline {kind!r}; expected one of {BASELINES}")
 
 
-def _cached(mem: Any, key: tuple, make):
-    cache = mem.__dict__.setdefault("_baseline_cache", {})
+def _cached(cache: dict, key: tuple, make):
     if key not in cache:
         cache[key] = make()
     return cache[key]

@@ -174,6 +174,7 @@ class EvalRunner:
         self._backend = backend
         self._embedder = embedder
         self._judge_backend = judge_backend
+        self._baseline_cache: dict = {}  # baseline indexes per namespace, shared by the questions
 
     # -- setup
     def _make_backend(self, name: str, model: str | None) -> Any:
@@ -189,7 +190,7 @@ class EvalRunner:
 
     def run(self) -> dict[str, Any]:
         from ..llm.client import LLMClient
-        from ..memory import Memory
+        from ..memory import Memory, config_needs_llm
         from ..store import MemoryStore
 
         spec, cfg = self.spec, self.cfg
@@ -206,15 +207,15 @@ class EvalRunner:
 
         store = MemoryStore(spec.store)
         try:
-            mem = Memory(store, cfg, embedder=self._embedder, run_id=run_id, progress=spec.progress)
-            if spec.answer or mem.needs_llm():
+            if spec.answer or config_needs_llm(cfg):
                 backend = self._backend or self._make_backend(cfg.model.backend, None)
             else:  # retrieval only on the model-free path: no model is loaded at all
                 from ..llm.client import NoModelBackend
 
                 backend = NoModelBackend()
             client = LLMClient(backend, store, run_id=run_id)
-            mem._client = client
+            mem = Memory(store, cfg, client=client, embedder=self._embedder, run_id=run_id,
+                         progress=spec.progress)
             self._write_config(out, run_id, data_sha, client, mem)
             phases: dict[str, float] = {}
 
@@ -285,7 +286,8 @@ class EvalRunner:
         if self.spec.baseline:
             from .baselines import baseline_context
 
-            packet_ids, text = baseline_context(self.spec.baseline, mem, conv.namespace, q.question, self.cfg)
+            packet_ids, text = baseline_context(self.spec.baseline, mem, conv.namespace, q.question, self.cfg,
+                                                cache=self._baseline_cache)
             stages = {"final": list(packet_ids)}
             timings: dict[str, float] = {}
         else:
