@@ -18,7 +18,7 @@ from .config import ModelConfig, PipelineConfig
 from .errors import ConfigError
 from .pipeline import Context, MemoryView, compile_context
 from .store import IngestResult, MemoryStore
-from .types import Conversation, Session, Turn
+from .types import Conversation, Session
 
 log = logging.getLogger(__name__)
 

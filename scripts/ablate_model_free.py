@@ -33,7 +33,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from memcompile_local.address.lexical import LexicalIndex  # noqa: E402
-from memcompile_local.address.text import stem_terms, term_set, terms  # noqa: E402
+from memcompile_local.address.text import stem_terms, terms  # noqa: E402
 from memcompile_local.bench.evidence import gold_recall  # noqa: E402
 from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
@@ -161,9 +161,6 @@ def variants(cfg):
 
     def mmr(Q, k, lam=0.2):
         E = Q.view.packet_matrix
-
-        def p(i, s, best=np.zeros(len(E))):
-            pass
         base = fuse(Q.ch)
         out, sim = [], np.zeros(len(base))
         s = base.copy()

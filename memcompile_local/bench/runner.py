@@ -366,7 +366,7 @@ class EvalRunner:
     # -- scoring and files
     def _finish(self, out: Path, rows: list[dict], totals: dict, judge_totals: dict, waste: dict,
                 phases: dict, t_start: float, errors: list[str], run_id: str) -> dict[str, Any]:
-        from .report import locomo_metrics, longmemeval_metrics, token_table, token_table_markdown, write_markdown_report
+        from .report import locomo_metrics, longmemeval_metrics, token_table, write_markdown_report
 
         judged = {r["question_id"]: r for r in read_jsonl(out / "judgments.jsonl")}
         merged = []
