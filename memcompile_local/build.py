@@ -32,7 +32,7 @@ class BuildResult:
     extracted_now: int  # packets whose descriptors were extracted by this call
     descriptors: int
     cells: int
-    embedded_now: int  # packet documents embedded by this call
+    embedded_now: int  # documents embedded by this call (z(p), plus context documents when used)
 
 
 def layout_id(descriptor_set: str, placement: PlacementConfig) -> str:
@@ -168,7 +168,29 @@ def embed_packets(
     packets whose documents changed.
     """
     keys, docs = packet_document_keys(store, namespace, descriptor_set)
-    model_id = embedding_model_id(embedder)
+    return _embed_missing(store, namespace, embedding_model_id(embedder), embedder, keys, docs,
+                          batch_size=batch_size, on_progress=on_progress)
+
+
+def embed_contexts(
+    store: MemoryStore,
+    namespace: str,
+    embedder: Any,
+    *,
+    batch_size: int = 64,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
+    """Embed every context document (fused selector) not yet stored; returns how many now.
+
+    A turn appended to a session changes the context document of the turn before it; the
+    text hash in the key makes exactly that one re-embed.
+    """
+    keys, docs = context_document_keys(store, namespace)
+    return _embed_missing(store, namespace, context_model_id(embedder), embedder, keys, docs,
+                          batch_size=batch_size, on_progress=on_progress)
+
+
+def _embed_missing(store, namespace, model_id, embedder, keys, docs, *, batch_size, on_progress) -> int:
     have = store.embeddings(namespace, model_id, keys)
     missing = [(k, d) for k, d in zip(keys, docs) if k not in have]
     for start in range(0, len(missing), batch_size):
@@ -178,6 +200,16 @@ def embed_packets(
         if on_progress:
             on_progress(len(chunk))
     return len(missing)
+
+
+def context_model_id(embedder: Any) -> str:
+    """Store model id of context-document vectors: kept apart from the z(p) vectors."""
+    return f"{embedding_model_id(embedder)}|context-v1"
+
+
+def _keyed(packets, docs) -> tuple[list[str], list[str]]:
+    keys = [f"{p.packet_id}|{hashlib.sha256(d.encode()).hexdigest()[:16]}" for p, d in zip(packets, docs)]
+    return keys, list(docs)
 
 
 def packet_document_keys(
@@ -190,12 +222,15 @@ def packet_document_keys(
     by_packet: dict[str, list[Descriptor]] = {}
     for d in store.descriptors(namespace, descriptor_set):
         by_packet.setdefault(d.packet_id, []).append(d)
-    keys, docs = [], []
-    for p in packets:
-        doc = packet_document(p, by_packet.get(p.packet_id, []))
-        keys.append(f"{p.packet_id}|{hashlib.sha256(doc.encode()).hexdigest()[:16]}")
-        docs.append(doc)
-    return keys, docs
+    return _keyed(packets, [packet_document(p, by_packet.get(p.packet_id, [])) for p in packets])
+
+
+def context_document_keys(store: MemoryStore, namespace: str) -> tuple[list[str], list[str]]:
+    """(keys, documents) of the fused selector's context documents, in packet order."""
+    from .evidence.fusion import context_documents
+
+    packets = store.packets(namespace)
+    return _keyed(packets, context_documents(packets))
 
 
 def load_packet_matrix(
@@ -203,10 +238,20 @@ def load_packet_matrix(
 ) -> np.ndarray:
     """The (N, d) matrix of packet embeddings in packet order (all must be built)."""
     keys, _ = packet_document_keys(store, namespace, descriptor_set)
-    got = store.embeddings(namespace, embedding_model_id(embedder), keys)
+    return _load_matrix(store, namespace, embedding_model_id(embedder), embedder, keys, "packet")
+
+
+def load_context_matrix(store: MemoryStore, namespace: str, embedder: Any) -> np.ndarray:
+    """The (N, d) matrix of context-document embeddings in packet order (all must be built)."""
+    keys, _ = context_document_keys(store, namespace)
+    return _load_matrix(store, namespace, context_model_id(embedder), embedder, keys, "context")
+
+
+def _load_matrix(store, namespace, model_id, embedder, keys, what) -> np.ndarray:
+    got = store.embeddings(namespace, model_id, keys)
     missing = [k for k in keys if k not in got]
     if missing:
-        raise RuntimeError(f"{len(missing)} packet embeddings missing in {namespace!r}; run the build first")
+        raise RuntimeError(f"{len(missing)} {what} embeddings missing in {namespace!r}; run the build first")
     return np.stack([got[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, embedder.dim), np.float32)
 
 
@@ -219,6 +264,7 @@ def build_memory(
     *,
     progress: bool = False,
     on_failure: str = "error",
+    context_embeddings: bool = False,
 ) -> BuildResult:
     """Run all build stages for one namespace (idempotent and resumable)."""
     from .progress import bar
@@ -232,6 +278,9 @@ def build_memory(
     if embedder is not None:
         with bar(total=n_packets, desc=f"embed {namespace}", unit="doc", enabled=progress) as pb:
             embedded = embed_packets(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update)
+        if context_embeddings:
+            with bar(total=n_packets, desc=f"embed context {namespace}", unit="doc", enabled=progress) as pb:
+                embedded += embed_contexts(store, namespace, embedder, on_progress=pb.update)
     return BuildResult(
         namespace=namespace,
         descriptor_set=extractor.descriptor_set,

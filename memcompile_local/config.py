@@ -104,7 +104,8 @@ class FusionConfig:
     packet_weight: float = 1.0
     speaker_weight: float = 0.3
     temporal_weight: float = 0.2
-    neighbor_context: bool = True
+    neighbor_context: bool = True  # lexical documents take in the in-session neighbours
+    dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any, Iterable, Mapping, Sequence
 
-from .build import BuildResult, build_memory, layout_id, load_packet_matrix
+from .build import BuildResult, build_memory, layout_id, load_context_matrix, load_packet_matrix
 from .config import ModelConfig, PipelineConfig
 from .errors import ConfigError
 from .pipeline import Context, MemoryView, compile_context
@@ -134,6 +134,10 @@ class Memory:
     def uses_fusion(self) -> bool:
         return self.config.evidence.anchor_selector == "fused"
 
+    def uses_context_embeddings(self) -> bool:
+        """The fused selector's dense channel also embeds each turn with its neighbours."""
+        return self.uses_fusion() and self.config.fusion.dense_neighbor_context and self.embedder is not None
+
     def extractor(self, client: Any = None):
         """The configured descriptor extractor; ``client`` overrides the LLM client (sub-runs)."""
         c = self.config.extraction
@@ -155,7 +159,8 @@ class Memory:
         """Extract, place and embed whatever is not built yet (no model call when up to date)."""
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
                             self.embedder, progress=self.progress,
-                            on_failure=self.config.extraction.on_failure)
+                            on_failure=self.config.extraction.on_failure,
+                            context_embeddings=self.uses_context_embeddings())
 
     def forget(self, namespace: str) -> dict[str, int]:
         with self._lock:
@@ -183,9 +188,11 @@ class Memory:
         if len(done) < len(packets) or not self.store.cells(namespace, lid) and self.config.placement.layout != "flat":
             self.build(namespace)
         else:
-            from .build import embed_packets
+            from .build import embed_contexts, embed_packets
 
             embed_packets(self.store, namespace, dset, self.embedder)
+            if self.uses_context_embeddings():
+                embed_contexts(self.store, namespace, self.embedder)
         descriptors = self.store.descriptors(namespace, dset)
         cells = self.store.cells(namespace, lid)
         matrix = load_packet_matrix(self.store, namespace, dset, self.embedder)
@@ -196,8 +203,10 @@ class Memory:
         if self.uses_fusion():
             from .evidence.fusion import FusionIndex
 
+            context = (load_context_matrix(self.store, namespace, self.embedder)
+                       if self.uses_context_embeddings() else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, self.config.fusion,
-                                       packet_matrix=matrix)
+                                       packet_matrix=matrix, context_matrix=context)
         index = AddressIndex.build(packets, descriptors, cells if self.config.placement.layout != "flat" else [],
                                    matrix, layout=self.config.placement.layout,
                                    placement=self.config.placement, routing=self.config.routing)

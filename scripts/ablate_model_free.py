@@ -11,7 +11,8 @@ fused selector's channels once and scores variants:
   off; they are re-implemented here, on top of the same channels, so the numbers can be
   reproduced.
 
-Prints recall@10 and recall@12 (overall and per category) and the per-query latency of the
+Prints recall@10 and recall@12 (overall and per category; recall@10 per conversation too,
+so a component that helps on one conversation only shows) and the per-query latency of the
 whole model-free query path (question embedding included) as p50/p95, on each conversation
 and on a ~600-turn conversation made by joining sessions of the file's conversations.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -38,7 +40,7 @@ from memcompile_local.bench.evidence import gold_recall  # noqa: E402
 from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
-from memcompile_local.evidence.fusion import FusionIndex, fused_scores, lexical_documents  # noqa: E402
+from memcompile_local.evidence.fusion import FusionIndex, _raw, fused_scores, lexical_documents  # noqa: E402
 from memcompile_local.evidence.presets import apply_preset  # noqa: E402
 from memcompile_local.evidence.pursuit import mem_pursuit  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
@@ -47,6 +49,10 @@ from memcompile_local.store import MemoryStore  # noqa: E402
 from memcompile_local.types import Conversation  # noqa: E402
 
 CATS = (1, 2, 3, 4)
+# A question that asks for several things ("What books has ...", "In what ways ...", "... both ...").
+LIST_QUESTION = re.compile(
+    r"^(?:what|which)\s+(?:\S+\s+){0,2}?(?:\w+(?:s|es)|people|children)\s+(?:has|have|does|do|did|is|are|were)\b"
+    r"|^(?:in )?what (?:ways|kinds?|types?|sorts?)\b|\bboth\b", re.IGNORECASE)
 
 
 def top(scores: np.ndarray, k: int) -> list[int]:
@@ -91,6 +97,18 @@ def variants(cfg):
 
     def no_neighbors(Q, k):
         return top(fuse(Q.ch, lexical=Q.view.__dict__["_lex_no_nbr"](Q.q.question)), k)
+
+    def no_dense_context(Q, k):
+        own = (Q.view.packet_matrix @ Q.qvec).astype(np.float64)
+        return top(fuse(Q.ch) - W["packet"] * Q.ch["packet"] + W["packet"] * own, k)
+
+    def with_lexical(fn_name):  # a variant that swaps in another lexical channel
+        return lambda Q, k: top(fuse(Q.ch, lexical=Q.view.__dict__[fn_name](Q.q.question)), k)
+
+    def list_diversity(Q, k, pen=0.2):
+        if not LIST_QUESTION.search(Q.q.question):
+            return full(Q, k)
+        return session_diversity(Q, k, pen)
 
     def no_stemming(Q, k):
         return top(fuse(Q.ch, lexical=Q.view.__dict__["_lex_no_stem"](Q.q.question)), k)
@@ -191,6 +209,7 @@ def variants(cfg):
     return [
         ("full (package model-free path)", full),
         ("- neighbour context in BM25 docs", no_neighbors),
+        ("- neighbour context in dense channel", no_dense_context),
         ("- stemming", no_stemming),
         ("- lexical channel", drop("lexical")),
         ("- packet channel", drop("packet")),
@@ -198,6 +217,9 @@ def variants(cfg):
         ("- temporal cue (dated claims)", drop("temporal")),
         ("removed: rank fusion instead of score", rank_fusion),
         ("removed: + session diversity", session_diversity),
+        ("removed: + session diversity, list questions", list_diversity),
+        ("removed: BM25F own + 0.5 x neighbours", with_lexical("_lex_bm25f")),
+        ("removed: participant names out of BM25", with_lexical("_lex_no_names")),
         ("removed: + adjacent-turn suppression", adjacent_suppression),
         ("removed: + neighbour score propagation", neighbor_propagation),
         ("removed: + pseudo-relevance feedback", prf),
@@ -257,6 +279,27 @@ def main() -> int:
             return f
         view.__dict__["_lex_no_nbr"] = lex_from(plain.lexical, stem_terms)
         view.__dict__["_lex_no_stem"] = lex_from(unstemmed, terms)
+        # BM25F-like: own document and neighbour text as two fields, neighbours at weight 0.5.
+        own_docs = lexical_documents(view.packets, view.descriptors_by_packet, neighbor_context=False)
+        P = view.packets
+        nbr_docs = [" ".join(_raw(P[j]) for j in (i - 1, i + 1)
+                             if 0 <= j < len(P) and P[j].session_index == P[i].session_index)
+                    for i in range(len(P))]
+        own_ix = LexicalIndex([stem_terms(d) for d in own_docs], k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)
+        nbr_ix = LexicalIndex([stem_terms(d) for d in nbr_docs], k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)
+
+        def bm25f(question, own_ix=own_ix, nbr_ix=nbr_ix):
+            t = stem_terms(question)
+            s = own_ix.scores(t) + 0.5 * nbr_ix.scores(t)
+            return s / s.max() if s.max() > 0 else s
+        view.__dict__["_lex_bm25f"] = bm25f
+        names = {t for n in view.fusion.participants for t in stem_terms(n)}
+
+        def no_names(question, index=view.fusion.lexical, names=names):
+            t = [x for x in stem_terms(question) if x not in names] or stem_terms(question)
+            s = index.scores(t)
+            return s / s.max() if s.max() > 0 else s
+        view.__dict__["_lex_no_names"] = no_names
         # The removed claim channel: best cosine between the query and any claim of the packet.
         descs = [d for p in view.packets for d in view.descriptors_by_packet.get(p.packet_id, ())]
         claim_m = np.asarray(mem.embedder.embed([d.text for d in descs]), dtype=np.float32)
@@ -284,13 +327,16 @@ def main() -> int:
 
     print(f"{len(questions)} questions with gold evidence; full variant == Memory.compile on "
           f"{len(questions) - mismatches}/{len(questions)}")
-    header = f"{'variant':42s} {'R@10':>6s} {'R@12':>6s} " + " ".join(
-        f"{LOCOMO_CATEGORY_NAMES[c][:9]:>9s}" for c in CATS) + f" {'full@10':>7s}"
+    namespaces = list(dict.fromkeys(Q.ns for Q in questions))
+    header = f"{'variant':46s} {'R@10':>6s} {'R@12':>6s} " + " ".join(
+        f"{LOCOMO_CATEGORY_NAMES[c][:9]:>9s}" for c in CATS) + f" {'full@10':>7s} " + " ".join(
+        f"{ns[:9]:>9s}" for ns in namespaces)
     print(header)
     for name, fn in variants(cfg):
         rec = {10: [], 12: []}
         per_cat: dict[int, list[float]] = {c: [] for c in CATS}
         full_cov = 0
+        per_ns: dict[str, list[float]] = {ns: [] for ns in namespaces}
         for Q in questions:
             for k in (10, 12):
                 picked = [Q.view.packets[i].packet_id for i in fn(Q, k)]
@@ -299,9 +345,11 @@ def main() -> int:
                 if k == 10:
                     per_cat[Q.q.category].append(r)
                     full_cov += r == 1.0
+                    per_ns[Q.ns].append(r)
         cats = " ".join(f"{100 * statistics.fmean(per_cat[c]):9.1f}" for c in CATS)
-        print(f"{name:42s} {100 * statistics.fmean(rec[10]):6.1f} {100 * statistics.fmean(rec[12]):6.1f} {cats} "
-              f"{full_cov:7d}")
+        by_ns = " ".join(f"{100 * statistics.fmean(per_ns[ns]):9.1f}" for ns in namespaces)
+        print(f"{name:46s} {100 * statistics.fmean(rec[10]):6.1f} {100 * statistics.fmean(rec[12]):6.1f} {cats} "
+              f"{full_cov:7d} {by_ns}")
 
     # Latency of the whole query path (rule intent, question embedding, all channels, top-K).
     targets = [(c.namespace, c) for c in convs]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 
 from memcompile_local.config import FusionConfig
+import pytest
+
 from memcompile_local.evidence.fusion import (
     FusionIndex,
+    context_documents,
     fused_scores,
     lexical_documents,
     named_participants,
@@ -77,3 +80,30 @@ def test_dense_channel_and_ties_by_dialogue_order():
     index = FusionIndex.build(PACKETS, {}, cfg, packet_matrix=m)
     q = np.asarray([1.0, 0.0, 0.0], dtype=np.float32)
     assert select_fused(index, "anything", q, cfg, 3) == ["D1:1", "D2:3", "D1:0"]
+
+
+def test_context_documents_hold_the_session_neighbourhood_with_speakers():
+    docs = context_documents(PACKETS)
+    assert docs[1] == "Ann: Guess what happened at the weekend?\nBo: Tell me!\nAnn: We adopted a puppy called Pepper."
+    assert docs[2] == "Bo: Tell me!\nAnn: We adopted a puppy called Pepper."  # session 2 is not a neighbour
+    assert docs[3] == "Bo: I went camping near the lake.\nAnn: Camping sounds lovely."
+
+
+def test_dense_channel_takes_the_better_of_turn_and_context_cosine():
+    m = np.zeros((5, 2), dtype=np.float32)
+    m[:, 1] = 1.0  # no turn document is near the query on its own
+    ctx = np.zeros((5, 2), dtype=np.float32)
+    ctx[:, 1] = 1.0
+    ctx[2] = [0.6, 0.8]  # the reply's neighbourhood is
+    q = np.asarray([1.0, 0.0], dtype=np.float32)
+    on = FusionConfig(lexical_weight=0, speaker_weight=0, temporal_weight=0)
+    got = fused_scores(FusionIndex.build(PACKETS, {}, on, packet_matrix=m, context_matrix=ctx), "x", q, on)
+    assert np.allclose(got.channels["packet"], [0, 0, 0.6, 0, 0])
+    off = FusionConfig(lexical_weight=0, speaker_weight=0, temporal_weight=0, dense_neighbor_context=False)
+    got = fused_scores(FusionIndex.build(PACKETS, {}, off, packet_matrix=m, context_matrix=ctx), "x", q, off)
+    assert np.allclose(got.channels["packet"], 0)
+
+
+def test_matrices_must_have_one_row_per_packet():
+    with pytest.raises(ValueError, match="context_matrix has 4 rows for 5 packets"):
+        FusionIndex.build(PACKETS, {}, FusionConfig(), packet_matrix=np.zeros((5, 2)), context_matrix=np.zeros((4, 2)))

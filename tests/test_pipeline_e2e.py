@@ -106,6 +106,34 @@ def test_model_free_path_makes_no_model_call(tmp_path, conv):
     store.close()
 
 
+def test_model_free_build_embeds_context_documents_incrementally(tmp_path, conv):
+    from dataclasses import replace
+
+    from memcompile_local.build import context_document_keys, context_model_id
+
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = HashEmbedder(dim=64)
+    mem = Memory(store, apply_preset("model-free", PipelineConfig()), client=LLMClient(NoModelBackend(), store),
+                 embedder=emb)
+    first = replace(conv, sessions=conv.sessions[:-1])
+    mem.add(conv.namespace, first)
+    n = sum(len(s.turns) for s in first.sessions)
+    assert mem.build(conv.namespace).embedded_now == 2 * n  # z(p) and context document per turn
+    keys, _ = context_document_keys(store, conv.namespace)
+    assert len(store.embeddings(conv.namespace, context_model_id(emb), keys)) == n
+    assert mem.view(conv.namespace).fusion.context_matrix.shape == (n, 64)
+    # A new session adds its own turns' documents only: nothing before it changes.
+    mem.add(conv.namespace, conv)
+    added = len(conv.sessions[-1].turns)
+    assert mem.build(conv.namespace).embedded_now == 2 * added
+    assert mem.build(conv.namespace).embedded_now == 0
+    # Switched off, the selector neither embeds nor loads context documents.
+    off = Memory(store, apply_preset("model-free", PipelineConfig()).replace(fusion={"dense_neighbor_context": False}),
+                 client=LLMClient(NoModelBackend(), store), embedder=emb)
+    assert off.view(conv.namespace).fusion.context_matrix is None
+    store.close()
+
+
 @pytest.mark.parametrize("preset", ["A1", "A2", "A3", "A4", "A5", "A6", "A7", "view-raw", "view-representative",
                                     "layout-sequential", "layout-session", "layout-entity", "layout-flat"])
 def test_every_preset_compiles(tmp_path, conv, preset):

@@ -9,6 +9,9 @@ each normalized to a comparable range:
   the same session (an answer is often the reply to the turn that matched, or the turn a
   reply refers to); divided by the best score of the query, so it lies in [0, 1];
 - packet: the cosine between the query and the packet document z(p) of the dense channel;
+  with ``dense_neighbor_context``, the larger of that and the cosine with the packet's
+  context document (previous turn, the turn, next turn of the same session, each with its
+  speaker), so the dense channel sees the same neighbourhood the lexical one does;
 - speaker: a bonus for packets spoken by the one conversation participant the question
   names (questions about a person are mostly answered by that person's own turns);
 - temporal: for a question that asks about time ("When did ...", "How long ago ..."), a
@@ -63,6 +66,21 @@ def _raw(p: SourcePacket) -> str:
     return f"{p.content} {p.image_caption}" if p.image_caption else p.content
 
 
+def context_documents(packets: Sequence[SourcePacket]) -> list[str]:
+    """The dense context document of each packet: previous, own and next turn of its session.
+
+    Raw turns only (no claims), one line per turn prefixed by its speaker, so a reply embeds
+    next to the question it answers. Packets are in dialogue order.
+    """
+    docs = []
+    for i, p in enumerate(packets):
+        lines = [f"{q.speaker}: {_raw(q)}"
+                 for j in (i - 1, i, i + 1)
+                 if 0 <= j < len(packets) and (q := packets[j]).session_index == p.session_index]
+        docs.append("\n".join(lines))
+    return docs
+
+
 @dataclass(frozen=True)
 class FusionIndex:
     """Query-time structures of the fused selector for one namespace."""
@@ -72,6 +90,7 @@ class FusionIndex:
     participants: tuple[str, ...]  # distinct speakers of the conversation
     lexical: LexicalIndex
     packet_matrix: np.ndarray | None  # (N, d) l2-normalized z(p) embeddings
+    context_matrix: np.ndarray | None  # (N, d) l2-normalized context-document embeddings
     dated: np.ndarray  # (N,) 1.0 where a claim of the packet has a resolved event time
 
     @classmethod
@@ -82,7 +101,11 @@ class FusionIndex:
         cfg: FusionConfig,
         *,
         packet_matrix: np.ndarray | None = None,
+        context_matrix: np.ndarray | None = None,
     ) -> "FusionIndex":
+        for name, m in (("packet_matrix", packet_matrix), ("context_matrix", context_matrix)):
+            if m is not None and m.shape[0] != len(packets):
+                raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
         docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context)
         lexical = LexicalIndex([stem_terms(d) for d in docs], k1=cfg.bm25_k1, b=cfg.bm25_b)
         speakers = tuple(p.speaker for p in packets)
@@ -92,6 +115,7 @@ class FusionIndex:
             participants=tuple(dict.fromkeys(speakers)),
             lexical=lexical,
             packet_matrix=packet_matrix,
+            context_matrix=context_matrix if cfg.dense_neighbor_context else None,
             dated=np.asarray([any(d.event_time for d in descriptors_by_packet.get(p.packet_id, ()))
                               for p in packets], dtype=np.float64),
         )
@@ -121,7 +145,10 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
         top = float(s.max()) if n else 0.0
         channels["lexical"] = s / top if top > 0 else np.zeros(n)
     if query_vec is not None and cfg.packet_weight and index.packet_matrix is not None:
-        channels["packet"] = (index.packet_matrix @ query_vec).astype(np.float64)
+        cos = index.packet_matrix @ query_vec
+        if index.context_matrix is not None:
+            cos = np.maximum(cos, index.context_matrix @ query_vec)
+        channels["packet"] = cos.astype(np.float64)
     if cfg.speaker_weight:
         named = named_participants(question, index.participants)
         bonus = np.zeros(n)
