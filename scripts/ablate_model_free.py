@@ -237,6 +237,40 @@ def variants(cfg):
     ]
 
 
+GRID = {"packet": (0.5, 1.0, 1.5), "speaker": (0.1, 0.2, 0.3, 0.5), "temporal": (0.1, 0.2, 0.3)}
+
+
+def cross_conversation_check(questions, namespaces) -> None:
+    """Pick the channel weights on one conversation, score them on the other.
+
+    A stand-in for conversations not seen during design: if the shipped weights only fit the
+    dev questions, weights chosen on one conversation will do clearly worse on the other.
+    """
+    import itertools
+
+    def recall_at_10(qs, w):
+        out = []
+        for Q in qs:
+            total = Q.ch["lexical"] + sum(w[name] * Q.ch[name] for name in w)
+            out.append(gold_recall([Q.view.packets[i].packet_id for i in top(total, 10)], Q.q.evidence))
+        return 100 * statistics.fmean(out)
+
+    grid = [dict(zip(GRID, combo)) for combo in itertools.product(*GRID.values())]
+    shipped = {"packet": 1.0, "speaker": 0.3, "temporal": 0.2}
+    print(f"\ncross-conversation check: weights picked on one conversation from a {len(grid)}-point grid "
+          f"(lexical fixed at 1), recall@10 on the other")
+    for fit in namespaces:
+        for held in namespaces:
+            if held == fit:
+                continue
+            fit_q = [Q for Q in questions if Q.ns == fit]
+            held_q = [Q for Q in questions if Q.ns == held]
+            best = max(grid, key=lambda w: (recall_at_10(fit_q, w), -abs(w["packet"] - 1.0)))
+            print(f"  fit on {fit}: best {best} -> {recall_at_10(fit_q, best):.1f} there; on {held}: "
+                  f"{recall_at_10(held_q, best):.1f} (shipped weights {recall_at_10(held_q, shipped):.1f}, "
+                  f"best possible {max(recall_at_10(held_q, w) for w in grid):.1f})")
+
+
 def joined_conversation(convs, target_turns: int) -> Conversation:
     """Sessions of several conversations, renumbered, until ``target_turns`` turns."""
     from dataclasses import replace
@@ -370,6 +404,8 @@ def main() -> int:
         lat = f"{ms[len(ms) // 2]:6.1f} {ms[min(len(ms) - 1, int(round(0.95 * len(ms))) - 1)]:6.1f}"
         print(f"{name:46s} {100 * statistics.fmean(rec[10]):6.1f} {100 * statistics.fmean(rec[12]):6.1f} {cats} "
               f"{full_cov:7d} {by_ns} {lat}")
+
+    cross_conversation_check(questions, namespaces)
 
     # Latency of the whole query path (rule intent, question embedding, all channels, top-K).
     targets = [(c.namespace, c) for c in convs]
