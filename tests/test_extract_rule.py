@@ -161,7 +161,11 @@ def test_resolve_references_agreement():
     r = resolve_references("Are you coming? Do I look tired? I've been busy with my kids.", "Sam", "Alex")
     assert r.text == "Is Alex coming? Does Sam look tired? Sam has been busy with Sam's kids."
     r = resolve_references("We went to our cabin.", "Sam", None)
-    assert r.text == "Sam and others went to Sam and others' cabin."
+    assert r.text == "Sam and others went to Sam's cabin."
+    # "we" never names the addressee: in a chat it is mostly the speaker's family or team.
+    r = resolve_references("We went camping with our kids and I start work soon.", "Sam", "Alex")
+    assert r.text == "Sam and others went camping with Sam's kids and Sam starts work soon."
+    assert r.first_person and not r.second_person
     r = resolve_references("You should call me.", "Sam", None)
     assert r.text == "You should call Sam."
 
@@ -205,11 +209,11 @@ def test_second_person_resolves_to_previous_speaker():
     assert d.people == ("Caroline", "Melanie")
 
 
-def test_we_resolves_to_both_and_weekday_stays_anchored():
+def test_we_is_the_speaker_and_others_and_weekday_stays_anchored():
     (d,) = extract("We hiked the canyon trail last Saturday.")
-    assert d.text == "Caroline and Melanie hiked the canyon trail last Saturday."
+    assert d.text == "Caroline and others hiked the canyon trail last Saturday."
     assert d.event_time == "the Saturday before 2023-05-08"
-    assert d.event.subject_people == ("Caroline", "Melanie")
+    assert d.event.subject_people == ("Caroline",)
     assert "canyon trail" in d.keywords
 
 

@@ -9,7 +9,9 @@ implementation is :mod:`memcompile_local.address.extract_llm`). For one turn it
 2. rewrites each kept sentence as a standalone claim: first-person references become the
    speaker ("I" -> "Caroline", "my" -> "Caroline's"), second-person references become the
    addressee (the speaker of the preceding turn when that is someone else; otherwise "you"
-   is left alone) and "we"/"our" become "<speaker> and <addressee>". Verbs next to a
+   is left alone), "we" becomes "<speaker> and others" and "our" becomes "<speaker>'s"
+   (in these dialogues "we" is more often the speaker's family or friends than the two
+   speakers, so naming the addressee would often be wrong). Verbs next to a
    rewritten singular subject are put in the third person for the common cases
    ("I am" -> "Caroline is", "Are you" -> "Is Melanie", "I love" -> "Caroline loves").
    A sentence with no resolvable first/second-person reference is prefixed with
@@ -66,7 +68,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RULE_EXTRACTOR_VERSION = "rule-v2"
+RULE_EXTRACTOR_VERSION = "rule-v3"
 EVENT_TYPES: tuple[str, ...] = ("occurrence", "plan", "state", "preference", "relationship")
 POLARITIES: tuple[str, ...] = ("positive", "negative", "neutral", "unknown")
 
@@ -380,7 +382,9 @@ _PRESENT_VERBS = frozenset(
     bet say love dream worry wonder cherish value owe volunteer mentor advocate identify relate
     imagine realize recommend suggest grow raise build create sew knit garden hike bike ride drive
     walk jog climb fish camp surf ski skate listen watch speak learn coach host organize
-    belong sign join""".split()
+    belong sign join start begin finish read eat drink cook meet call text move open close
+    teach share post record film design shop buy sell bring wear carry feed train practise
+    celebrate decide exercise meditate""".split()
 )
 # Words after which "you" is an object, so the following word is not its verb.
 _OBJECT_CONTEXT = frozenset(
@@ -421,7 +425,7 @@ class ResolvedSentence:
     """A sentence after reference resolution.
 
     ``first_person``/``second_person``: whether a reference to the speaker / the addressee
-    was rewritten (a "we" counts as both).
+    was rewritten (a "we" counts as first person only).
     """
 
     text: str
@@ -433,8 +437,8 @@ def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
                        resolve_second: bool = True) -> ResolvedSentence:
     """Rewrite first/second-person references of ``sentence`` to names (see module doc).
 
-    ``addressee=None`` leaves "you"/"your" as written and turns "we" into
-    "<speaker> and others". ``resolve_second=False`` leaves "you" alone even with a known
+    ``addressee=None`` leaves "you"/"your" as written. "we" always becomes
+    "<speaker> and others" and "our" "<speaker>'s". ``resolve_second=False`` leaves "you" alone even with a known
     addressee (questions keep "you" because the caller names the addressee in a prefix).
     """
     s = normalize_apostrophes(sentence)
@@ -442,8 +446,7 @@ def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
     out = list(toks)
     word_at = [i for i, t in enumerate(toks) if t[:1].isalpha()]
     speaker_poss = f"{speaker}'s"
-    group = f"{speaker} and {addressee}" if addressee else f"{speaker} and others"
-    group_poss = f"{group}'s" if addressee else f"{group}'"
+    group = f"{speaker} and others"
     first = second = False
 
     def adjacent(a: int, b: int) -> bool:
@@ -504,15 +507,12 @@ def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
         elif lw in ("we", "us", "ourselves") and w != "US":
             out[i] = group
             first = True
-            second = second or addressee is not None
         elif lw in ("our", "ours"):
-            out[i] = group_poss
+            out[i] = speaker_poss
             first = True
-            second = second or addressee is not None
         elif lw in ("we're", "we've", "we'll", "we'd"):
             out[i] = group + {"we're": " are", "we've": " have", "we'll": " will", "we'd": " would"}[lw]
             first = True
-            second = second or addressee is not None
         elif addressee and resolve_second:
             if lw == "you":
                 nxt = toks[word_at[k + 1]].lower() if k + 1 < len(word_at) and adjacent(i, word_at[k + 1]) else ""
