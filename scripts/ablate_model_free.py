@@ -291,6 +291,7 @@ def main() -> int:
     ap.add_argument("--data", default="../shared/data/locomo/locomo_dev.json")
     ap.add_argument("--store", default=None, help="store file (default: a temporary file)")
     ap.add_argument("--latency-runs", type=int, default=3)
+    ap.add_argument("--plot", default=None, metavar="PNG", help="also draw the recall@10 rows as a bar chart")
     args = ap.parse_args()
 
     cfg = apply_preset("model-free", PipelineConfig())
@@ -379,6 +380,7 @@ def main() -> int:
     print(header)
     print("(row latency: rule intent, question embedding and the package's channels, plus the row's own\n"
           " selection work; a row that drops a channel still pays for computing it here)")
+    plot_rows = []
     for name, fn in variants(cfg):
         rec = {10: [], 12: []}
         per_cat: dict[int, list[float]] = {c: [] for c in CATS}
@@ -400,11 +402,16 @@ def main() -> int:
                     per_ns[Q.ns].append(r)
         cats = " ".join(f"{100 * statistics.fmean(per_cat[c]):9.1f}" for c in CATS)
         by_ns = " ".join(f"{100 * statistics.fmean(per_ns[ns]):9.1f}" for ns in namespaces)
+        plot_rows.append((name, 100 * statistics.fmean(rec[10]), 100 * statistics.fmean(per_cat[1])))
         ms.sort()
         lat = f"{ms[len(ms) // 2]:6.1f} {ms[min(len(ms) - 1, int(round(0.95 * len(ms))) - 1)]:6.1f}"
         print(f"{name:46s} {100 * statistics.fmean(rec[10]):6.1f} {100 * statistics.fmean(rec[12]):6.1f} {cats} "
               f"{full_cov:7d} {by_ns} {lat}")
 
+    if args.plot:
+        from memcompile_local.bench.plots import ablation_plot
+
+        print(f"wrote {ablation_plot(plot_rows, args.plot)}")
     cross_conversation_check(questions, namespaces)
 
     # Latency of the whole query path (rule intent, question embedding, all channels, top-K).
