@@ -111,6 +111,29 @@ def test_retrieval_only_model_free_run_makes_no_model_call(tmp_path):
     assert rec["n"] == 10 and 0 <= rec["recall"] <= 1
 
 
+def test_a_run_folder_of_another_configuration_or_code_version_is_not_resumed(tmp_path, monkeypatch):
+    from memcompile_local.address import extract_rule
+    from memcompile_local.bench import runner as R
+    from memcompile_local.errors import ConfigError
+
+    s = EvalSpec(benchmark="locomo", data=str(DEV), store=str(tmp_path / "m.sqlite"), out=str(tmp_path / "mf"),
+                 limit=2, progress=False, answer=False)
+    mf = apply_preset("model-free", PipelineConfig())
+    EvalRunner(s, mf, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    before = (tmp_path / "mf" / "predictions.jsonl").read_bytes()
+    other = mf.replace(fusion={"speaker_weight": 0.5})
+    with pytest.raises(ConfigError, match="holds run eval-"):
+        EvalRunner(s, other, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    EvalRunner(s, mf, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()  # same run: resumes
+    # A newer rule extractor changes the run id even with the same configuration.
+    base_id = R.run_identity(s, mf, "x")
+    monkeypatch.setattr(extract_rule, "RULE_EXTRACTOR_VERSION", "rule-test")
+    assert R.run_identity(s, mf, "x") != base_id
+    with pytest.raises(ConfigError):
+        EvalRunner(s, mf, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    assert (tmp_path / "mf" / "predictions.jsonl").read_bytes() == before  # nothing touched
+
+
 @pytest.mark.parametrize("baseline", ["bm25", "dense", "full-context"])
 def test_baselines_use_the_same_answer_step(tmp_path, baseline):
     s = EvalSpec(benchmark="locomo", data=str(DEV), store=str(tmp_path / "b.sqlite"), out=str(tmp_path / baseline),

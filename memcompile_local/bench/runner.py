@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from .. import __version__
 from ..config import PipelineConfig
-from ..errors import ConfigError, ModelError
+from ..errors import ConfigError, DataFormatError, ModelError
 from ..llm.interface import stable_hash
 from ..progress import bar
 from ..types import Conversation, QAItem
@@ -154,11 +154,33 @@ def load_benchmark(spec: EvalSpec) -> list[Conversation]:
 
 
 def run_identity(spec: EvalSpec, cfg: PipelineConfig, data_sha: str) -> str:
+    """The run id: data, configuration and every versioned stage of the code.
+
+    The prompt and rule-extractor versions are part of it so that a run folder written by an
+    older package is never resumed (and silently mixed) by a newer one.
+    """
+    from ..address.extract_rule import RULE_EXTRACTOR_VERSION
+
     ident = {
         "benchmark": spec.benchmark, "data": data_sha, "config": cfg.to_dict(), "limit": spec.limit,
         "conversations": list(spec.conversations or []), "baseline": spec.baseline,
+        "code": {"package": __version__, "prompts": prompt_versions(), "rule_extractor": RULE_EXTRACTOR_VERSION},
     }
     return "eval-" + stable_hash(ident)[:16]
+
+
+def check_run_folder(out: Path, run_id: str) -> None:
+    """Refuse to resume a run folder that holds another run (other config, data or code)."""
+    path = out / "config.json"
+    if not path.exists():
+        return
+    try:
+        found = json.loads(path.read_text(encoding="utf-8")).get("run_id")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+        raise DataFormatError(str(path), "$.run_id", "a run config written by this package", str(exc)) from exc
+    if found != run_id:
+        raise ConfigError(f"{out} holds run {found}, not {run_id} (the configuration, data or package "
+                          f"version differs); choose another --out or remove that folder")
 
 
 # ---------------------------------------------------------------------------- runner
@@ -202,6 +224,7 @@ class EvalRunner:
         data_sha = _file_sha256(spec.data)
         run_id = run_identity(spec, cfg, data_sha)
         out = Path(spec.out or Path("runs") / f"{spec.benchmark}-{spec.baseline or spec.preset or 'custom'}-{run_id[-8:]}")
+        check_run_folder(out, run_id)
         out.mkdir(parents=True, exist_ok=True)
         self.echo(f"run {run_id}: {len(convs)} conversations, {len(items)} questions -> {out}")
 
