@@ -56,6 +56,8 @@ def test_speaker_cue_needs_exactly_one_named_participant():
     assert named_participants("What did Ann's dog eat?", ["Ann", "Bo"]) == ["Ann"]
     assert named_participants("What do Ann and Bo share?", ["Ann", "Bo"]) == ["Ann", "Bo"]
     assert named_participants("What did Annabel say?", ["Ann", "Bo"]) == []
+    assert named_participants("What did Mel bake?", ["Melanie", "Caroline"]) == ["Melanie"]  # nickname
+    assert named_participants("What did Me bake?", ["Melanie", "Caroline"]) == []  # too short to be one
     cfg = FusionConfig(lexical_weight=0, packet_weight=0, speaker_weight=0.3, temporal_weight=0)
     index = FusionIndex.build(PACKETS, {}, cfg)
     assert fused_scores(index, "Where did Bo go?", None, cfg).total.tolist() == [0, 0.3, 0, 0.3, 0]

@@ -128,10 +128,17 @@ class FusedScores:
 
 
 def named_participants(question: str, participants: Sequence[str]) -> list[str]:
-    """Participants whose name appears in the question as a word (possessives included)."""
+    """Participants the question names: the name as a word (possessives included), or a
+    capitalized nickname the rule extractor also resolves ("Mel" for Melanie)."""
+    from ..address.extract_rule import known_name
+
     out = []
     for name in participants:
         if name and re.search(rf"(?<!\w){re.escape(name)}(?:'s)?(?!\w)", question, re.IGNORECASE):
+            out.append(name)
+    for token in re.findall(r"(?<!\w)[A-Z][a-z]+(?!\w)", question):
+        name = known_name(token, participants)
+        if name and name not in out:
             out.append(name)
     return out
 
