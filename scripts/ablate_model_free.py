@@ -40,7 +40,13 @@ from memcompile_local.bench.evidence import gold_recall  # noqa: E402
 from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
-from memcompile_local.evidence.fusion import FusionIndex, _raw, fused_scores, lexical_documents  # noqa: E402
+from memcompile_local.evidence.fusion import (  # noqa: E402
+    FusionIndex,
+    _raw,
+    fused_scores,
+    lexical_documents,
+    session_neighbours,
+)
 from memcompile_local.evidence.presets import apply_preset  # noqa: E402
 from memcompile_local.evidence.pursuit import mem_pursuit  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
@@ -324,9 +330,7 @@ def main() -> int:
         # BM25F-like: own document and neighbour text as two fields, neighbours at weight 0.5.
         own_docs = lexical_documents(view.packets, view.descriptors_by_packet, neighbor_context=False)
         P = view.packets
-        nbr_docs = [" ".join(_raw(P[j]) for j in (i - 1, i + 1)
-                             if 0 <= j < len(P) and P[j].session_index == P[i].session_index)
-                    for i in range(len(P))]
+        nbr_docs = [" ".join(_raw(P[j]) for j in session_neighbours(P, i)) for i in range(len(P))]
         own_ix = LexicalIndex([stem_terms(d) for d in own_docs], k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)
         nbr_ix = LexicalIndex([stem_terms(d) for d in nbr_docs], k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)
 

@@ -30,6 +30,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save_png(fig: Any, path: str | Path) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, format="png")
+    return out
+
+
 def quality_vs_tokens_plot(runs: Sequence[Mapping[str, Any]], path: str | Path, *,
                            title: str = "Quality vs. non-judge tokens per question") -> Path:
     """Write a PNG scatter: one labelled point per run, quality (%) against tokens per question.
@@ -74,13 +82,9 @@ def quality_vs_tokens_plot(runs: Sequence[Mapping[str, Any]], path: str | Path, 
         ax.set_ylabel(f"{y_name} (%)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3, zorder=0)
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(out, format="png")
+        return _save_png(fig, path)
     finally:
         plt.close(fig)
-    return out
 
 
 def ablation_plot(rows: Sequence[tuple[str, float, float]], path: str | Path, *,
@@ -110,10 +114,6 @@ def ablation_plot(rows: Sequence[tuple[str, float, float]], path: str | Path, *,
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="x", alpha=0.3)
         ax.legend(loc="lower right", fontsize=7)
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(out, format="png")
+        return _save_png(fig, path)
     finally:
         plt.close(fig)
-    return out

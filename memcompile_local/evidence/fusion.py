@@ -38,6 +38,12 @@ from ..config import FusionConfig
 from ..types import Descriptor, SourcePacket
 
 
+def session_neighbours(packets: Sequence[SourcePacket], i: int) -> tuple[int, ...]:
+    """Indices of the previous and next packet when they belong to the same session as ``i``."""
+    return tuple(j for j in (i - 1, i + 1)
+                 if 0 <= j < len(packets) and packets[j].session_index == packets[i].session_index)
+
+
 def lexical_documents(
     packets: Sequence[SourcePacket],
     descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
@@ -52,13 +58,10 @@ def lexical_documents(
     if not neighbor_context:
         return own
     docs = []
-    for i, p in enumerate(packets):
-        parts = [own[i]]
-        if i > 0 and packets[i - 1].session_index == p.session_index:
-            parts.insert(0, _raw(packets[i - 1]))
-        if i + 1 < len(packets) and packets[i + 1].session_index == p.session_index:
-            parts.append(_raw(packets[i + 1]))
-        docs.append(" ".join(parts))
+    for i in range(len(packets)):
+        before = [_raw(packets[j]) for j in session_neighbours(packets, i) if j < i]
+        after = [_raw(packets[j]) for j in session_neighbours(packets, i) if j > i]
+        docs.append(" ".join([*before, own[i], *after]))
     return docs
 
 
@@ -73,11 +76,9 @@ def context_documents(packets: Sequence[SourcePacket]) -> list[str]:
     next to the question it answers. Packets are in dialogue order.
     """
     docs = []
-    for i, p in enumerate(packets):
-        lines = [f"{q.speaker}: {_raw(q)}"
-                 for j in (i - 1, i, i + 1)
-                 if 0 <= j < len(packets) and (q := packets[j]).session_index == p.session_index]
-        docs.append("\n".join(lines))
+    for i in range(len(packets)):
+        rows = sorted((i, *session_neighbours(packets, i)))
+        docs.append("\n".join(f"{packets[j].speaker}: {_raw(packets[j])}" for j in rows))
     return docs
 
 
