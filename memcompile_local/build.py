@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -177,6 +177,7 @@ def embed_contexts(
     namespace: str,
     embedder: Any,
     *,
+    packets: Sequence[SourcePacket] | None = None,
     batch_size: int = 64,
     on_progress: Callable[[int], None] | None = None,
 ) -> int:
@@ -185,7 +186,7 @@ def embed_contexts(
     A turn appended to a session changes the context document of the turn before it; the
     text hash in the key makes exactly that one re-embed.
     """
-    keys, docs = context_document_keys(store, namespace)
+    keys, docs = context_document_keys(store, namespace, packets)
     return _embed_missing(store, namespace, context_model_id(embedder), embedder, keys, docs,
                           batch_size=batch_size, on_progress=on_progress)
 
@@ -225,11 +226,17 @@ def packet_document_keys(
     return _keyed(packets, [packet_document(p, by_packet.get(p.packet_id, [])) for p in packets])
 
 
-def context_document_keys(store: MemoryStore, namespace: str) -> tuple[list[str], list[str]]:
-    """(keys, documents) of the fused selector's context documents, in packet order."""
+def context_document_keys(
+    store: MemoryStore, namespace: str, packets: Sequence[SourcePacket] | None = None
+) -> tuple[list[str], list[str]]:
+    """(keys, documents) of the fused selector's context documents, in packet order.
+
+    ``packets``: the namespace's packets when the caller has them already (else read here).
+    """
     from .evidence.fusion import context_documents
 
-    packets = store.packets(namespace)
+    if packets is None:
+        packets = store.packets(namespace)
     return _keyed(packets, context_documents(packets))
 
 
@@ -241,9 +248,11 @@ def load_packet_matrix(
     return _load_matrix(store, namespace, embedding_model_id(embedder), embedder, keys, "packet")
 
 
-def load_context_matrix(store: MemoryStore, namespace: str, embedder: Any) -> np.ndarray:
+def load_context_matrix(
+    store: MemoryStore, namespace: str, embedder: Any, packets: Sequence[SourcePacket] | None = None
+) -> np.ndarray:
     """The (N, d) matrix of context-document embeddings in packet order (all must be built)."""
-    keys, _ = context_document_keys(store, namespace)
+    keys, _ = context_document_keys(store, namespace, packets)
     return _load_matrix(store, namespace, context_model_id(embedder), embedder, keys, "context")
 
 

@@ -192,7 +192,7 @@ class Memory:
 
             embed_packets(self.store, namespace, dset, self.embedder)
             if self.uses_context_embeddings():
-                embed_contexts(self.store, namespace, self.embedder)
+                embed_contexts(self.store, namespace, self.embedder, packets=packets)
         descriptors = self.store.descriptors(namespace, dset)
         cells = self.store.cells(namespace, lid)
         matrix = load_packet_matrix(self.store, namespace, dset, self.embedder)
@@ -203,7 +203,7 @@ class Memory:
         if self.uses_fusion():
             from .evidence.fusion import FusionIndex
 
-            context = (load_context_matrix(self.store, namespace, self.embedder)
+            context = (load_context_matrix(self.store, namespace, self.embedder, packets)
                        if self.uses_context_embeddings() else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, self.config.fusion,
                                        packet_matrix=matrix, context_matrix=context)
