@@ -59,8 +59,9 @@ def lexical_documents(
         return own
     docs = []
     for i in range(len(packets)):
-        before = [_raw(packets[j]) for j in session_neighbours(packets, i) if j < i]
-        after = [_raw(packets[j]) for j in session_neighbours(packets, i) if j > i]
+        near = session_neighbours(packets, i)
+        before = [_raw(packets[j]) for j in near if j < i]
+        after = [_raw(packets[j]) for j in near if j > i]
         docs.append(" ".join([*before, own[i], *after]))
     return docs
 
