@@ -233,7 +233,7 @@ def context_document_keys(
 
     ``packets``: the namespace's packets when the caller has them already (else read here).
     """
-    from .evidence.fusion import context_documents
+    from .fused import context_documents
 
     if packets is None:
         packets = store.packets(namespace)

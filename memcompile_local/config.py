@@ -95,7 +95,7 @@ class EvidenceConfig:
 
 @dataclass(frozen=True)
 class FusionConfig:
-    """The model-free ``fused`` selector (evidence/fusion.py); not a paper component.
+    """The model-free ``fused`` selector (memcompile_local/fused.py); not a paper component.
 
     Weights were set on the two development conversations (see README, "Model-free path").
     """

@@ -201,7 +201,7 @@ class Memory:
             by_packet.setdefault(d.packet_id, []).append(d)
         fusion = None
         if self.uses_fusion():
-            from .evidence.fusion import FusionIndex
+            from .fused import FusionIndex
 
             context = (load_context_matrix(self.store, namespace, self.embedder, packets)
                        if self.uses_context_embeddings() else None)

@@ -10,7 +10,7 @@ hit to its packet and collapses hits of one packet into one candidate:
   string; a packet missing from a given map sorts after every mapped one, by id.
 
 ``mmr_anchors`` is the diagnostic pre-scheduler Top-10 of Appendix B.3, and
-The source-aliasing audit of Appendix A.4 is a benchmark metric: ``bench.evidence.aliasing_audit``.
+The source-aliasing audit of Appendix A.4 is a benchmark metric: ``bench.coverage.aliasing_audit``.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class MemoryView:
     index: Any  # address.index.AddressIndex
     packet_matrix: np.ndarray | None  # (N, d) in packet order, l2-normalized
     row_of: Mapping[str, int]  # packet id -> row in packet_matrix
-    fusion: Any = None  # evidence.fusion.FusionIndex when the fused selector is configured
+    fusion: Any = None  # fused.FusionIndex when the fused selector is configured
 
 
 def query_intent(question: str, cfg: PipelineConfig, client: Any, view: MemoryView) -> QueryIntent:
@@ -94,7 +94,7 @@ def select_anchors(
         ids, info = _llm_ordering(question, pool_ids, k0, "schedule", view, cfg, client)
         return tuple(ids), info
     if selector == "fused":
-        from .evidence.fusion import select_fused
+        from .fused import select_fused
 
         if view.fusion is None:
             raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")

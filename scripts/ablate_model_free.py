@@ -36,11 +36,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from memcompile_local.address.lexical import LexicalIndex  # noqa: E402
 from memcompile_local.address.text import stem_terms, terms  # noqa: E402
-from memcompile_local.bench.evidence import gold_recall  # noqa: E402
+from memcompile_local.bench.coverage import gold_recall  # noqa: E402
 from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
-from memcompile_local.evidence.fusion import (  # noqa: E402
+from memcompile_local.fused import (  # noqa: E402
     FusionIndex,
     _raw,
     fused_scores,

@@ -29,7 +29,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from memcompile_local.address.query import address_query  # noqa: E402
-from memcompile_local.bench.evidence import aliasing_audit, gold_recall, nearest_rank_percentile  # noqa: E402
+from memcompile_local.bench.coverage import aliasing_audit, gold_recall, nearest_rank_percentile  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from memcompile_local.bench.evidence import gold_recall, session_recall, turn_recall
+from memcompile_local.bench.coverage import gold_recall, session_recall, turn_recall
 from memcompile_local.bench.judge import LONGMEMEVAL_TYPES
 from memcompile_local.bench.metrics import (
     LOCOMO_CATEGORY_NAMES,

@@ -399,7 +399,7 @@ class EvalRunner:
         _atomic_write(out / "predictions.jsonl",
                       "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in merged))
         metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
-        from .evidence import aliasing_audit
+        from .coverage import aliasing_audit
 
         audited = [r["candidate_packets"] for r in merged if r.get("candidate_packets")]
         aliasing = {str(k): v for k, v in aliasing_audit(audited).items()} if audited else {}

@@ -90,7 +90,7 @@ def _layout(name: str) -> Preset:
 
 def _model_free(cfg: PipelineConfig) -> PipelineConfig:
     # No LLM before the answer: rule-based descriptors and intent, the fused selector
-    # (evidence/fusion.py) picks K0 packets, no separate frontier.
+    # (memcompile_local/fused.py) picks K0 packets, no separate frontier.
     return cfg.replace(
         extraction={"extractor": "rule", "intent_source": "rule", "use_intent": True},
         evidence={"anchor_selector": "fused", "frontier": "none"},

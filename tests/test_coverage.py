@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memcompile_local.bench import evidence as E
+from memcompile_local.bench import coverage as E
 from memcompile_local.errors import DataFormatError
 
 

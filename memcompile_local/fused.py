@@ -1,4 +1,4 @@
-"""Model-free packet selection by score fusion (the ``fused`` anchor selector).
+"""The fused retriever: model-free packet selection by score fusion (the ``fused`` anchor selector).
 
 Selects K packets with no model call, at query time or at build time (descriptors come from
 the rule-based extractor). Each packet gets one score, a weighted sum of channels that are
@@ -32,10 +32,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..address.lexical import LexicalIndex
-from ..address.text import stem_terms
-from ..config import FusionConfig
-from ..types import Descriptor, SourcePacket
+from .address.lexical import LexicalIndex
+from .address.text import stem_terms
+from .config import FusionConfig
+from .types import Descriptor, SourcePacket
 
 
 def session_neighbours(packets: Sequence[SourcePacket], i: int) -> tuple[int, ...]:
@@ -132,7 +132,7 @@ class FusedScores:
 def named_participants(question: str, participants: Sequence[str]) -> list[str]:
     """Participants the question names: the name as a word (possessives included), or a
     capitalized nickname the rule extractor also resolves ("Mel" for Melanie)."""
-    from ..address.extract_rule import known_name
+    from .address.extract_rule import known_name
 
     out = []
     for name in participants:

@@ -7,7 +7,7 @@ import numpy as np
 from memcompile_local.config import FusionConfig
 import pytest
 
-from memcompile_local.evidence.fusion import (
+from memcompile_local.fused import (
     FusionIndex,
     context_documents,
     fused_scores,
