@@ -183,3 +183,13 @@ class PipelineConfig:
         for name, changes in sections.items():
             current[name] = dataclasses.replace(current[name], **changes)
         return PipelineConfig(**current)
+
+
+def config_needs_llm(c: PipelineConfig) -> bool:
+    """Whether building or compiling (answering aside) makes any model call under ``c``."""
+    return (
+        c.extraction.extractor == "llm"
+        or (c.extraction.use_intent and c.extraction.intent_source == "llm")
+        or c.evidence.anchor_selector == "llm"
+        or c.evidence.frontier == "llm"
+    )

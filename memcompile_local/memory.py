@@ -14,8 +14,9 @@ from os import PathLike
 from typing import Any, Iterable, Mapping, Sequence
 
 from .build import BuildResult, build_memory, layout_id, load_context_matrix, load_packet_matrix
-from .config import ModelConfig, PipelineConfig
+from .config import PipelineConfig, config_needs_llm
 from .errors import ConfigError
+from .llm.registry import backend_kwargs, embedder_kwargs
 from .pipeline import Context, MemoryView, compile_context
 from .store import IngestResult, MemoryStore
 from .types import Conversation, Session
@@ -28,40 +29,6 @@ class Answer:
     text: str
     context: Context
     prompt_version: str = ""
-
-
-def backend_kwargs(m: ModelConfig) -> dict[str, Any]:
-    """Constructor arguments of the configured LLM backend."""
-    kw: dict[str, Any] = dict(m.options)
-    if m.backend == "scripted":
-        return kw
-    kw.setdefault("model", m.model)
-    if m.backend == "openai":
-        kw.setdefault("base_url", m.base_url)
-        kw.setdefault("api_key_env", m.api_key_env)
-        kw.setdefault("concurrency", m.concurrency)
-        kw.setdefault("timeout", m.timeout_s)
-    return kw
-
-
-def embedder_kwargs(m: ModelConfig) -> dict[str, Any]:
-    kw: dict[str, Any] = {}
-    if m.embedder == "hash":
-        return kw
-    kw["model"] = m.embed_model
-    if m.embedder == "openai" and m.base_url:
-        kw["base_url"] = m.base_url
-    return kw
-
-
-def config_needs_llm(c: PipelineConfig) -> bool:
-    """Whether building or compiling (answering aside) makes any model call under ``c``."""
-    return (
-        c.extraction.extractor == "llm"
-        or (c.extraction.use_intent and c.extraction.intent_source == "llm")
-        or c.evidence.anchor_selector == "llm"
-        or c.evidence.frontier == "llm"
-    )
 
 
 def turns_to_conversation(namespace: str, data: Any) -> Conversation:

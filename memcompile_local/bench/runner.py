@@ -201,8 +201,7 @@ class EvalRunner:
     # -- setup
     def _make_backend(self, name: str, model: str | None) -> Any:
         from ..llm.batching import MicroBatcher
-        from ..llm.registry import load_backend
-        from ..memory import backend_kwargs
+        from ..llm.registry import backend_kwargs, load_backend
 
         mcfg = dataclasses.replace(self.cfg.model, backend=name, model=model or self.cfg.model.model)
         backend = load_backend(name, **backend_kwargs(mcfg))
@@ -212,7 +211,8 @@ class EvalRunner:
 
     def run(self) -> dict[str, Any]:
         from ..llm.client import LLMClient
-        from ..memory import Memory, config_needs_llm
+        from ..config import config_needs_llm
+        from ..memory import Memory
         from ..store import MemoryStore
 
         spec, cfg = self.spec, self.cfg

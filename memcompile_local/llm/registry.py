@@ -10,16 +10,21 @@ pip extra when the package is absent.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memcompile_local.errors import ConfigError, MissingExtraError
 from memcompile_local.llm.extras import PIP_NAMES
+
+if TYPE_CHECKING:
+    from memcompile_local.config import ModelConfig
 
 __all__ = [
     "BACKENDS",
     "EMBEDDERS",
     "BACKEND_EXTRAS",
     "EMBEDDER_EXTRAS",
+    "backend_kwargs",
+    "embedder_kwargs",
     "load_backend",
     "load_embedder",
     "resolve",
@@ -106,3 +111,32 @@ def load_backend(name: str, **kwargs: Any) -> Any:
 def load_embedder(name: str, **kwargs: Any) -> Any:
     """Construct the embedder registered as ``name`` (see ``load_backend``)."""
     return _load("embedder", EMBEDDERS, EMBEDDER_EXTRAS, name, kwargs)
+
+
+def backend_kwargs(m: "ModelConfig") -> dict[str, Any]:
+    """Constructor arguments of the backend ``m.backend`` taken from the model section ``m``.
+
+    ``m.options`` goes through as given; the scripted backend takes nothing else, and the
+    server-backed ones also get the URL, key variable, concurrency and timeout.
+    """
+    kw: dict[str, Any] = dict(m.options)
+    if m.backend == "scripted":
+        return kw
+    kw.setdefault("model", m.model)
+    if m.backend == "openai":
+        kw.setdefault("base_url", m.base_url)
+        kw.setdefault("api_key_env", m.api_key_env)
+        kw.setdefault("concurrency", m.concurrency)
+        kw.setdefault("timeout", m.timeout_s)
+    return kw
+
+
+def embedder_kwargs(m: "ModelConfig") -> dict[str, Any]:
+    """Constructor arguments of the embedder ``m.embedder`` (the hash embedder takes none)."""
+    kw: dict[str, Any] = {}
+    if m.embedder == "hash":
+        return kw
+    kw["model"] = m.embed_model
+    if m.embedder == "openai" and m.base_url:
+        kw["base_url"] = m.base_url
+    return kw
