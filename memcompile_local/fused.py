@@ -165,7 +165,7 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
             bonus[[i for i, s in enumerate(index.speakers) if s == named[0]]] = 1.0
         channels["speaker"] = bonus
     if cfg.temporal_weight:
-        from ..address.intent import is_temporal_question
+        from .address.intent import is_temporal_question
 
         channels["temporal"] = index.dated if is_temporal_question(question) else np.zeros(n)
     weights = {"lexical": cfg.lexical_weight, "packet": cfg.packet_weight, "speaker": cfg.speaker_weight,
