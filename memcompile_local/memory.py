@@ -142,11 +142,12 @@ class Memory:
         extractor = self.extractor()
         dset = extractor.descriptor_set
         lid = layout_id(dset, self.config.placement)
-        # Asked on every compile: a COUNT decides whether the cached view is still current.
-        n_packets = self.store.packet_count(namespace)
-        if not n_packets:
+        # Asked on every compile: the store's generation of the namespace changes on every write
+        # and on forget, in any process, so a cached view is used only while it is current.
+        generation = self.store.generation(namespace)
+        if not self.store.packet_count(namespace):
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
-        key = (namespace, dset, lid, n_packets, self.config.model.embedder, self.config.model.embed_model)
+        key = (namespace, dset, lid, generation, self.config.model.embedder, self.config.model.embed_model)
         with self._lock:
             if key in self._views:
                 return self._views[key]
@@ -160,6 +161,12 @@ class Memory:
             embed_packets(self.store, namespace, dset, self.embedder)
             if self.uses_context_embeddings():
                 embed_contexts(self.store, namespace, self.embedder, packets=packets)
+        # The steps above may have written; key the view on the generation its data is read at
+        # (read the packets again then, so that none of them is older than the key).
+        after = self.store.generation(namespace)
+        if after != generation:
+            key = key[:3] + (after,) + key[4:]
+            packets = self.store.packets(namespace)
         descriptors = self.store.descriptors(namespace, dset)
         cells = self.store.cells(namespace, lid)
         matrix = load_packet_matrix(self.store, namespace, dset, self.embedder)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from memcompile_local.errors import ImmutablePacketError, NamespaceError, StoreError
-from memcompile_local.store import MemoryStore, validate_namespace
+from memcompile_local.store import SCHEMA_VERSION, MemoryStore, validate_namespace
 from memcompile_local.store.namespace import MAX_NAMESPACE_LEN
 from memcompile_local.types import (
     Cell,
@@ -440,7 +440,7 @@ def test_stats(store):
     store.cache_put("j", namespace=None, stage="judge", identity_json="{}", response=resp("", 2, 1))
     store.ingest(simple_conv("u2", ["z"]))
     st = store.stats()
-    assert st["schema_version"] == 1 and st["file_bytes"] > 0
+    assert st["schema_version"] == SCHEMA_VERSION == 2 and st["file_bytes"] > 0
     assert set(st["namespaces"]) == {"u1", "u2"}
     u1 = st["namespaces"]["u1"]
     assert u1["packets"] == 3 and u1["sessions"] == 2
@@ -458,7 +458,7 @@ def test_schema_version_and_foreign_files(tmp_path):
     with MemoryStore(p) as s:
         s.ingest(simple_conv("u1", ["persisted"]))
     raw = sqlite3.connect(p)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     raw.close()
     with MemoryStore(p) as s:  # reopen: data is there
@@ -525,7 +525,7 @@ def test_forget_removes_namespace_from_file_bytes(tmp_path):
     counts = s.forget("victim")
     assert counts == {
         "run_calls": 1, "request_cache": 1, "descriptors": 1, "extraction_markers": 1, "packets": 2,
-        "cells": 1, "embeddings": 1, "meta": 1, "waste": 1, "namespaces": 1,
+        "cells": 1, "embeddings": 1, "meta": 1, "waste": 1, "namespaces": 1, "generations": 1,
     }
     # Everything of the victim is gone, the keeper and unscoped entries are intact.
     assert s.namespaces() == ["keeper"]

@@ -47,8 +47,11 @@ from .namespace import validate_namespace
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-"""Value of ``PRAGMA user_version`` written by this code; a larger value is refused."""
+SCHEMA_VERSION = 2
+"""Value of ``PRAGMA user_version`` written by this code; a larger value is refused.
+
+Version 2 added the ``generations`` and ``counters`` tables; a version-1 file is upgraded in place
+when it is opened for writing."""
 
 APPLICATION_ID = 0x4D434C31  # "MCL1": marks the file as a memcompile-local store
 """Value of ``PRAGMA application_id`` in every store file."""
@@ -174,7 +177,28 @@ CREATE TABLE meta (
     value      TEXT NOT NULL,
     PRIMARY KEY (namespace, key)
 ) WITHOUT ROWID;
+""" + """
+CREATE TABLE generations (
+    namespace   TEXT PRIMARY KEY,
+    generation  INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE counters (
+    name   TEXT PRIMARY KEY,
+    value  INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO counters (name, value) VALUES ('generation', 0);
 """
+
+# Statements that turn a version-1 file into a version-2 one (the tables of the part above that
+# version 1 lacked, and one generation per existing namespace).
+_UPGRADE_1_TO_2 = (
+    "CREATE TABLE generations (namespace TEXT PRIMARY KEY, generation INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
+    "INSERT INTO generations (namespace, generation) "
+    "SELECT namespace, ROW_NUMBER() OVER (ORDER BY namespace) FROM namespaces",
+    "INSERT INTO counters (name, value) SELECT 'generation', COUNT(*) FROM namespaces",
+)
 
 _OUR_TABLES = frozenset(
     {
@@ -188,6 +212,8 @@ _OUR_TABLES = frozenset(
         "run_calls",
         "waste",
         "meta",
+        "generations",
+        "counters",
     }
 )
 
@@ -457,6 +483,10 @@ class MemoryStore:
                         f"{self.path}: application_id {app:#x} is not a memcompile-local store "
                         f"(expected {APPLICATION_ID:#x})"
                     )
+                if version == 1:
+                    for stmt in _UPGRADE_1_TO_2:
+                        c.execute(stmt)
+                    c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 missing = _OUR_TABLES - tables
                 if missing:
@@ -520,6 +550,40 @@ class MemoryStore:
             "INSERT OR IGNORE INTO namespaces (namespace, created_at) VALUES (?, ?)",
             (namespace, time.time()),
         )
+
+    @staticmethod
+    def _bump(c: sqlite3.Connection, namespace: str) -> int:
+        """Give ``namespace`` a new generation inside the caller's write transaction; return it.
+
+        The value comes from one store-wide counter, so it is larger than every generation any
+        namespace has had, including the generations of a namespace that was forgotten and made
+        again under the same name.
+        """
+        c.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
+        value = c.execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()[0]
+        c.execute(
+            "INSERT INTO generations (namespace, generation) VALUES (?, ?) "
+            "ON CONFLICT (namespace) DO UPDATE SET generation = excluded.generation",
+            (namespace, value),
+        )
+        return int(value)
+
+    def generation(self, namespace: str) -> int:
+        """A number that changes whenever anything a view of ``namespace`` reads is written.
+
+        Every write to the namespace (packets added by ingest, extraction results, cells,
+        embeddings, meta) and :meth:`forget` move it to a value it has never had before, in this
+        and in every other process sharing the file: a cache keyed on it cannot serve data that
+        was changed or forgotten since. Over time the value never decreases. A namespace with no
+        data (never written, or forgotten) reports the store-wide counter, which is larger than
+        any generation it had before.
+        """
+        ns = validate_namespace(namespace)
+        with self._read() as c:
+            row = c.execute("SELECT generation FROM generations WHERE namespace = ?", (ns,)).fetchone()
+            if row is not None:
+                return int(row[0])
+            return int(c.execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()[0])
 
     def close(self) -> None:
         """Close the connection. Idempotent; later calls raise :class:`StoreError`."""
@@ -606,6 +670,8 @@ class MemoryStore:
                 )
                 next_ordinal += 1
                 added += 1
+            if added:
+                self._bump(c, ns)
         logger.debug("ingest %s: added %d, skipped %d", ns, added, skipped)
         return IngestResult(namespace=ns, added=added, skipped=skipped)
 
@@ -673,6 +739,7 @@ class MemoryStore:
                 "(namespace, descriptor_set, packet_id, n_descriptors, created_at) VALUES (?, ?, ?, ?, ?)",
                 (ns, dset, pid, len(rows), time.time()),
             )
+            self._bump(c, ns)
 
     def extracted_packet_ids(self, namespace: str, descriptor_set: str) -> set[str]:
         """Packet ids of ``namespace`` already extracted for ``descriptor_set``."""
@@ -736,6 +803,7 @@ class MemoryStore:
                 raise StoreError(
                     f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id ({exc})"
                 ) from exc
+            self._bump(c, ns)
 
     def cells(self, namespace: str, layout_id: str) -> list[Cell]:
         """The cells of ``layout_id`` in ``namespace``, ordered by cell_id."""
@@ -802,6 +870,8 @@ class MemoryStore:
                 "INSERT OR REPLACE INTO embeddings (namespace, model_id, key, dim, vector) VALUES (?, ?, ?, ?, ?)",
                 ((ns, mid, k, dim, arr[i].tobytes()) for i, k in enumerate(keys)),
             )
+            if keys:
+                self._bump(c, ns)
 
     def embeddings(self, namespace: str, model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors (1-D float32 arrays) for those of ``keys`` that have one."""
@@ -988,6 +1058,7 @@ class MemoryStore:
         with self._write() as c:
             self._register(c, ns)
             c.execute("INSERT OR REPLACE INTO meta (namespace, key, value) VALUES (?, ?, ?)", (ns, k, v))
+            self._bump(c, ns)
 
     # ---------------------------------------------------------------- housekeeping
 
@@ -1015,9 +1086,13 @@ class MemoryStore:
                 ("meta", "DELETE FROM meta WHERE namespace = ?"),
                 ("waste", "DELETE FROM waste WHERE namespace = ?"),
                 ("namespaces", "DELETE FROM namespaces WHERE namespace = ?"),
+                ("generations", "DELETE FROM generations WHERE namespace = ?"),
             )
             for table, sql in steps:
                 counts[table] = c.execute(sql, (ns,)).rowcount
+            # The name leaves the file with its data; the counter still moves past every
+            # generation the namespace had, so generation() never repeats an old value.
+            c.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
         self._scrub()
         logger.info("forgot namespace %s: %s", ns, counts)
         return counts
