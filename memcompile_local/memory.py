@@ -195,6 +195,9 @@ class Memory:
             fusion=fusion,
         )
         with self._lock:
+            # Only the newest view of a namespace can be current: drop the older generations so a
+            # long-running server that appends all day does not keep every view it ever built.
+            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
             self._views[key] = view
         return view
 
