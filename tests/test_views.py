@@ -75,32 +75,32 @@ def test_claim_bundle_lists_all_claims_in_construction_order_and_falls_back_to_r
     text = render_claim_bundle(PACKETS, CLAIMS)
     blocks = text.split("\n\n")
     assert blocks[0].splitlines()[1:] == [
-        "- Caroline attended an LGBTQ support group on 7 May 2023.",
-        "- The support group was powerful for Caroline.",
+        "> - Caroline attended an LGBTQ support group on 7 May 2023.",
+        "> - The support group was powerful for Caroline.",
     ]
-    assert blocks[2].splitlines()[1:] == ["Hey, how are you?"]  # zero claims: raw text
+    assert blocks[2].splitlines()[1:] == ["> Hey, how are you?"]  # zero claims: raw text
     assert "camping trip was in May 2023" in blocks[3]
 
 
 def test_raw_view_shows_text_caption_and_query():
     block = render_raw_packets(PACKETS).split("\n\n")[1]
     assert block.splitlines()[1:] == [
-        "Look at this!",
-        "(shared image: a pottery bowl)",
-        "(image search: pottery bowl handmade)",
+        "> Look at this!",
+        "> (shared image: a pottery bowl)",
+        "> (image search: pottery bowl handmade)",
     ]
 
 
 def test_representative_view_uses_the_address_claim_then_fallbacks():
     blocks = render_representative_claims(PACKETS, REPRESENTATIVE, CLAIMS).split("\n\n")
-    assert blocks[0].splitlines()[1:] == ["- The support group was powerful for Caroline."]
-    assert blocks[1].splitlines()[1:] == ["- Melanie made a pottery bowl."]
-    assert blocks[2].splitlines()[1:] == ["Hey, how are you?"]  # no hit, no claim: raw text
-    assert blocks[3].splitlines()[1:] == ["- Melanie camped near a lake with her kids."]  # first claim
+    assert blocks[0].splitlines()[1:] == ["> - The support group was powerful for Caroline."]
+    assert blocks[1].splitlines()[1:] == ["> - Melanie made a pottery bowl."]
+    assert blocks[2].splitlines()[1:] == ["> Hey, how are you?"]  # no hit, no claim: raw text
+    assert blocks[3].splitlines()[1:] == ["> - Melanie camped near a lake with her kids."]  # first claim
     # Descriptor objects are accepted as representatives too.
     rep = {"D2:4": CLAIMS["D2:4"][0]}
     text = render_representative_claims(PACKETS[:1], rep)
-    assert text.splitlines()[1] == "- The support group was powerful for Caroline."
+    assert text.splitlines()[1] == "> - The support group was powerful for Caroline."
 
 
 def test_inconsistent_inputs_raise_typed_errors():
@@ -116,3 +116,27 @@ def test_inconsistent_inputs_raise_typed_errors():
 
 def test_empty_sequence_renders_empty_text():
     assert render_claim_bundle([], CLAIMS) == ""
+
+
+def test_block_cap_cuts_a_huge_turn_with_a_visible_marker():
+    huge = _packet("D9:1", "word " * 20000 + "THE END")
+    small = PACKETS[0]
+    for name in VIEW_NAMES:
+        blocks = view_blocks(name, [huge, small], CLAIMS, REPRESENTATIVE, max_block_chars=2000)
+        big, other = blocks[0][1], blocks[1][1]
+        assert len(big) <= 2000
+        assert "THE END" not in big
+        last = big.splitlines()[-1]
+        assert last.startswith("(… ") and last.endswith("more characters of this packet not shown)")
+        n_cut = int(last.split()[1])
+        assert 90000 < n_cut < 101000  # most of the ~100,000 characters were left out
+        assert all(line.startswith(">") for line in big.splitlines()[1:-1])
+        # A block under the cap renders exactly as without one.
+        assert other == view_blocks(name, [huge, small], CLAIMS, REPRESENTATIVE)[1][1]
+
+
+def test_block_cap_must_leave_room_for_a_header():
+    with pytest.raises(ConfigError):
+        render_raw_packets(PACKETS, max_block_chars=10)
+    with pytest.raises(ConfigError):
+        render_view("raw_packet", PACKETS, max_block_chars=True)

@@ -30,12 +30,12 @@ ranking can never be reused for a different pool.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from memcompile_local.errors import DataFormatError, OutputValidationError
+from memcompile_local.fence import header_value, json_quote
 from memcompile_local.llm.interface import LLMRequest, Message, RankingSpec, stable_hash
 from memcompile_local.types import SourcePacket
 
@@ -93,16 +93,20 @@ def packet_content(packet: SourcePacket) -> str:
 def render_candidate(label: str, packet: SourcePacket, *, max_content_chars: int | None = None) -> str:
     """One candidate line: ``[C001] dia_id=.. speaker=.. recorded_date=.. content="..."``.
 
-    The content is JSON-quoted so that quotes and newlines inside a turn cannot break the
-    line format. ``max_content_chars`` (optional) shortens very long turns with an ellipsis.
+    The content is JSON-quoted with every control and line-break character escaped
+    (``fence.json_quote``), and the other fields are single-line labels, quoted when they hold
+    an ``=`` or anything else that could pose as a further field
+    (``fence.header_value``): stored text cannot break the line format or forge a candidate.
+    ``max_content_chars`` (optional) shortens very long turns with an ellipsis.
     """
     content = packet_content(packet)
     if max_content_chars is not None and len(content) > max_content_chars:
         content = content[: max(0, max_content_chars - 1)].rstrip() + "…"
-    quoted = json.dumps(content, ensure_ascii=False)
+    quoted = json_quote(content)
     return (
-        f"[{label}] dia_id={packet.packet_id} speaker={packet.speaker} "
-        f"recorded_date={packet.session_time} content={quoted}"
+        f"[{label}] dia_id={header_value(packet.packet_id, separators='= ')} "
+        f"speaker={header_value(packet.speaker, separators='=')} "
+        f"recorded_date={header_value(packet.session_time, separators='=')} content={quoted}"
     )
 
 

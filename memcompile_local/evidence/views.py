@@ -12,11 +12,23 @@ Every view renders the same packets in the same order; only what each block show
   (a dense frontier addition) has no representative: it shows its first claim, or its raw
   text when it has no claim.
 
-Each block starts with the same header in every view::
+Each block starts with the same header in every view, then its content quoted line by line::
 
     [1] dia_id=D3:7 | recorded: 1:56 pm on 8 May, 2023 | speaker: Caroline
+    > - Caroline went to an LGBTQ support group on 7 May 2023.
 
 The number is the position in the packet sequence; blocks are joined by a blank line.
+
+Fencing (issue 15.4): the header is built only from the packet id, session time and speaker,
+each rendered by :func:`memcompile_local.fence.header_value` (bare when a plain single-line
+label, else a JSON string), and every content line starts with ``"> "``
+(:func:`memcompile_local.fence.quote_block`). So whatever a stored turn or claim says, the
+context holds exactly one header line per packet, and no content line can pass for a header,
+a ``Question:`` line or a system message.
+
+Size (issue 15.5): ``max_block_chars`` caps one rendered block (header included). Content
+past the cap is cut and the block ends with a marker line saying how many characters were
+left out, so a huge turn can neither crowd out the other evidence nor vanish silently.
 """
 
 from __future__ import annotations
@@ -24,6 +36,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from memcompile_local.errors import ConfigError, DataFormatError
+from memcompile_local.fence import header_value, quote_block
 from memcompile_local.types import Descriptor, SourcePacket
 
 __all__ = [
@@ -34,6 +47,8 @@ __all__ = [
     "render_view",
     "view_blocks",
     "block_header",
+    "cut_marker",
+    "MIN_BLOCK_CHARS",
 ]
 
 VIEW_NAMES: tuple[str, ...] = ("claim_bundle", "raw_packet", "representative_claim")
@@ -41,18 +56,29 @@ VIEW_NAMES: tuple[str, ...] = ("claim_bundle", "raw_packet", "representative_cla
 DescriptorMap = Mapping[str, Sequence[Descriptor]]
 RepresentativeMap = Mapping[str, "str | Descriptor"]
 
+# The smallest block cap accepted: the longest possible header (three fields of at most
+# fence.HEADER_MAX_CHARS each), the cut marker and some content must still fit.
+MIN_BLOCK_CHARS = 1000
+
 
 def block_header(position: int, packet: SourcePacket) -> str:
-    """Header line of the ``position``-th (1-based) block."""
-    return (f"[{position}] dia_id={packet.packet_id} | recorded: {packet.session_time} "
-            f"| speaker: {packet.speaker}")
+    """Header line of the ``position``-th (1-based) block; one line whatever the fields hold."""
+    return (f"[{position}] dia_id={header_value(packet.packet_id)} "
+            f"| recorded: {header_value(packet.session_time)} "
+            f"| speaker: {header_value(packet.speaker)}")
+
+
+def cut_marker(n_chars: int) -> str:
+    """The line that ends a block whose content was cut (not quoted: it is our structure)."""
+    return f"(… {n_chars} more characters of this packet not shown)"
 
 
 def _raw_lines(packet: SourcePacket) -> list[str]:
+    """The packet's own items, unquoted: turn text, then image caption and image query."""
     lines = [packet.content.strip()]
-    if packet.image_caption:
+    if packet.image_caption and packet.image_caption.strip():
         lines.append(f"(shared image: {packet.image_caption.strip()})")
-    if packet.image_query:
+    if packet.image_query and packet.image_query.strip():
         lines.append(f"(image search: {packet.image_query.strip()})")
     return [line for line in lines if line]
 
@@ -105,9 +131,46 @@ def _representative_body(
     return _raw_lines(packet)
 
 
+def _check_cap(max_block_chars: int | None) -> None:
+    if max_block_chars is None:
+        return
+    if isinstance(max_block_chars, bool) or not isinstance(max_block_chars, int) \
+            or max_block_chars < MIN_BLOCK_CHARS:
+        raise ConfigError(f"max_block_chars must be an integer >= {MIN_BLOCK_CHARS} or None, "
+                          f"got {max_block_chars!r}")
+
+
+def _fenced_block(header: str, items: list[str], max_block_chars: int | None) -> str:
+    """Header, then every item quoted line by line, cut to ``max_block_chars`` when set."""
+    body = [line for item in items for line in quote_block(item)]
+    text = "\n".join([header, *body])
+    if max_block_chars is None or len(text) <= max_block_chars:
+        return text
+    # Keep whole lines while they fit; cut the first one that does not (keeping its quote
+    # prefix), then say how much was left out. The marker's own length is reserved first.
+    total = sum(len(line) for line in body) + len(body)  # each line plus its newline
+    room = max_block_chars - len(header) - len(cut_marker(total)) - 2
+    kept: list[str] = []
+    used = 0
+    for line in body:
+        if used + len(line) + 1 <= room:
+            kept.append(line)
+            used += len(line) + 1
+            continue
+        part = line[: max(0, room - used - 1)]
+        if len(part) > 2:  # more than the bare "> " prefix
+            kept.append(part)
+            used += len(part) + 1
+        break
+    return "\n".join([header, *kept, cut_marker(total - used)])
+
+
 def _blocks(
-    packets: Sequence[SourcePacket], body: Callable[[SourcePacket], list[str]]
+    packets: Sequence[SourcePacket],
+    body: Callable[[SourcePacket], list[str]],
+    max_block_chars: int | None = None,
 ) -> list[tuple[str, str]]:
+    _check_cap(max_block_chars)
     seen: set[str] = set()
     out: list[tuple[str, str]] = []
     for position, packet in enumerate(packets, start=1):
@@ -115,8 +178,8 @@ def _blocks(
             raise DataFormatError("<packet sequence>", f"[{position - 1}]", "distinct packet ids",
                                   f"{packet.packet_id!r} appears twice")
         seen.add(packet.packet_id)
-        lines = [block_header(position, packet), *body(packet)]
-        out.append((packet.packet_id, "\n".join(lines)))
+        block = _fenced_block(block_header(position, packet), body(packet), max_block_chars)
+        out.append((packet.packet_id, block))
     return out
 
 
@@ -124,20 +187,23 @@ def _join(blocks: list[tuple[str, str]]) -> str:
     return "\n\n".join(text for _, text in blocks)
 
 
-def render_claim_bundle(packets: Sequence[SourcePacket], descriptors_by_packet: DescriptorMap) -> str:
+def render_claim_bundle(packets: Sequence[SourcePacket], descriptors_by_packet: DescriptorMap,
+                        *, max_block_chars: int | None = None) -> str:
     """Claim-bundle view: per packet its header, then all retained claims in construction order."""
-    return _join(_blocks(packets, lambda p: _bundle_body(p, descriptors_by_packet)))
+    return _join(_blocks(packets, lambda p: _bundle_body(p, descriptors_by_packet), max_block_chars))
 
 
-def render_raw_packets(packets: Sequence[SourcePacket]) -> str:
+def render_raw_packets(packets: Sequence[SourcePacket], *, max_block_chars: int | None = None) -> str:
     """Raw-source view: per packet its header, then turn text, image caption and image query."""
-    return _join(_blocks(packets, _raw_lines))
+    return _join(_blocks(packets, _raw_lines, max_block_chars))
 
 
 def render_representative_claims(
     packets: Sequence[SourcePacket],
     representative_by_packet: RepresentativeMap,
     descriptors_by_packet: DescriptorMap | None = None,
+    *,
+    max_block_chars: int | None = None,
 ) -> str:
     """Representative-claim view: per packet one claim (see the module docstring for fallbacks).
 
@@ -146,7 +212,8 @@ def render_representative_claims(
     ``descriptors_by_packet``.
     """
     return _join(_blocks(
-        packets, lambda p: _representative_body(p, representative_by_packet, descriptors_by_packet)
+        packets, lambda p: _representative_body(p, representative_by_packet, descriptors_by_packet),
+        max_block_chars,
     ))
 
 
@@ -155,15 +222,18 @@ def view_blocks(
     packets: Sequence[SourcePacket],
     descriptors_by_packet: DescriptorMap | None = None,
     representative_by_packet: RepresentativeMap | None = None,
+    *,
+    max_block_chars: int | None = None,
 ) -> list[tuple[str, str]]:
     """The (packet id, block text) pairs of a view, in sequence order (for audits and tests)."""
     if name == "claim_bundle":
-        return _blocks(packets, lambda p: _bundle_body(p, descriptors_by_packet))
+        return _blocks(packets, lambda p: _bundle_body(p, descriptors_by_packet), max_block_chars)
     if name == "raw_packet":
-        return _blocks(packets, _raw_lines)
+        return _blocks(packets, _raw_lines, max_block_chars)
     if name == "representative_claim":
         return _blocks(
-            packets, lambda p: _representative_body(p, representative_by_packet, descriptors_by_packet)
+            packets, lambda p: _representative_body(p, representative_by_packet, descriptors_by_packet),
+            max_block_chars,
         )
     raise ConfigError(f"unknown reader view {name!r}; expected one of {list(VIEW_NAMES)}")
 
@@ -173,6 +243,12 @@ def render_view(
     packets: Sequence[SourcePacket],
     descriptors_by_packet: DescriptorMap | None = None,
     representative_by_packet: RepresentativeMap | None = None,
+    *,
+    max_block_chars: int | None = None,
 ) -> str:
-    """Render ``packets`` with the view called ``name`` (one of :data:`VIEW_NAMES`)."""
-    return _join(view_blocks(name, packets, descriptors_by_packet, representative_by_packet))
+    """Render ``packets`` with the view called ``name`` (one of :data:`VIEW_NAMES`).
+
+    ``max_block_chars`` caps each block (see the module docstring); None renders blocks whole.
+    """
+    return _join(view_blocks(name, packets, descriptors_by_packet, representative_by_packet,
+                             max_block_chars=max_block_chars))
