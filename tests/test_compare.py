@@ -9,7 +9,7 @@ import pytest
 from memcompile_local.bench.compare import grid, load_spec, run_compare
 from memcompile_local.errors import ConfigError
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+from _data_paths import LOCOMO_MINI as DEV
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -37,7 +37,6 @@ def test_grid_applies_presets_and_backbones(tmp_path):
     assert cfg.evidence.anchor_selector == "fused" and runs[0][1].evidence.frontier == "none"
 
 
-@pytest.mark.skipif(not DEV.exists(), reason="LoCoMo dev file not present")
 def test_retrieval_only_grid_writes_one_table(tmp_path):
     path = write(tmp_path, f"benchmark: locomo\ndata: {DEV}\nlimit: 3\nretrieval_only: true\n"
                            f"store: {tmp_path / 'grid.sqlite'}\n"

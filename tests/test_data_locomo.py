@@ -1,4 +1,5 @@
-"""LoCoMo loader: dev-file counts, layout conventions and the packaged example."""
+"""LoCoMo loader: counts and details of the shipped fixture (and of the dev file when
+../shared/data is present), layout conventions and the packaged example."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from memcompile_local.data import (
 )
 from memcompile_local.errors import DataFormatError
 
-DEV = Path("/work/shared/data/locomo/locomo_dev.json")
-needs_dev = pytest.mark.skipif(not DEV.exists(), reason="LoCoMo dev file not available")
+from _data_paths import LOCOMO_MINI
 
 
 def write(path: Path, obj) -> Path:
@@ -45,11 +45,58 @@ def sample(sample_id: str = "s1", conversation: dict | None = None, qa=None) -> 
     return out
 
 
-# --- the dev file ------------------------------------------------------------------
+# --- the shipped fixture ---------------------------------------------------------------
 
 
-@needs_dev
-def test_dev_file_counts():
+def test_fixture_counts():
+    convs = load_locomo(LOCOMO_MINI)
+    assert [c.namespace for c in convs] == ["mini-1", "mini-2"]
+    assert [len(c.sessions) for c in convs] == [3, 2]
+    assert [sum(len(s.turns) for s in c.sessions) for c in convs] == [36, 24]
+    assert counts(convs) == {
+        "conversations": 2, "sessions": 5, "turns": 60, "questions": 21,
+        "questions_by_category": {1: 5, 2: 5, 3: 2, 4: 6, 5: 3}, "abstention_questions": 0,
+    }
+    assert counts(load_any(LOCOMO_MINI)) == counts(convs)  # auto-detected as LoCoMo
+
+
+def test_fixture_details():
+    mini1 = load_locomo(LOCOMO_MINI, conversations=["mini-1"])[0]
+    assert mini1.speakers == ("Priya", "Tomas") and mini1.source_path == str(LOCOMO_MINI)
+    # The file lists session_3 first; sessions come back in numeric order with their dates.
+    assert [s.session_id for s in mini1.sessions] == ["session_1", "session_2", "session_3"]
+    assert [s.index for s in mini1.sessions] == [1, 2, 3]
+    assert mini1.sessions[0].time == "10:15 am on 4 March, 2023"
+    first = mini1.sessions[0].turns[0]
+    assert (first.packet_id, first.speaker, first.image_caption) == ("D1:1", "Priya", None)
+    bowl = mini1.sessions[0].turns[3]
+    assert bowl.packet_id == "D1:4"
+    assert bowl.image_caption == "a photo of an unfired clay bowl on a potter's wheel"
+    assert bowl.image_query == "clay bowl pottery wheel"
+    q = {x.question_id: x for x in mini1.questions}
+    assert q["mini-1:q1"].answer == "1 April 2023" and q["mini-1:q1"].category == 2
+    assert q["mini-1:q4"].answer == "2019"  # stored as the JSON number 2019
+    assert q["mini-1:q7"].evidence == ("D1:2", "D3:9")  # from the one string "D1:2; D3:9"
+    adversarial = [x for x in mini1.questions if x.category == 5]
+    assert [x.question_id for x in adversarial] == ["mini-1:q5", "mini-1:q11"]
+    assert all(x.adversarial_answer for x in adversarial)
+    assert [x.answer for x in adversarial] == [None, "She did not"]  # one item also carries an answer
+
+
+def test_fixture_selection_by_sample_id():
+    assert [c.namespace for c in load_locomo(LOCOMO_MINI, conversations="mini-2")] == ["mini-2"]
+    both = load_locomo(LOCOMO_MINI, conversations=["mini-2", "mini-1"])
+    assert [c.namespace for c in both] == ["mini-1", "mini-2"]  # file order, whatever the request order
+    with pytest.raises(DataFormatError) as err:
+        load_locomo(LOCOMO_MINI, conversations=["mini-9"])
+    assert "mini-9" in str(err.value) and "mini-1, mini-2" in str(err.value)
+
+
+# --- the dev file (../shared/data; skipped locally without it, failing in CI) ---------
+
+
+def test_dev_file_counts(dev_locomo):
+    DEV = dev_locomo
     convs = load_locomo(DEV)
     assert [c.namespace for c in convs] == ["conv-26", "conv-30"]
     assert [len(c.sessions) for c in convs] == [19, 19]
@@ -67,8 +114,8 @@ def test_dev_file_counts():
     assert [k for k, _ in count_dataset(convs).questions_by_category] == [1, 2, 3, 4, 5]
 
 
-@needs_dev
-def test_dev_file_details():
+def test_dev_file_details(dev_locomo):
+    DEV = dev_locomo
     conv26 = load_locomo(DEV, conversations=["conv-26"])[0]
     assert conv26.speakers == ("Caroline", "Melanie")
     assert conv26.source_path == str(DEV)
@@ -94,8 +141,8 @@ def test_dev_file_details():
     assert sum(x.answer is None for x in adversarial) == 45  # two items also carry an answer
 
 
-@needs_dev
-def test_selection_by_sample_id():
+def test_selection_by_sample_id(dev_locomo):
+    DEV = dev_locomo
     assert [c.namespace for c in load_locomo(DEV, conversations="conv-30")] == ["conv-30"]
     # File order is kept whatever the order of the request.
     both = load_locomo(DEV, conversations=["conv-30", "conv-26"])
@@ -105,8 +152,8 @@ def test_selection_by_sample_id():
     assert "conv-99" in str(err.value) and "conv-26, conv-30" in str(err.value)
 
 
-@needs_dev
-def test_auto_detects_locomo():
+def test_auto_detects_locomo(dev_locomo):
+    DEV = dev_locomo
     assert counts(load_any(DEV))["questions"] == 304
 
 

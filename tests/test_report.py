@@ -11,7 +11,7 @@ import pytest
 from memcompile_local.bench import report as R
 from memcompile_local.errors import DataFormatError
 
-LOCOMO_DEV = Path("/work/shared/data/locomo/locomo_dev.json")
+from _data_paths import LOCOMO_DEV, LOCOMO_MINI, require_dev
 
 
 def _locomo_rows():
@@ -80,10 +80,10 @@ def test_locomo_metrics_without_judge_and_bad_rows():
                            "judge_label": "RIGHT"}])
 
 
-@pytest.mark.skipif(not LOCOMO_DEV.exists(), reason="LoCoMo dev data not present")
-def test_locomo_metrics_on_dev_gold_answers():
+@pytest.mark.parametrize("path", [LOCOMO_MINI, LOCOMO_DEV], ids=["fixture", "dev"])
+def test_locomo_metrics_on_gold_answers(path):
     pytest.importorskip("nltk")
-    data = json.loads(LOCOMO_DEV.read_text())
+    data = json.loads(require_dev(path).read_text())
     rows = []
     for conv in data:
         for i, qa in enumerate(conv["qa"]):

@@ -1,0 +1,41 @@
+"""Where the tests find their data: the fixtures shipped in ``tests/fixtures/`` and the
+benchmark dev files of ``../shared/data`` beside the clone.
+
+The fixtures are small conversations written for these tests (LoCoMo and LongMemEval
+layouts); every test that only needs *some* data of a layout uses them. The dev files hold
+real benchmark samples and are only used by tests that check figures of that real data.
+:func:`require_dev` makes such a test skip, with the reason shown in the summary, when the
+file is absent from a local clone, and fail when the ``CI`` environment variable is set
+(CI checks out ``../shared`` beside the clone, so a missing file there is a broken setup,
+not a reason to run fewer tests).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LOCOMO_MINI = FIXTURES / "locomo_mini.json"
+LONGMEMEVAL_MINI = FIXTURES / "longmemeval_mini.json"
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+LOCOMO_DEV = SHARED_DATA / "locomo" / "locomo_dev.json"
+LONGMEMEVAL_DEV = SHARED_DATA / "longmemeval" / "longmemeval_s_single.json"
+
+
+def in_ci() -> bool:
+    """Whether the tests run in CI (``CI`` set to anything but empty, 0 or false)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_dev(path: Path) -> Path:
+    """``path`` if it exists; else skip the calling test (locally) or fail it (in CI)."""
+    if path.exists():
+        return path
+    message = f"benchmark dev file {path} is not present (it comes from ../shared/data beside the clone)"
+    if in_ci():
+        pytest.fail(f"{message}; CI must provide it", pytrace=False)
+    pytest.skip(message)

@@ -1,0 +1,39 @@
+"""Shared pytest fixtures: the shipped data fixtures and the real benchmark dev files.
+
+``dev_locomo`` and ``dev_longmemeval`` give the path of a dev file of ``../shared/data``;
+a test asking for one is skipped with a visible reason when the file is missing locally and
+fails when ``CI`` is set (see ``tests/_data_paths.py``). ``locomo_mini`` and
+``longmemeval_mini`` give the fixtures of ``tests/fixtures/``, which every clone has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from _data_paths import LOCOMO_DEV, LOCOMO_MINI, LONGMEMEVAL_DEV, LONGMEMEVAL_MINI, require_dev
+
+
+@pytest.fixture
+def dev_locomo() -> Path:
+    """The LoCoMo dev file (conv-26 and conv-30), or skip / fail as ``require_dev`` says."""
+    return require_dev(LOCOMO_DEV)
+
+
+@pytest.fixture
+def dev_longmemeval() -> Path:
+    """The one-question LongMemEval S dev file, or skip / fail as ``require_dev`` says."""
+    return require_dev(LONGMEMEVAL_DEV)
+
+
+@pytest.fixture
+def locomo_mini() -> Path:
+    """Two short LoCoMo-layout conversations of our own writing (every category, an image)."""
+    return LOCOMO_MINI
+
+
+@pytest.fixture
+def longmemeval_mini() -> Path:
+    """Two LongMemEval-layout questions of our own writing (one answerable, one _abs)."""
+    return LONGMEMEVAL_MINI
