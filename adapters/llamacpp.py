@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 from memcompile_local.errors import ConfigError, TransportError
 from memcompile_local.llm.interface import LLMRequest, LLMResponse
@@ -211,6 +211,18 @@ class LlamaCppBackend:
         """Run the requests one after another (llama.cpp in-process has one sequence slot)."""
         with self._lock:
             return [self._one(r) for r in requests]
+
+    def iter_generate(self, requests: Sequence[LLMRequest]) -> Iterator[tuple[int, LLMResponse | TransportError]]:
+        """``(position, response or TransportError)`` as each request finishes, in order, so the
+        client caches every finished response even when the batch is cut short."""
+        for i, request in enumerate(list(requests)):
+            try:
+                with self._lock:
+                    response = self._one(request)
+            except TransportError as exc:
+                yield i, exc
+            else:
+                yield i, response
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` under this model's tokenizer (no BOS)."""

@@ -14,8 +14,8 @@ import logging
 import math
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Iterator, Sequence
 
 from memcompile_local.errors import ConfigError, TransportError
 from memcompile_local.llm.interface import LLMRequest, LLMResponse
@@ -259,6 +259,33 @@ class OpenAICompatBackend:
             logger.warning("%d of %d requests failed; raising the first failure", failed, len(reqs))
             raise first_error
         return results
+
+    def iter_generate(self, requests: Sequence[LLMRequest]) -> Iterator[tuple[int, LLMResponse | TransportError]]:
+        """``(position, response or TransportError)`` as each request finishes (up to
+        ``concurrency`` in flight), so the client caches each response on arrival; a failed
+        request no longer fails the others. Closing the iterator early cancels what was not sent."""
+        reqs = list(requests)
+        if not reqs:
+            return
+        all_kwargs = [self.request_kwargs(r) for r in reqs]
+        self._get_client()
+        if self.concurrency == 1 or len(reqs) == 1:
+            for i, (r, k) in enumerate(zip(reqs, all_kwargs)):
+                try:
+                    yield i, self._one(i, r, k)
+                except TransportError as exc:
+                    yield i, exc
+            return
+        pool = ThreadPoolExecutor(max_workers=min(self.concurrency, len(reqs)))
+        try:
+            futures = {pool.submit(self._one, i, r, k): i for i, (r, k) in enumerate(zip(reqs, all_kwargs))}
+            for fut in as_completed(futures):
+                try:
+                    yield futures[fut], fut.result()
+                except TransportError as exc:
+                    yield futures[fut], exc
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from memcompile_local.address.text import count_tokens
+from memcompile_local.language.tokens import count_tokens
 from memcompile_local.errors import (
     MissingExtraError,
     ModelError,
@@ -483,3 +483,64 @@ def test_child_clients_split_tokens_per_sub_run_and_keep_parent_exact(tmp_path):
     assert parent.totals()["answer"]["calls"] == 2
     assert len(backend.requests) == 2
     store.close()
+
+
+# ------------------------------------------------------------------ streamed batches (issue 16.4)
+
+
+class _StreamingBackend:
+    """Answers through ``iter_generate``, one request at a time; stops with ``interrupt`` after
+    ``stop_after`` responses (the batch is cut short the way Ctrl-C cuts it)."""
+
+    def __init__(self, stop_after: int | None = None, interrupt: type[BaseException] = KeyboardInterrupt,
+                 fail: set[int] = frozenset()):
+        self.stop_after = stop_after
+        self.interrupt = interrupt
+        self.fail = set(fail)
+        self.sent: list[str] = []
+
+    def identity(self):
+        return {"backend": "streaming-test", "model": "m"}
+
+    def generate(self, requests):  # pragma: no cover - the client must prefer iter_generate
+        raise AssertionError("a backend with iter_generate is streamed")
+
+    def iter_generate(self, requests):
+        for i, r in enumerate(requests):
+            if self.stop_after is not None and len(self.sent) >= self.stop_after:
+                raise self.interrupt("stopped")
+            user = r.messages[-1].content
+            self.sent.append(user)
+            if i in self.fail:
+                yield i, TransportError("one request failed", retryable=True)
+            else:
+                yield i, LLMResponse(text=f"reply to {user}", prompt_tokens=3, completion_tokens=2)
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RuntimeError])
+def test_an_interrupted_batch_keeps_the_responses_it_finished(tmp_path, interrupt):
+    store = MemoryStore(tmp_path / "s.sqlite")
+    batch = [q(f"question {i}") for i in range(16)]
+    first = LLMClient(_StreamingBackend(stop_after=5, interrupt=interrupt), store)
+    if interrupt is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            first.complete_many(batch)
+    else:  # a backend crash mid-batch: the finished five are answered, the rest are errors
+        out = first.complete_many(batch)
+        assert [r.text for r in out[:5]] == [f"reply to question {i}" for i in range(5)]
+        assert all(isinstance(r, ModelError) for r in out[5:])
+    # A fresh client (a rerun) finds the five finished responses in the cache.
+    backend = _StreamingBackend()
+    again = LLMClient(backend, store).complete_many(batch)
+    assert [r.cached for r in again] == [True] * 5 + [False] * 11
+    assert backend.sent == [f"question {i}" for i in range(5, 16)]
+    assert [r.text for r in again] == [f"reply to question {i}" for i in range(16)]
+
+
+def test_a_failed_request_in_a_streamed_batch_fails_alone(tmp_path):
+    store = MemoryStore(tmp_path / "s.sqlite")
+    client = LLMClient(_StreamingBackend(fail={2}), store)
+    out = client.complete_many([q(f"question {i}") for i in range(4)])
+    assert isinstance(out[2], TransportError)
+    assert [out[i].text for i in (0, 1, 3)] == ["reply to question 0", "reply to question 1", "reply to question 3"]
+    assert client.waste_totals()["answer"]["calls"] == 1

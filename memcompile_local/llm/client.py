@@ -6,6 +6,13 @@ backend in one ``generate`` call (so vLLM can batch them and a server adapter ca
 concurrently); every response is validated against the request's output spec; valid
 responses of deterministic requests are cached, and their tokens enter the ledger once.
 
+A backend that also has ``iter_generate(requests)`` (llama.cpp, OpenAI-compatible servers)
+yields ``(position, LLMResponse | ModelError)`` pairs as each request finishes; the client
+then validates and caches every response the moment it arrives, so an interrupted batch
+(Ctrl-C, a killed process, one failed request) keeps the responses that were finished, and
+a rerun asks the backend only for the rest. Backends that finish a batch all at once
+(vLLM, transformers) keep the plain ``generate`` path.
+
 The ledger is the store's cache table: a successful response is one row with its token
 counts, and a run's totals are the sum over the rows that run used (``mark_used``), hit or
 miss. A run that is interrupted and resumed with the same ``run_id`` therefore reports the
@@ -20,6 +27,7 @@ protocol (the packet scheduler). The client reports each failure as a typed ``Mo
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from memcompile_local.errors import (
+    ConfigError,
     MemCompileError,
     ModelError,
     OutputValidationError,
@@ -187,8 +196,6 @@ class LLMClient:
         """A client for a sub-run (one question, one build) that shares this client's backend,
         cache and in-flight table, and marks every key it uses under both run ids: the parent's
         totals stay exact while the child's totals give the sub-run's own tokens."""
-        import copy
-
         kid = copy.copy(self)
         kid.run_id = run_id
         kid._parents = (*self._parents, self.run_id)
@@ -370,22 +377,73 @@ class LLMClient:
         return responses
 
     def _run_misses(self, misses: list[_Miss], results: list[Result | None]) -> None:
+        if getattr(self.backend, "iter_generate", None) is not None:
+            self._stream_misses(misses, results)
+            return
         generated = self._generate([m.request for m in misses])
         with self._lock:
             for i, miss in enumerate(misses):
                 if isinstance(generated, ModelError):
                     outcome: Result = generated
-                    reason = "transport" if isinstance(generated, TransportError) else "backend_error"
-                    self._waste(miss.request, 0, 0, reason)
+                    self._waste(miss.request, 0, 0, _failure_reason(generated))
                 else:
                     outcome = self._accept(miss, generated[i])
-                if miss.pending is not None:
-                    miss.pending.result = outcome
-                first, *rest = miss.positions
-                results[first] = outcome
-                for pos in rest:  # identical requests in the same batch share one call
-                    results[pos] = (replace(outcome, cached=True, prompt_tokens=0, completion_tokens=0)
-                                    if isinstance(outcome, LLMResponse) else outcome)
+                self._settle(miss, outcome, results)
+
+    def _settle(self, miss: _Miss, outcome: Result, results: list[Result | None]) -> None:
+        """Hand one request's outcome to its batch positions and to threads waiting on its key."""
+        if miss.pending is not None:
+            miss.pending.result = outcome
+        first, *rest = miss.positions
+        results[first] = outcome
+        for pos in rest:  # identical requests in the same batch share one call
+            results[pos] = (replace(outcome, cached=True, prompt_tokens=0, completion_tokens=0)
+                            if isinstance(outcome, LLMResponse) else outcome)
+
+    def _stream_misses(self, misses: list[_Miss], results: list[Result | None]) -> None:
+        """Send the misses through ``backend.iter_generate`` and cache each response on arrival."""
+        with self._lock:
+            self._counters["backend_batches"] += 1
+            self._counters["backend_requests"] += len(misses)
+        settled: set[int] = set()
+        failure: ModelError | None = None
+        try:
+            for i, raw in self.backend.iter_generate([m.request for m in misses]):
+                if not 0 <= i < len(misses) or i in settled:
+                    failure = ModelError(f"backend yielded position {i} for a batch of {len(misses)}")
+                    break
+                miss = misses[i]
+                with self._lock:
+                    if isinstance(raw, ModelError):
+                        self._waste(miss.request, 0, 0, _failure_reason(raw))
+                        outcome: Result = raw
+                    else:
+                        outcome = self._accept(miss, raw)
+                    self._settle(miss, outcome, results)
+                    if miss.pending is not None:
+                        # Threads waiting on this key need not wait for the rest of the batch.
+                        self._inflight.pop(miss.key, None)  # type: ignore[arg-type]
+                        miss.pending.event.set()
+                settled.add(i)
+        except UnexpectedRequestError:
+            raise
+        except ModelError as exc:
+            failure = exc
+        except MemCompileError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the backend library's own failure types vary
+            logger.warning("backend %s failed during a batch of %d", self._backend_identity, len(misses),
+                           exc_info=True)
+            failure = ModelError(f"backend failed: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+        if len(settled) < len(misses):
+            failure = failure or ModelError(
+                f"backend finished after {len(settled)} of {len(misses)} responses")
+            with self._lock:
+                for i, miss in enumerate(misses):
+                    if i not in settled:
+                        self._waste(miss.request, 0, 0, _failure_reason(failure))
+                        self._settle(miss, failure, results)
 
     def _accept(self, miss: _Miss, raw: LLMResponse) -> Result:
         """Validate one backend response and enter it into the cache and ledger."""
@@ -434,6 +492,10 @@ class LLMClient:
         self._bar.set_postfix(hits=self._counters["hits"], errors=self._counters["errors"], refresh=False)
 
 
+def _failure_reason(exc: ModelError) -> str:
+    return "transport" if isinstance(exc, TransportError) else "backend_error"
+
+
 class NoModelBackend:
     """Stands in where a configuration makes no model call; any call is a configuration error."""
 
@@ -441,7 +503,5 @@ class NoModelBackend:
         return {"backend": "none"}
 
     def generate(self, requests: Sequence[LLMRequest]) -> list[LLMResponse]:
-        from memcompile_local.errors import ConfigError
-
         stages = sorted({r.stage for r in requests})
         raise ConfigError(f"this run was configured without a model, but stage(s) {stages} asked for one")
