@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence, Union
 
-from memcompile_local.address.text import count_tokens, terms, words
+from memcompile_local.language.tokens import count_tokens, terms, words
 from memcompile_local.errors import ConfigError, UnexpectedRequestError
 from memcompile_local.llm.interface import LLMRequest, LLMResponse, stable_hash
 
@@ -211,7 +211,7 @@ class ScriptedBackend:
 class HashEmbedder:
     """Deterministic embedding without a model: an l2-normalized signed hashed bag of words.
 
-    Each content term (``address.text.terms``; all words when a text has no content term)
+    Each content term (``language.tokens.terms``; all words when a text has no content term)
     adds +1 or -1, chosen by its blake2b digest, to one of ``dim`` buckets, also chosen by
     the digest. Texts sharing words get positive cosine similarity; the signs keep hash
     collisions from biasing similarities upward. A text without words maps to the zero

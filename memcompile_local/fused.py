@@ -33,7 +33,9 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .address.lexical import LexicalIndex
-from .address.text import stem_terms
+from .language.names import known_name
+from .language.stemming import stem_terms
+from .language.timecues import is_temporal_question
 from .config import FusionConfig
 from .types import Descriptor, SourcePacket
 
@@ -132,8 +134,6 @@ class FusedScores:
 def named_participants(question: str, participants: Sequence[str]) -> list[str]:
     """Participants the question names: the name as a word (possessives included), or a
     capitalized nickname the rule extractor also resolves ("Mel" for Melanie)."""
-    from .address.extract_rule import known_name
-
     out = []
     for name in participants:
         if name and re.search(rf"(?<!\w){re.escape(name)}(?:'s)?(?!\w)", question, re.IGNORECASE):
@@ -165,8 +165,6 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
             bonus[[i for i, s in enumerate(index.speakers) if s == named[0]]] = 1.0
         channels["speaker"] = bonus
     if cfg.temporal_weight:
-        from .address.intent import is_temporal_question
-
         channels["temporal"] = index.dated if is_temporal_question(question) else np.zeros(n)
     weights = {"lexical": cfg.lexical_weight, "packet": cfg.packet_weight, "speaker": cfg.speaker_weight,
                "temporal": cfg.temporal_weight}

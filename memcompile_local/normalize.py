@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 from .config import RoutingConfig
 from .types import Candidate, Descriptor, PacketCandidate
-from .address.text import jaccard, term_set
+from .language.tokens import jaccard, term_set
 
 
 def _packet_key(ordinals: Mapping[str, int] | None):

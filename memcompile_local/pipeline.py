@@ -48,7 +48,8 @@ class MemoryView:
 
 
 def query_intent(question: str, cfg: PipelineConfig, client: Any, view: MemoryView) -> QueryIntent:
-    from .address.intent import is_temporal_question, llm_intent, rule_intent
+    from .address.intent import llm_intent, rule_intent
+    from .language.timecues import is_temporal_question
 
     speakers = sorted({p.speaker for p in view.packets})
     if not cfg.extraction.use_intent:

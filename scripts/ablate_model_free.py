@@ -35,7 +35,8 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from memcompile_local.address.lexical import LexicalIndex  # noqa: E402
-from memcompile_local.address.text import stem_terms, terms  # noqa: E402
+from memcompile_local.language.stemming import stem_terms  # noqa: E402
+from memcompile_local.language.tokens import terms  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
 from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402

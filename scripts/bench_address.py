@@ -32,7 +32,7 @@ from memcompile_local.address.dense import embed_packets, enriched_query
 from memcompile_local.address.index import AddressIndex
 from memcompile_local.address.query import address_query, lexical_channel, route_query, score_candidates
 from memcompile_local.address.scoring import QueryTerms
-from memcompile_local.address.text import count_tokens, terms
+from memcompile_local.language.tokens import count_tokens, terms
 from memcompile_local.config import PlacementConfig, RoutingConfig
 from memcompile_local.bench.coverage import aliasing_audit
 from memcompile_local.types import Descriptor, QueryIntent, SourcePacket, content_sha256

@@ -16,7 +16,7 @@ from memcompile_local.address.index import AddressIndex
 from memcompile_local.address.lexical import tokenize
 from memcompile_local.address.query import address_query
 from memcompile_local.address.scoring import DescriptorTerms, QueryTerms, bm25_bonus, candidate_score
-from memcompile_local.address.text import count_tokens, terms
+from memcompile_local.language.tokens import count_tokens, terms
 from memcompile_local.config import RoutingConfig
 from memcompile_local.errors import ConfigError, DataFormatError
 from memcompile_local.normalize import normalize_to_packets

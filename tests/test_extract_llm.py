@@ -14,7 +14,7 @@ from memcompile_local.address.prompts import (
     FACT_PROMPT_VERSION,
     METADATA_PROMPT_VERSION,
 )
-from memcompile_local.address.text import count_tokens
+from memcompile_local.language.tokens import count_tokens
 from memcompile_local.config import ExtractionConfig
 from memcompile_local.errors import OutputValidationError, TransportError
 from memcompile_local.llm.client import LLMClient

@@ -11,19 +11,19 @@ from memcompile_local.address.extract_rule import (
     RuleExtractor,
     has_negation,
     is_low_value,
-    keyword_phrases,
-    proper_names,
     resolve_references,
     split_sentences,
 )
-from memcompile_local.address.text import count_tokens
-from memcompile_local.address.timeparse import (
+from memcompile_local.config import ExtractionConfig
+from memcompile_local.language.names import proper_names
+from memcompile_local.language.phrases import keyword_phrases
+from memcompile_local.language.timeparse import (
     find_time_mentions,
     normalize_time,
     parse_session_time,
     session_date,
 )
-from memcompile_local.config import ExtractionConfig
+from memcompile_local.language.tokens import count_tokens
 from memcompile_local.types import SourcePacket, content_sha256
 
 from _data_paths import LOCOMO_DEV

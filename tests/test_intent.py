@@ -9,7 +9,6 @@ import pytest
 from memcompile_local.adapters.scripted import ScriptedBackend
 from memcompile_local.address.intent import (
     intent_request,
-    is_temporal_question,
     llm_intent,
     llm_intent_many,
     needs_attribute,
@@ -17,6 +16,7 @@ from memcompile_local.address.intent import (
 )
 from memcompile_local.address.prompts import INTENT_PROMPT_VERSION
 from memcompile_local.errors import OutputValidationError
+from memcompile_local.language.timecues import is_temporal_question
 from memcompile_local.llm.client import LLMClient
 
 PEOPLE = ("Caroline", "Melanie")

@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ..config import PlacementConfig
 from ..errors import DataFormatError
 from ..types import Cell, Descriptor
-from .text import count_tokens, normalize_name
+from ..language.tokens import count_tokens, normalize_name
 
 # A Cell title lists its most frequent people, then its most frequent keyword phrases.
 TITLE_PEOPLE = 2

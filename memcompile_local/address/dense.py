@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import DataFormatError
 from ..llm.interface import Embedder
 from ..types import Descriptor, QueryIntent, SourcePacket
-from .text import normalize_name
+from ..language.tokens import normalize_name
 
 
 def _distinct(values) -> list[str]:

@@ -14,7 +14,7 @@ Model output is post-processed defensively: claims are trimmed, bullet markers r
 empty and duplicate claims dropped; names and keywords are deduplicated, keywords that are
 a person or a bare time expression are dropped and the rest capped at
 ``config.max_keywords``; the event time is normalized against the session date
-(:func:`~memcompile_local.address.timeparse.normalize_time`) and, when the model gave none,
+(:func:`~memcompile_local.language.timeparse.normalize_time`) and, when the model gave none,
 read from a time expression in the claim itself; the interaction time is always the
 packet's session date, never the model's copy; ``negated`` comes from a negation-marker
 check on the claim text.
@@ -33,8 +33,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from pydantic import BaseModel, ValidationError
-
 from memcompile_local.address.extract_rule import descriptor_id, has_negation
 from memcompile_local.address.prompts import (
     COMBINED_PROMPT_VERSION,
@@ -51,18 +49,16 @@ from memcompile_local.address.schemas import (
     ClaimMetadata,
     CombinedExtraction,
     FactList,
+    parse_model,
     spec_for,
 )
-from memcompile_local.address.text import count_tokens, normalize_name, words
-from memcompile_local.address.timeparse import (
-    find_time_mentions,
-    normalize_time,
-    parse_session_time,
-    session_date,
-)
 from memcompile_local.config import ExtractionConfig
-from memcompile_local.errors import ModelError, OutputValidationError
-from memcompile_local.llm.interface import LLMRequest, LLMResponse, Message, stable_hash
+from memcompile_local.errors import ModelError
+from memcompile_local.language.cleaning import clean_people, clean_phrases
+from memcompile_local.language.timecues import is_time_phrase
+from memcompile_local.language.timeparse import find_time_mentions, normalize_time, parse_session_time, session_date
+from memcompile_local.language.tokens import count_tokens, normalize_name, words
+from memcompile_local.llm.interface import LLMRequest, Message, stable_hash
 from memcompile_local.types import Descriptor, EventFields, SourcePacket
 
 __all__ = [
@@ -70,10 +66,6 @@ __all__ = [
     "PacketFailure",
     "PacketExtractionError",
     "clean_claims",
-    "clean_phrases",
-    "clean_people",
-    "is_time_phrase",
-    "parse_model",
     "MAX_CLAIMS_PER_TURN",
 ]
 
@@ -84,10 +76,6 @@ logger = logging.getLogger(__name__)
 MAX_CLAIMS_PER_TURN = 16
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\d{1,2}[.)])\s+")
-_NOT_PEOPLE = frozenset(
-    "i me my you your he him his she her they them their we us our it speaker user assistant "
-    "someone somebody everyone nobody unknown none".split()
-)
 
 
 @dataclass(frozen=True)
@@ -145,36 +133,6 @@ def clean_claims(facts: Sequence[Any], limit: int = MAX_CLAIMS_PER_TURN) -> list
     return out
 
 
-def clean_phrases(values: Sequence[Any], *, drop: Sequence[str] = ()) -> list[str]:
-    """Trimmed, non-empty phrases without case-insensitive duplicates or names in ``drop``."""
-    banned = {normalize_name(d) for d in drop if d}
-    out: list[str] = []
-    seen: set[str] = set()
-    for v in values:
-        if not isinstance(v, str):
-            continue
-        text = " ".join(v.split()).strip(" .,;:")
-        key = normalize_name(text)
-        if not key or key in seen or key in banned:
-            continue
-        seen.add(key)
-        out.append(text)
-    return out
-
-
-def clean_people(values: Sequence[Any]) -> list[str]:
-    return [p for p in clean_phrases(values) if normalize_name(p) not in _NOT_PEOPLE]
-
-
-def is_time_phrase(phrase: str) -> bool:
-    """True when a keyword is nothing but a time expression ("last week", "May 2023")."""
-    mentions = find_time_mentions(phrase, None, strict_case=False)
-    if not mentions:
-        return bool(re.fullmatch(r"(?:19|20)\d{2}(?:-\d{2}(?:-\d{2})?)?", phrase.strip()))
-    covered = sum(m.end - m.start for m in mentions)
-    return covered >= len(phrase.strip()) - 1
-
-
 def _predicate(value: str) -> str:
     """First lowercase alphabetic word of the model's predicate ("went to" -> "went")."""
     m = re.search(r"[a-z]+(?:-[a-z]+)?", (value or "").lower())
@@ -189,18 +147,6 @@ def _confidence(value: Any) -> float:
     if math.isnan(x):
         return 0.0
     return min(1.0, max(0.0, x))
-
-
-def parse_model(model: type[BaseModel], response: LLMResponse, stage: str) -> Any:
-    """Read a validated response through ``model``; a mismatch becomes OutputValidationError."""
-    try:
-        return model.model_validate(response.parsed)
-    except ValidationError as exc:
-        raise OutputValidationError(
-            f"stage {stage!r}: response does not fit {model.__name__}: {exc.errors()[:2]}",
-            text=response.text, finish_reason=response.finish_reason, parsed=response.parsed,
-            prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-        ) from None
 
 
 # ----------------------------------------------------------------------------- extractor

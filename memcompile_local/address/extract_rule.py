@@ -22,7 +22,7 @@ implementation is :mod:`memcompile_local.address.extract_llm`). For one turn it
    up to ``max_keywords`` keyword phrases (maximal runs of content words between
    stopwords, punctuation and time expressions, longest first then earliest), the event time
    of the first time expression normalized against the session date (rules in
-   :mod:`memcompile_local.address.timeparse`), the event type and polarity from cue words,
+   :mod:`memcompile_local.language.timeparse`), the event type and polarity from cue words,
    and the negation flag.
 
 The output is a deterministic function of the (packet, preceding packet) pair, so builds
@@ -36,15 +36,13 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from memcompile_local.address.text import STOPWORDS, count_tokens, normalize_name, words
-from memcompile_local.address.timeparse import (
-    MONTH_NAMES,
-    WEEKDAY_NAMES,
-    find_time_mentions,
-    parse_session_time,
-    session_date,
-)
 from memcompile_local.config import ExtractionConfig
+from memcompile_local.language.lemmas import lemma
+from memcompile_local.language.lexicon import COMMON_VERBS, FILLER, IRREGULAR_VERBS, PRESENT_VERBS, TIME_WORDS
+from memcompile_local.language.names import known_name, name_tokens, proper_names
+from memcompile_local.language.phrases import keyword_phrases
+from memcompile_local.language.timeparse import find_time_mentions, parse_session_time, session_date
+from memcompile_local.language.tokens import STOPWORDS, count_tokens, normalize_apostrophes, normalize_name, words
 from memcompile_local.types import Descriptor, EventFields, SourcePacket
 
 __all__ = [
@@ -53,15 +51,11 @@ __all__ = [
     "ResolvedSentence",
     "split_sentences",
     "has_negation",
-    "keyword_phrases",
-    "proper_names",
     "resolve_references",
     "classify_event_type",
     "predicate_lemma",
     "is_low_value",
     "descriptor_id",
-    "normalize_apostrophes",
-    "known_name",
     "EVENT_TYPES",
     "POLARITIES",
 ]
@@ -82,83 +76,10 @@ def descriptor_id(namespace: str, packet_id: str, claim_index: int) -> str:
     return f"{namespace}:{packet_id}:{claim_index}"
 
 
-def normalize_apostrophes(text: str) -> str:
-    """Curly quotes to straight ones, so contraction rules see one spelling."""
-    return (text or "").replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
-
-
-# ----------------------------------------------------------------------------- lexicons
-
-# Words that make a sentence small talk rather than content. A sentence whose only
-# non-stopword words come from here (or are names) is dropped.
-_FILLER: frozenset[str] = frozenset(
-    """hey hi hello hiya howdy heya greetings thanks thank thx ty bye goodbye cya later soon talk chat
-    care wow whoa woah yay yayy cool great awesome amazing nice good glad happy lovely wonderful
-    fantastic incredible beautiful sweet true totally absolutely definitely sure yes yep yup nope
-    agree agreed congrats congratulations haha hahaha lol omg gosh wish luck best hope hoping fun
-    fascinating interesting impressive proud inspiring cute exciting excited thing things stuff lot
-    lots way well much many mean means meant know think thought guess bet sound sounds sounded seem
-    seems look looks see seeing hear hearing heard feel feeling right anything something everything
-    nothing new going doing pretty super indeed exactly course kind sort appreciate appreciated
-    welcome neat tell telling told say saying keep let get got certainly surely reckon wonder
-    wondering yeah ah aw awww hmm um uh alright man dude guys day night morning time totally glad
-    lucky blessed awesome cheers excellent perfect brilliant terrific enjoy enjoyed catch care
-    touch soon anytime ya yo wanna gotta gonna cause great definitely love loved remember happen
-    happened means totally sounds""".split()
-)
-
-# Light verbs that rarely name what a sentence is about: not keywords, and a question made
-# only of them ("What made you choose that?") is small talk.
-_COMMON_VERBS: frozenset[str] = frozenset(
-    """be go goes went gone going get gets got gotten getting make makes made making take takes took
-    taken taking do does did done doing have has had having say says said saying come comes came
-    coming give gives gave given giving put puts let lets try tries tried trying want wants wanted
-    wanting need needs needed use uses used find finds found tell tells told ask asks asked seem
-    seems seemed feel feels felt keep keeps kept start starts started begin began begun help helps
-    helped show shows showed like likes liked love loves loved choose chose chosen think thinks
-    thought know knows knew known see sees saw seen look looks looked call called decide decided
-    happen happened mean meant share shared bring brought become became felt hope hoped wish
-    wished guess realize realized""".split()
-)
-
-_TIME_WORDS: frozenset[str] = frozenset(
-    """yesterday today tomorrow tonight week weeks weekend weekends month months year years day days
-    ago last next night morning afternoon evening recently lately earlier later now currently
-    soon""".split()
-    + [m.lower() for m in MONTH_NAMES] + [d.lower() for d in WEEKDAY_NAMES]
-)
-
-_LY_NOUNS = frozenset(
-    """family italy july jelly rally lily belly bully ally assembly supply reply butterfly dragonfly
-    firefly anomaly monopoly melancholy holly fly""".split()
-)
-
-# Words ending in -ed that are nouns, not past tenses or participles.
-_ED_NOUNS = frozenset("hundred speed breed seed weed greed sled shed bred".split())
-
-_KEYWORD_EXCLUDE: frozenset[str] = _FILLER | _COMMON_VERBS | _TIME_WORDS | frozenset(
-    """also really just still always never often usually sometimes actually even truly honestly
-    kinda maybe perhaps probably lot lots bit little big tons ton bunch couple few several every
-    another anyone someone everyone thing things stuff way ways yes yeah oh ok okay hmm
-    one two three four five six seven eight nine ten after before since until till while during
-    through between around without within because though although via per among across behind
-    beyond toward towards upon onto unless whether able better worse ever gonna kinda wanna gotta
-    thinkin lemme yours etc already especially together else much many ones cannot""".split()
-)
+# ----------------------------------------------------------------------------- negation
 
 _NEGATION = re.compile(
     r"\b(?:not|no|never|nobody|nothing|none|neither|nor|nowhere|cannot)\b|n't\b", re.IGNORECASE
-)
-
-_NON_NAMES: frozenset[str] = frozenset(
-    """I I'm I've I'll I'd Mom Mum Dad Mommy Daddy Mama Papa Grandma Grandpa Granny God Lord OK Okay
-    TV Internet English Spanish French German Chinese Japanese Italian American British Canadian
-    Mexican Indian European Christmas Easter Thanksgiving Halloween Hanukkah Pride Valentine's
-    Mother's Father's Day New Year Eve Mr Mrs Ms Dr Hey Hi Hello Thanks Wow Yes No Oh Yeah LOL
-    Haha Congrats Congratulations Sure Totally Absolutely Awesome Great Cool Nice Omg Ah Aw Well
-    So And But Or If When What Why How Where Who Which That This These Those The A An It It's
-    There Here They We You He She My Your Our Their His Her""".split()
-    + list(MONTH_NAMES) + list(WEEKDAY_NAMES)
 )
 
 # --------------------------------------------------------------------------- sentence splitting
@@ -204,161 +125,6 @@ def has_negation(text: str) -> bool:
     return _NEGATION.search(normalize_apostrophes(text)) is not None
 
 
-# --------------------------------------------------------------------------- names and keywords
-
-_NAME_TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*")
-
-
-def known_name(token: str, known: Sequence[str]) -> str | None:
-    """The known person a token refers to: exact first name or a 3+ letter nickname prefix."""
-    t = token.lower()
-    for name in known:
-        full = name.lower()
-        first = full.split()[0] if full.split() else full
-        if t == full or t == first or (len(t) >= 3 and first.startswith(t)):
-            return name
-    return None
-
-
-def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
-    """Person-like names in a sentence, in order of appearance, without duplicates.
-
-    A name is a run of capitalized words that is not an acronym, not in a small list of
-    capitalized non-names (months, days, "I", holidays, interjections, pronouns), not
-    preceded by "the" (places, titles), and not at the start of the sentence, where
-    capitalization says nothing. Tokens matching a ``known`` name (first name or a nickname
-    prefix such as "Mel" for "Melanie") are reported as that known name wherever they are.
-    """
-    s = normalize_apostrophes(sentence)
-    tokens = [(m.start(), m.end(), m.group(0)) for m in _NAME_TOKEN.finditer(s)]
-    out: list[str] = []
-    seen: set[str] = set()
-
-    def add(name: str) -> None:
-        key = normalize_name(name)
-        if key and key not in seen:
-            seen.add(key)
-            out.append(name)
-
-    known_list = list(known)
-    run: list[str] = []
-    run_end = -1
-    skipped_end = -1
-
-    def flush() -> None:
-        nonlocal run
-        if run:
-            add(" ".join(run))
-        run = []
-
-    for idx, (start, end, raw) in enumerate(tokens):
-        tok = raw[:-2] if raw.endswith("'s") else raw.rstrip("'")
-        match = known_name(tok, known_list) if known_list else None
-        prefix = s[:start].rstrip()
-        at_start = not prefix or prefix[-1] in ".!?:\"(" or prefix.endswith(("...",))
-        prev_word = tokens[idx - 1][2].lower() if idx > 0 else ""
-        if match is not None:
-            flush()
-            add(match)
-            continue
-        capitalized = tok[:1].isupper() and not (len(tok) > 1 and tok.isupper())
-        # A capitalized word right after a skipped one ("the Rose Garden") belongs to the same
-        # non-person proper noun and is skipped with it.
-        continues_skipped = skipped_end >= 0 and start - skipped_end <= 1 and capitalized
-        if capitalized and (prev_word == "the" or continues_skipped):
-            flush()
-            skipped_end = end
-            continue
-        skipped_end = -1
-        if not capitalized or tok in _NON_NAMES or raw in _NON_NAMES or at_start or len(tok) < 2:
-            flush()
-            continue
-        if run and start - run_end <= 1:
-            run.append(tok)
-        else:
-            flush()
-            run = [tok]
-        run_end = end
-    flush()
-    return out
-
-
-def _name_tokens(text: str, known: Sequence[str]) -> set[str]:
-    """Lowercased capitalized tokens of ``text`` that refer to a known person ("Mel", "Caroline's").
-
-    Only capitalized tokens count, so a common word that happens to be a name prefix
-    ("car" for "Caroline") is not mistaken for a nickname.
-    """
-    out: set[str] = set()
-    if not known:
-        return out
-    for raw in _NAME_TOKEN.findall(normalize_apostrophes(text)):
-        tok = raw[:-2] if raw.endswith("'s") else raw
-        if tok[:1].isupper() and known_name(tok, known) is not None:
-            out.add(tok.lower())
-    return out
-
-
-_PHRASE_BREAK = re.compile(r"[^\w'\s-]|\s-\s|_")
-
-
-def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequence[str] = (),
-                    limit: int = 5) -> tuple[str, ...]:
-    """Up to ``limit`` lowercase noun-phrase-like chunks of ``text``.
-
-    A chunk is a maximal run of content words between stopwords, punctuation and excluded
-    words (names in ``exclude``, nicknames of ``known_names``, time words, light verbs,
-    small-talk words, numbers, adverbs in -ly, participles in -ed), cut to its last four
-    words (the head of an English noun phrase is at its end). Chunks are ranked by word
-    count, longest first, then by position; duplicates are dropped.
-    """
-    if limit <= 0:
-        return ()
-    banned = set(_KEYWORD_EXCLUDE)
-    for e in exclude:
-        banned.update(words(e))
-    banned.update(_name_tokens(text, known_names))
-    runs: list[tuple[int, int, list[str]]] = []  # (-length, position, words)
-    position = 0
-    for segment in _PHRASE_BREAK.split(normalize_apostrophes(text).lower()):
-        current: list[str] = []
-        for raw in segment.split():
-            w = raw.strip("'-")
-            if w.endswith("'s"):
-                w = w[:-2]
-            ok = (
-                len(w) > 1
-                and w not in STOPWORDS
-                and w not in banned
-                and not w.isdigit()
-                and not (w.endswith("ly") and len(w) > 4 and w not in _LY_NOUNS)
-                and not (w.endswith("ed") and len(w) > 4 and w not in _ED_NOUNS)
-                and "'" not in w
-                and w not in _IRREGULAR
-                and not (w.endswith("s") and w[:-1] in _COMMON_VERBS)
-                and not (w.endswith("ing") and _lemma(w) in _COMMON_VERBS)
-            )
-            if ok:
-                current.append(w)
-                continue
-            if current:
-                runs.append((position, current))
-                position += 1
-            current = []
-        if current:
-            runs.append((position, current))
-            position += 1
-    ranked = sorted(((-min(len(r), 4), pos, r[-4:]) for pos, r in runs))
-    out: list[str] = []
-    for _neg, _pos, run_words in ranked:
-        phrase = " ".join(run_words)
-        if phrase not in out:
-            out.append(phrase)
-        if len(out) >= limit:
-            break
-    return tuple(out)
-
-
 # --------------------------------------------------------------------------- reference resolution
 
 _TOKEN_SPLIT = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*|\s+|.", re.DOTALL)
@@ -372,19 +138,6 @@ _SINGULAR_AUX = {
 _MID_ADVERBS = frozenset(
     """also really just still always never often usually sometimes totally actually definitely even
     truly absolutely honestly kinda finally already mostly only rarely""".split()
-)
-# Present-tense verbs whose third-person form is added after a rewritten singular subject.
-_PRESENT_VERBS = frozenset(
-    """love like enjoy want need think know feel hope wish work live go play paint write plan try
-    make take get keep use run teach study believe prefer hate miss remember forget mean own
-    volunteer appreciate agree understand find see hear care support help adore collect practice
-    cook bake swim dance sing draw travel visit attend spend stay look seem struggle admire guess
-    bet say love dream worry wonder cherish value owe volunteer mentor advocate identify relate
-    imagine realize recommend suggest grow raise build create sew knit garden hike bike ride drive
-    walk jog climb fish camp surf ski skate listen watch speak learn coach host organize
-    belong sign join start begin finish read eat drink cook meet call text move open close
-    teach share post record film design shop buy sell bring wear carry feed train practise
-    celebrate decide exercise meditate""".split()
 )
 # Words after which "you" is an object, so the following word is not its verb.
 _OBJECT_CONTEXT = frozenset(
@@ -469,7 +222,7 @@ def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
                 continue
             if lw in _SINGULAR_AUX:
                 out[word_at[j]] = _match_case(w, _SINGULAR_AUX[lw])
-            elif lw in _PRESENT_VERBS:
+            elif lw in PRESENT_VERBS:
                 out[word_at[j]] = _third_person(w)
             return
 
@@ -568,12 +321,12 @@ def _strip_vocative(sentence: str, known: Sequence[str]) -> str:
 
 
 def _content_words(sentence: str, names: Sequence[str], *, drop_verbs: bool = True) -> list[str]:
-    name_words = {w for n in names for w in words(n)} | _name_tokens(sentence, names)
+    name_words = {w for n in names for w in words(n)} | name_tokens(sentence, names)
     out = []
     for w in words(normalize_apostrophes(sentence)):
         base = w[:-2] if w.endswith("'s") else w
-        if (base in STOPWORDS or base in _FILLER or base in _TIME_WORDS or base in name_words
-                or len(base) < 2 or base.isdigit() or (drop_verbs and base in _COMMON_VERBS)):
+        if (base in STOPWORDS or base in FILLER or base in TIME_WORDS or base in name_words
+                or len(base) < 2 or base.isdigit() or (drop_verbs and base in COMMON_VERBS)):
             continue
         out.append(base)
     return out
@@ -595,7 +348,7 @@ def is_low_value(sentence: str, names: Sequence[str] = ()) -> bool:
     content = _content_words(s, known)
     # Other proper names are content ("I went to Paris!" is a fact) unless the sentence is
     # small talk addressed to someone ("Hey Mel!", "Thanks, Jon!"): then they are vocatives.
-    if content and any(w in _FILLER for w in words(normalize_apostrophes(s))):
+    if content and any(w in FILLER for w in words(normalize_apostrophes(s))):
         content = _content_words(s, known + proper_names(s, known))
     if s.rstrip(" \"')").endswith("?"):
         return len(content) < 2
@@ -654,27 +407,6 @@ def classify_event_type(sentence: str) -> str:
     return "state"
 
 
-_IRREGULAR = {
-    "went": "go", "gone": "go", "goes": "go", "got": "get", "gotten": "get", "made": "make",
-    "took": "take", "taken": "take", "saw": "see", "seen": "see", "had": "have", "has": "have",
-    "did": "do", "done": "do", "does": "do", "was": "be", "were": "be", "been": "be", "is": "be",
-    "am": "be", "are": "be", "felt": "feel", "found": "find", "told": "tell", "thought": "think",
-    "knew": "know", "known": "know", "bought": "buy", "brought": "bring", "came": "come",
-    "began": "begin", "begun": "begin", "ran": "run", "wrote": "write", "written": "write",
-    "met": "meet", "left": "leave", "kept": "keep", "spent": "spend", "taught": "teach",
-    "caught": "catch", "sang": "sing", "sung": "sing", "drew": "draw", "drawn": "draw",
-    "gave": "give", "given": "give", "ate": "eat", "eaten": "eat", "slept": "sleep", "won": "win",
-    "lost": "lose", "built": "build", "sent": "send", "held": "hold", "heard": "hear",
-    "said": "say", "paid": "pay", "fell": "fall", "chose": "choose", "chosen": "choose",
-    "became": "become", "grew": "grow", "grown": "grow", "swam": "swim", "rode": "ride",
-    "drove": "drive", "flew": "fly", "read": "read", "sat": "sit", "stood": "stand", "wore": "wear",
-    "lived": "live", "loved": "love", "moved": "move", "hoped": "hope", "liked": "like",
-    "baked": "bake", "danced": "dance", "created": "create", "decided": "decide", "shared": "share",
-    "used": "use", "joined": "join", "adored": "adore", "practiced": "practice", "raced": "race",
-    "hiked": "hike", "received": "receive", "closed": "close", "arrived": "arrive",
-    "graduated": "graduate", "celebrated": "celebrate", "volunteered": "volunteer",
-    "explored": "explore", "inspired": "inspire", "participated": "participate",
-}
 _AUX_LEMMA = {
     "am": "be", "is": "be", "are": "be", "was": "be", "were": "be", "been": "be", "be": "be",
     "have": "have", "has": "have", "had": "have", "do": "do", "does": "do", "did": "do",
@@ -684,40 +416,6 @@ _MODALS = frozenset(
     don't doesn't didn't isn't aren't wasn't weren't hasn't haven't hadn't not never to going gonna
     wanna""".split()
 )
-
-
-# Stems that lost a silent e before -ed/-ing: prioritiz(e), carv(e), danc(e), judg(e), us(e),
-# cur(e), celebrat(e), and one-vowel stems such as bak(e), skat(e).
-_NEEDS_E = re.compile(r"(?:iz|yz|v|[^aeiou]c|dg|^us|[^aeiou]us|ur|[^aeiou]at)$|^[^aeiou]+[aeiou][bkmptz]$")
-
-
-def _strip_suffix(w: str, n: int) -> str:
-    """Base of an -ed/-ing form: undo consonant doubling, restore a silent e when likely."""
-    base = w[:-n]
-    if len(base) > 2 and base[-1] == base[-2] and base[-1] not in "lsfz":
-        return base[:-1]
-    if base + "e" in _PRESENT_VERBS or (len(base) >= 3 and _NEEDS_E.search(base)):
-        return base + "e"
-    return base
-
-
-def _lemma(word: str) -> str:
-    w = word.lower()
-    if w in _IRREGULAR:
-        return _IRREGULAR[w]
-    if w.endswith("ied") and len(w) > 4:
-        return w[:-3] + "y"
-    if w.endswith("ed") and len(w) > 4:
-        return _strip_suffix(w, 2)
-    if w.endswith("ing") and len(w) > 4 and re.search(r"[aeiouy]", w[:-3]):
-        return _strip_suffix(w, 3)
-    if w.endswith("ies") and len(w) > 4:
-        return w[:-3] + "y"
-    if w.endswith("es") and w[:-2] in _PRESENT_VERBS:
-        return w[:-2]
-    if w.endswith("s") and w[:-1] in _PRESENT_VERBS:
-        return w[:-1]
-    return w
 
 
 def predicate_lemma(sentence: str) -> str:
@@ -744,9 +442,9 @@ def predicate_lemma(sentence: str) -> str:
             continue
         if w in _MODALS or w in _MID_ADVERBS or w in ("so", "very"):
             continue
-        if w in _IRREGULAR or w in _PRESENT_VERBS or w in _COMMON_VERBS or w.endswith(("ed", "ing")) or (
-                w.endswith("s") and (w[:-1] in _PRESENT_VERBS or w[:-1] in _COMMON_VERBS)):
-            return _lemma(w)
+        if w in IRREGULAR_VERBS or w in PRESENT_VERBS or w in COMMON_VERBS or w.endswith(("ed", "ing")) or (
+                w.endswith("s") and (w[:-1] in PRESENT_VERBS or w[:-1] in COMMON_VERBS)):
+            return lemma(w)
         return aux
     return aux
 

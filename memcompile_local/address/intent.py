@@ -7,7 +7,7 @@ Two sources with one output type (:class:`~memcompile_local.types.QueryIntent`):
   (the same chunker as the rule extractor); the time constraint is the first time
   expression (absolute ones normalized to ``YYYY[-MM[-DD]]``, relative ones kept as written,
   since a question has no session date to anchor them); ``need_attribute`` and
-  ``is_temporal`` come from cue words.
+  ``is_temporal`` come from cue words (:func:`~memcompile_local.language.timecues.is_temporal_question`).
 * :func:`llm_intent` / :func:`llm_intent_many`: the model reads the question alone (stage
   ``intent``) and returns ``{"need_attribute", "people", "keywords", "time"}``; the answer
   is cleaned like extraction output, and ``is_temporal`` is the rule cue or a non-empty
@@ -21,17 +21,19 @@ import logging
 import re
 from typing import Any, Sequence
 
-from memcompile_local.address.extract_llm import clean_people, is_time_phrase, parse_model, clean_phrases
-from memcompile_local.address.extract_rule import known_name, keyword_phrases, normalize_apostrophes, proper_names
 from memcompile_local.address.prompts import INTENT_PROMPT_VERSION, INTENT_SYSTEM, build_intent_user
-from memcompile_local.address.schemas import IntentModel, spec_for
-from memcompile_local.address.timeparse import find_time_mentions, normalize_time
+from memcompile_local.address.schemas import IntentModel, parse_model, spec_for
 from memcompile_local.errors import ModelError
+from memcompile_local.language.cleaning import clean_people, clean_phrases
+from memcompile_local.language.names import known_name, proper_names
+from memcompile_local.language.phrases import keyword_phrases
+from memcompile_local.language.timecues import is_temporal_question, is_time_phrase
+from memcompile_local.language.timeparse import find_time_mentions, normalize_time
+from memcompile_local.language.tokens import normalize_apostrophes
 from memcompile_local.llm.interface import LLMRequest, Message
 from memcompile_local.types import QueryIntent
 
 __all__ = [
-    "is_temporal_question",
     "needs_attribute",
     "rule_intent",
     "intent_request",
@@ -43,14 +45,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MAX_INTENT_KEYWORDS = 5
-
-# Questions whose answer is a time or a duration.
-_TEMPORAL = re.compile(
-    r"\bwhen\b|\bsince\s+when\b|\b(?:what|which)\s+(?:date|day|time|year|month|week|weekend|season)\b|"
-    r"\bhow\s+long\b|\bhow\s+many\s+(?:days|weeks|months|years|hours|minutes)\b|"
-    r"\b(?:in|on|during)\s+(?:what|which)\s+(?:year|month|day|date)\b",
-    re.IGNORECASE,
-)
 
 # Questions that ask for a lasting personal attribute (preference, job, identity, health...).
 _ATTRIBUTE = re.compile(
@@ -65,11 +59,6 @@ _ATTRIBUTE = re.compile(
 _QUESTION_WORDS = ("what", "when", "where", "who", "whom", "why", "how", "which", "would", "does", "did",
                    "is", "are", "was", "were", "has", "have", "do", "kind", "type", "sort", "likely",
                    "ever", "many", "much", "long")
-
-
-def is_temporal_question(question: str) -> bool:
-    """True when the question asks for a time or duration ("When ...", "How long ...", "... what year")."""
-    return _TEMPORAL.search(question or "") is not None
 
 
 def needs_attribute(question: str) -> bool:

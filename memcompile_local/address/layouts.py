@@ -23,7 +23,7 @@ from ..config import PlacementConfig
 from ..errors import ConfigError
 from ..types import Cell, Descriptor
 from .cells import cell_from_descriptors, place_descriptors
-from .text import normalize_name
+from ..language.tokens import normalize_name
 
 LAYOUTS = ("flat", "bounded", "sequential", "session", "entity")
 

@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from ..types import Descriptor
-from .text import terms
+from ..language.tokens import terms
 
 # rank_bm25's default floor factor for negative idf values (BM25Okapi(epsilon=0.25)).
 OKAPI_EPSILON = 0.25

@@ -17,7 +17,7 @@ of their inputs, so a rebuilt request has the same identity (and cache key) as b
 
 from __future__ import annotations
 
-from memcompile_local.address.timeparse import session_date
+from memcompile_local.language.timeparse import session_date
 from memcompile_local.types import SourcePacket
 
 __all__ = [

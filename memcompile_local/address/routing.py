@@ -42,7 +42,7 @@ from typing import Sequence
 
 from ..config import RoutingConfig
 from ..types import Cell, Descriptor
-from .text import jaccard, phrase_terms, term_set
+from ..language.tokens import jaccard, phrase_terms, term_set
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import copy
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memcompile_local.llm.interface import JsonSchemaSpec
+from memcompile_local.errors import OutputValidationError
+from memcompile_local.llm.interface import JsonSchemaSpec, LLMResponse
 
 __all__ = [
     "FactList",
@@ -31,6 +32,7 @@ __all__ = [
     "IntentModel",
     "inline_schema",
     "spec_for",
+    "parse_model",
     "EventType",
     "Polarity",
 ]
@@ -156,3 +158,19 @@ def spec_for(model: type[BaseModel]) -> JsonSchemaSpec:
         spec = JsonSchemaSpec(schema=inline_schema(model), name=model.__name__)
         _SPECS[model] = spec
     return spec
+
+
+def parse_model(model: type[BaseModel], response: LLMResponse, stage: str) -> Any:
+    """Read a validated response of ``stage`` through ``model``.
+
+    A response whose parsed JSON does not fit the model becomes ``OutputValidationError``
+    carrying the raw text, finish reason and token counts, so the caller can log or retry.
+    """
+    try:
+        return model.model_validate(response.parsed)
+    except ValidationError as exc:
+        raise OutputValidationError(
+            f"stage {stage!r}: response does not fit {model.__name__}: {exc.errors()[:2]}",
+            text=response.text, finish_reason=response.finish_reason, parsed=response.parsed,
+            prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
+        ) from None

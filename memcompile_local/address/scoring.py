@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..config import RoutingConfig
 from ..types import Descriptor, QueryIntent
-from .text import jaccard, normalize_name, phrase_terms, term_set
+from ..language.tokens import jaccard, normalize_name, phrase_terms, term_set
 
 # The factor 2 of the raw-BM25 mapping 2 log(1+s_i)/log(1+s_max) (Appendix B.3). It has no
 # RoutingConfig field yet, so it is named here.

@@ -41,7 +41,7 @@ def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: Pi
     packets = mem.store.packets(namespace)
     k = cfg.evidence.k0
     if kind == "full-context":
-        from ..address.text import count_tokens
+        from ..language.tokens import count_tokens
 
         text = render_raw(packets)
         window = cfg.model.context_window
@@ -51,7 +51,7 @@ def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: Pi
         return [p.packet_id for p in packets], text
     if kind == "bm25":
         from ..address.lexical import LexicalIndex
-        from ..address.text import stem_terms
+        from ..language.stemming import stem_terms
 
         index = _cached(cache, ("bm25", namespace, len(packets)),
                         lambda: LexicalIndex([stem_terms(_raw_text(p)) for p in packets],

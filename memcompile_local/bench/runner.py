@@ -479,7 +479,7 @@ def _append_aliasing(path: Path, aliasing: dict) -> None:
 
 
 def _count(text: str) -> int:
-    from ..address.text import count_tokens
+    from ..language.tokens import count_tokens
 
     return count_tokens(text)
 
