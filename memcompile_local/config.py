@@ -108,6 +108,21 @@ class FusionConfig:
     dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
+    # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).
+    time_match_weight: float = 0.0  # bonus for turns dated in the period the question names
+    bursts: bool = False  # lexical documents group consecutive same-speaker messages
+    tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
+    complement: Literal["none", "mmr", "pursuit"] = "none"  # complementary selection over the fused top-P
+    complement_scope: Literal["list", "all"] = "list"  # list questions only, or every question
+    complement_pool: int = 30  # P
+    complement_keep: int = 6  # first slots kept in fused order
+    mmr_lambda: float = 0.3
+    second_round_slots: int = 0  # last slots filled by the evidence-conditioned second round
+    second_round_read: int = 3  # top packets whose names/keywords re-query the lexical channel
+    second_round_weight: float = 0.5
+    # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
+    schedule_pool: Literal["normalized", "fused"] = "normalized"
+    schedule_pool_size: int = 100  # N for the fused pool
 
 
 @dataclass(frozen=True)

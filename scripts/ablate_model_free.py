@@ -1,29 +1,32 @@
 #!/usr/bin/env python
-"""Per-component ablation of the model-free path on a LoCoMo file (issue: model-free selection).
+"""Ablations of the model-free path on a LoCoMo file: in-sample rows, ``--cv``, ``--pool-recall``.
 
 Builds each conversation with the ``model-free`` preset (rule descriptors, MiniLM embeddings;
-zero model calls), then for every question of categories 1-4 with gold evidence computes the
-fused selector's channels once and scores variants:
+zero model calls) into a store that is kept between runs (``--store``; a rerun only loads
+it), then computes the fused selector's channels once per question (categories 1-4 with
+gold evidence) and scores rows on top of them.
 
-* ``full``: the package's model-free path (checked to equal ``Memory.compile``'s selection);
-* ``- X``: one component of the package switched off (its recall delta is what it adds);
-* ``+ Y``: ideas that were measured and removed from the package because they did not pay
-  off; they are re-implemented here, on top of the same channels, so the numbers can be
-  reproduced.
+* default: per-component rows on the file as a whole (``full``; ``- X`` one component off;
+  ``removed: + Y`` ideas measured earlier and dropped, re-implemented here so their numbers
+  can be reproduced), recall@10/@12 overall, per category and per conversation;
+* ``--cv``: leave-one-conversation-out. Every row is a small grid over the constants it
+  introduces; for each fold its setting is fit on the other conversations (best mean
+  recall@10) and scored on the held-out one. Prints a markdown table with the in-sample and
+  the cross-validated recall@10, recall@12, per category, per fold, how many folds beat
+  today's shipped row, and p50 query latency; then the per-query latency of
+  ``Memory.compile`` on a ~680-turn conversation joined from the file's sessions;
+* ``--pool-recall``: recall of the closed pool an LLM scheduler is handed, at its first 20,
+  40 and all positions, for the paper's normalized pool and for the fused ranking.
 
-Prints recall@10 and recall@12 (overall and per category; recall@10 per conversation too,
-so a component that helps on one conversation only shows) and the per-query latency of the
-whole model-free query path (question embedding included) as p50/p95, on each conversation
-and on a ~600-turn conversation made by joining sessions of the file's conversations.
-
-    python scripts/ablate_model_free.py --data ../shared/data/locomo/locomo_dev.json
+    python scripts/ablate_model_free.py --data ../shared/data/locomo/locomo_dev4.json --cv
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -39,13 +42,22 @@ from memcompile_local.language.stemming import stem_terms  # noqa: E402
 from memcompile_local.language.tokens import terms  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
 from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
+from memcompile_local.bench.plots import ablation_plot  # noqa: E402
+from memcompile_local.address.intent import rule_intent  # noqa: E402
+from memcompile_local.address.query import address_query  # noqa: E402
+from memcompile_local.normalize import normalize_to_packets  # noqa: E402
+from memcompile_local.pipeline import query_intent  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
 from memcompile_local.fused import (  # noqa: E402
+    LIST_QUESTION,
     FusionIndex,
     _raw,
+    channel_weights,
     fused_scores,
     lexical_documents,
+    score_order,
+    select_rows,
     session_neighbours,
 )
 from memcompile_local.evidence.presets import apply_preset  # noqa: E402
@@ -56,10 +68,6 @@ from memcompile_local.store import MemoryStore  # noqa: E402
 from memcompile_local.types import Conversation  # noqa: E402
 
 CATS = (1, 2, 3, 4)
-# A question that asks for several things ("What books has ...", "In what ways ...", "... both ...").
-LIST_QUESTION = re.compile(
-    r"^(?:what|which)\s+(?:\S+\s+){0,2}?(?:\w+(?:s|es)|people|children)\s+(?:has|have|does|do|did|is|are|were)\b"
-    r"|^(?:in )?what (?:ways|kinds?|types?|sorts?)\b|\bboth\b", re.IGNORECASE)
 
 
 def top(scores: np.ndarray, k: int) -> list[int]:
@@ -87,7 +95,7 @@ class Question:
 def variants(cfg):
     f = cfg.fusion
     W = {"lexical": f.lexical_weight, "packet": f.packet_weight, "speaker": f.speaker_weight,
-         "temporal": f.temporal_weight, "claim": 1.0}  # claim: removed channel, re-created below
+         "temporal": f.temporal_weight, "time_match": f.time_match_weight, "claim": 1.0}  # claim: removed channel, re-created below
 
     def fuse(ch, drop=None, lexical=None):
         total = np.zeros(len(next(iter(ch.values()))))
@@ -253,8 +261,6 @@ def cross_conversation_check(questions, namespaces) -> None:
     A stand-in for conversations not seen during design: if the shipped weights only fit the
     dev questions, weights chosen on one conversation will do clearly worse on the other.
     """
-    import itertools
-
     def recall_at_10(qs, w):
         out = []
         for Q in qs:
@@ -280,8 +286,7 @@ def cross_conversation_check(questions, namespaces) -> None:
 
 def joined_conversation(convs, target_turns: int) -> Conversation:
     """Sessions of several conversations, renumbered, until ``target_turns`` turns."""
-    from dataclasses import replace
-
+    replace = dataclasses.replace
     sessions, n = [], 0
     for ci, conv in enumerate(convs):
         for s in conv.sessions:
@@ -293,26 +298,295 @@ def joined_conversation(convs, target_turns: int) -> Conversation:
     return Conversation(namespace=f"joined-{n}", sessions=tuple(sessions), questions=convs[0].questions)
 
 
+
+
+# ============================================================================ --cv
+# Leave-one-conversation-out: each row is a family of fused-selector settings (a small grid
+# over the constants the row introduces). For every fold the row's setting is the grid point
+# with the best mean recall@10 on the other conversations; the held-out conversation is then
+# scored with it. "in-sample" fits and scores on all conversations. The first grid point of a
+# row is its default, and wins ties, so a flat grid keeps the default.
+
+SHIPPED_TODAY = {"packet_weight": 1.0, "speaker_weight": 0.3, "temporal_weight": 0.2}
+BASE_GRID = {"packet_weight": (1.0, 0.5, 1.5), "speaker_weight": (0.3, 0.1, 0.5),
+             "temporal_weight": (0.2, 0.0, 0.1, 0.3)}
+
+
+def grid(**axes) -> list[dict]:
+
+
+    names = list(axes)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(axes[n] for n in names))]
+
+
+def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]]:
+    """(row name, index variant, grid of FusionConfig changes). Component rows sit on top of
+    today's channel weights, so each row measures one thing; the last rows combine."""
+    base = dict(SHIPPED_TODAY)
+    rows = [
+        ("today's shipped weights (no fit)", "plain", [dict(base)]),
+        ("refit channel weights (36-point grid)", "plain", grid(**BASE_GRID)),
+        ("+ time match (question period vs dates)", "plain",
+         [{**base, "time_match_weight": w} for w in (0.2, 0.1, 0.3, 0.5)]),
+        ("time match instead of dated-turn bonus", "plain",
+         [{**base, "temporal_weight": 0.0, "time_match_weight": w} for w in (0.2, 0.1, 0.3, 0.5)]),
+        ("+ MMR over fused top-30", "plain",
+         [{**base, "complement": "mmr", **g} for g in grid(mmr_lambda=(0.3, 0.1, 0.5), complement_keep=(6, 4),
+                                                       complement_scope=("list", "all"))]),
+        ("+ MemPursuit over fused top-30", "plain",
+         [{**base, "complement": "pursuit", **g} for g in grid(complement_keep=(6, 4, 8),
+                                                           complement_scope=("list", "all"))]),
+        ("+ second round (names/keywords of top packets)", "plain",
+         [{**base, **g} for g in grid(second_round_slots=(2, 1, 3, 4), second_round_weight=(0.5, 0.3, 1.0),
+                                      second_round_read=(3, 5))]),
+        ("+ bursts and tolerant names", "burst", [dict(base, bursts=True, tolerant_names=True)]),
+    ]
+    return rows
+
+
+class CVQuestion:
+    """One scored question: its channels under each index variant, timed once."""
+
+    def __init__(self, q, ns, view, qvec, indexes, channels, channel_ms):
+        self.q, self.ns, self.view, self.qvec = q, ns, view, qvec
+        self.indexes, self.channels, self.channel_ms = indexes, channels, channel_ms
+
+
+def eval_setting(questions, fusion_base, changes: dict, variant: str):
+    """Per-question recall@10 and @12 (arrays) and selection ms of one fused setting."""
+
+
+    cfg = dataclasses.replace(fusion_base, **changes)
+    weights = channel_weights(cfg)
+    r10 = np.zeros(len(questions))
+    r12 = np.zeros(len(questions))
+    ms = np.zeros(len(questions))
+    for n, Q in enumerate(questions):
+        ch = Q.channels[variant]
+        t0 = time.perf_counter()
+        total = sum(weights[name] * v for name, v in ch.items())
+        rows = select_rows(Q.indexes[variant], Q.q.question, total, Q.qvec, cfg, 12)
+        ms[n] = Q.channel_ms + (time.perf_counter() - t0) * 1000
+        ids = [Q.view.packets[i].packet_id for i in rows]
+        rows10 = select_rows(Q.indexes[variant], Q.q.question, total, Q.qvec, cfg, 10)
+        r10[n] = gold_recall([Q.view.packets[i].packet_id for i in rows10], Q.q.evidence)
+        r12[n] = gold_recall(ids, Q.q.evidence)
+    return r10, r12, ms
+
+
+def run_cv(questions, fusion_base, plot_path: str | None) -> list[dict]:
+    """Print the leave-one-conversation-out table; returns one summary dict per row."""
+    namespaces = list(dict.fromkeys(Q.ns for Q in questions))
+    ns_of = np.asarray([Q.ns for Q in questions])
+    cat_of = np.asarray([Q.q.category for Q in questions])
+    results = []
+    reference = None  # today's shipped row: the per-fold bar every component must clear
+    print(f"\nleave-one-conversation-out on {len(namespaces)} conversations ({len(questions)} questions); "
+          "each row's constants fit on three conversations (best mean recall@10 of its grid), "
+          "scored on the fourth")
+    for name, variant, points in cv_rows():
+        evals = [eval_setting(questions, fusion_base, p, variant) for p in points]
+        R10 = np.stack([e[0] for e in evals])
+        R12 = np.stack([e[1] for e in evals])
+
+        def best(mask):
+            return int(np.argmax(R10[:, mask].mean(axis=1)))  # argmax: first (default) point wins ties
+        cv10 = np.zeros(len(questions))
+        cv12 = np.zeros(len(questions))
+        picks = {}
+        for ns in namespaces:
+            held = ns_of == ns
+            g = best(~held)
+            picks[ns] = points[g]
+            cv10[held] = R10[g, held]
+            cv12[held] = R12[g, held]
+        g_all = best(np.ones(len(questions), dtype=bool))
+        row = {
+            "name": name, "variant": variant, "in_sample": 100 * R10[g_all].mean(), "in_sample_setting": points[g_all],
+            "cv10": 100 * cv10.mean(), "cv12": 100 * cv12.mean(),
+            "cats": {c: 100 * cv10[cat_of == c].mean() for c in CATS},
+            "folds": {ns: 100 * cv10[ns_of == ns].mean() for ns in namespaces},
+            "p50": float(np.median(evals[g_all][2])), "picks": picks, "grid": len(points),
+        }
+        if reference is None:
+            reference = row
+        row["helped"] = sum(row["folds"][ns] > reference["folds"][ns] + 1e-9 for ns in namespaces)
+        results.append(row)
+        print(f"  {name}: in-sample {row['in_sample']:.1f} (setting {points[g_all]}), CV {row['cv10']:.1f}",
+              flush=True)
+    print_cv_table(results, namespaces)
+    if plot_path:
+        rows = [(r["name"], r["cv10"], r["cats"][1]) for r in results]
+        title = "Model-free path: cross-validated recall@10 per row (leave one conversation out)"
+        print(f"wrote {ablation_plot(rows, plot_path, title=title)}")
+    return results
+
+
+def print_cv_table(results, namespaces) -> None:
+    head = ("| row | grid | in-sample R@10 | CV R@10 | CV R@12 | " + " | ".join(
+        LOCOMO_CATEGORY_NAMES[c] for c in CATS) + " | " + " | ".join(f"fold {ns}" for ns in namespaces)
+        + " | folds > today | p50 ms |")
+    print("\n" + head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for r in results:
+        cats = " | ".join(f"{r['cats'][c]:.1f}" for c in CATS)
+        folds = " | ".join(f"{r['folds'][ns]:.1f}" for ns in namespaces)
+        print(f"| {r['name']} | {r['grid']} | {r['in_sample']:.1f} | {r['cv10']:.1f} | {r['cv12']:.1f} | {cats} | "
+              f"{folds} | {r['helped']}/{len(namespaces)} | {r['p50']:.1f} |")
+    print("\nsettings picked per fold (fit on the other conversations):")
+    for r in results:
+        if r["grid"] > 1:
+            print(f"  {r['name']}: " + "; ".join(f"{ns}: {s}" for ns, s in r["picks"].items()))
+
+
+# ============================================================================ --pool-recall
+
+
+def run_pool_recall(questions, cfg) -> float:
+    """Recall of the scheduler's closed pool at its first 20, 40 and all positions; returns the
+    mean size of the paper's normalized pool (the default N of the fused pool)."""
+    sizes, rows = [], {"normalized (paper)": {20: [], 40: [], "all": []}}
+    fused_all: dict = {20: [], 40: [], "N": [], "all": []}
+    pools = []
+    for Q in questions:
+        view = Q.view
+        intent = rule_intent(Q.q.question, known_people=sorted({p.speaker for p in view.packets}))
+        address = address_query(view.index, intent, cfg.routing, layout=cfg.placement.layout)
+        pool = [pc.packet_id for pc in normalize_to_packets(address.candidates, view.index.packet_ordinal)]
+        sizes.append(len(pool))
+        total = sum(channel_weights(cfg.fusion)[n] * v for n, v in Q.channels["plain"].items())
+        ranking = [view.packets[i].packet_id for i in score_order(total)]
+        pools.append((Q, pool, ranking))
+    mean_size = statistics.fmean(sizes)
+    n = int(round(mean_size))
+    for Q, pool, ranking in pools:
+        for at in (20, 40):
+            rows["normalized (paper)"][at].append(gold_recall(pool[:at], Q.q.evidence))
+            fused_all[at].append(gold_recall(ranking[:at], Q.q.evidence))
+        rows["normalized (paper)"]["all"].append(gold_recall(pool, Q.q.evidence))
+        fused_all["N"].append(gold_recall(ranking[:n], Q.q.evidence))
+        fused_all["all"].append(gold_recall(ranking, Q.q.evidence))
+    print(f"\npool recall on {len(questions)} questions (rule descriptors, rule intent; the paper pool "
+          f"holds {mean_size:.1f} packets on average, median {statistics.median(sizes):.0f}, "
+          f"max {max(sizes)})")
+    print("| pool | recall@20 | recall@40 | recall@N (N = mean paper pool) | recall, whole pool |")
+    print("|---|---:|---:|---:|---:|")
+    p = rows["normalized (paper)"]
+    print(f"| normalized address pool (paper) | {100 * statistics.fmean(p[20]):.1f} | "
+          f"{100 * statistics.fmean(p[40]):.1f} | {100 * statistics.fmean(p['all']):.1f} (its own size) | "
+          f"{100 * statistics.fmean(p['all']):.1f} |")
+    print(f"| fused ranking (model-free scores) | {100 * statistics.fmean(fused_all[20]):.1f} | "
+          f"{100 * statistics.fmean(fused_all[40]):.1f} | {100 * statistics.fmean(fused_all['N']):.1f} (N={n}) | "
+          f"{100 * statistics.fmean(fused_all['all']):.1f} (every packet) |")
+    return mean_size
+
+
+def default_store(data: str) -> Path:
+    """A store file kept between runs, one per data file (the build is the slow part)."""
+    return Path(tempfile.gettempdir()) / "memcompile_ablate" / f"{Path(data).stem}.sqlite"
+
+
+def load_questions(mem, convs, cfg) -> list[CVQuestion]:
+    """Every scored question with its channels under the plain and the burst index."""
+    channel_cfg = dataclasses.replace(cfg.fusion, time_match_weight=1.0, temporal_weight=1.0,
+                                      speaker_weight=1.0, packet_weight=1.0, lexical_weight=1.0)
+    burst_cfg = dataclasses.replace(channel_cfg, bursts=True, tolerant_names=True)
+    out = []
+    mismatches = 0
+    for conv in convs:
+        view = mem.view(conv.namespace)
+        indexes = {
+            "plain": view.fusion,
+            "burst": FusionIndex.build(view.packets, view.descriptors_by_packet, burst_cfg,
+                                       packet_matrix=view.packet_matrix, context_matrix=view.fusion.context_matrix),
+        }
+        for q in conv.questions:
+            if q.category not in CATS or not q.evidence:
+                continue
+            for _ in range(2):  # the second pass is timed (warm caches)
+                t0 = time.perf_counter()
+                intent = query_intent(q.question, cfg, None, view)
+                qvec = np.asarray(mem.embedder.embed([intent.lexical_query()]), dtype=np.float32)[0]
+                fused_scores(view.fusion, q.question, qvec, cfg.fusion)
+                channel_ms = (time.perf_counter() - t0) * 1000
+            channels = {name: fused_scores(ix, q.question, qvec, channel_cfg).channels for name, ix in indexes.items()}
+            Q = CVQuestion(q, conv.namespace, view, qvec, indexes, channels, channel_ms)
+            out.append(Q)
+            total = sum(channel_weights(cfg.fusion)[n] * v for n, v in channels["plain"].items())
+            mine = [view.packets[i].packet_id for i in select_rows(view.fusion, q.question, total, qvec, cfg.fusion,
+                                                                   cfg.evidence.k0)]
+            mismatches += list(mem.compile(conv.namespace, q.question).packet_ids) != mine
+    print(f"{len(out)} questions with gold evidence; the package default setting == Memory.compile on "
+          f"{len(out) - mismatches}/{len(out)}")
+    return out
+
+
+def latency(mem, store, convs, runs: int, target_turns: int) -> None:
+    """Per-query latency of the whole model-free query path (Memory.compile)."""
+    targets = [(c.namespace, c) for c in convs]
+    joined = joined_conversation(convs, target_turns)
+    mem.add(joined.namespace, joined)
+    mem.build(joined.namespace)
+    targets.append((joined.namespace, joined))
+    print(f"\nper-query latency of Memory.compile on the model-free path ({runs} passes, "
+          f"2 shared CPU cores; question embedding included)")
+    for ns, conv in targets:
+        n_turns = len(store.packets(ns))
+        qs = [q.question for q in conv.questions if q.category in CATS]
+        mem.compile(ns, qs[0])  # warm: index load, model load
+        times = []
+        for _ in range(runs):
+            for question in qs:
+                t0 = time.perf_counter()
+                mem.compile(ns, question)
+                times.append((time.perf_counter() - t0) * 1000)
+        times.sort()
+        p50 = times[len(times) // 2]
+        p95 = times[min(len(times) - 1, int(round(0.95 * len(times))) - 1)]
+        print(f"  {ns:14s} {n_turns:4d} turns: p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  ({len(times)} queries)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="../shared/data/locomo/locomo_dev.json")
-    ap.add_argument("--store", default=None, help="store file (default: a temporary file)")
+    ap.add_argument("--data", default="../shared/data/locomo/locomo_dev4.json")
+    ap.add_argument("--store", default=None, help="store file, kept between runs (default: one per data "
+                                                  "file under the system temp folder)")
+    ap.add_argument("--cv", action="store_true", help="leave-one-conversation-out table")
+    ap.add_argument("--pool-recall", action="store_true", help="recall of the LLM scheduler's pool")
     ap.add_argument("--latency-runs", type=int, default=3)
-    ap.add_argument("--plot", default=None, metavar="PNG", help="also draw the recall@10 rows as a bar chart")
+    ap.add_argument("--latency-turns", type=int, default=680, help="size of the joined latency conversation")
+    ap.add_argument("--no-latency", action="store_true")
+    ap.add_argument("--plot", default=None, metavar="PNG", help="also draw the rows as a bar chart")
     args = ap.parse_args()
 
     cfg = apply_preset("model-free", PipelineConfig())
-    tmp = tempfile.TemporaryDirectory()
-    store = MemoryStore(args.store or Path(tmp.name) / "ablate.sqlite")
+    store_path = Path(args.store) if args.store else default_store(args.data)
+    store_path.parent.mkdir(parents=True, exist_ok=True)
+    store = MemoryStore(store_path)
     mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store))
     convs = load_locomo(args.data)
-    questions: list[Question] = []
     t_build = time.perf_counter()
     for conv in convs:
         mem.add(conv.namespace, conv)
         mem.build(conv.namespace)
-    print(f"built {len(convs)} conversations in {time.perf_counter() - t_build:.1f} s (zero model calls)")
+    print(f"built {len(convs)} conversations in {time.perf_counter() - t_build:.1f} s (zero model calls; "
+          f"store {store_path})")
+    if not (args.cv or args.pool_recall):
+        return legacy_rows(mem, store, convs, cfg, args)
+    questions = load_questions(mem, convs, cfg)
+    if args.pool_recall:
+        run_pool_recall(questions, cfg)
+    if args.cv:
+        run_cv(questions, cfg.fusion, args.plot)
+    if not args.no_latency:
+        latency(mem, store, convs, args.latency_runs, args.latency_turns)
+    store.close()
+    return 0
 
+
+def legacy_rows(mem, store, convs, cfg, args) -> int:
+    """The in-sample per-component rows (the default mode)."""
+    questions: list[Question] = []
     mismatches = 0
     for conv in convs:
         view = mem.view(conv.namespace)
@@ -361,8 +635,6 @@ def main() -> int:
         for q in conv.questions:
             if q.category not in CATS or not q.evidence:
                 continue
-            from memcompile_local.pipeline import query_intent
-
             for _ in range(2):  # the second pass is timed (warm caches)
                 t0 = time.perf_counter()
                 intent = query_intent(q.question, cfg, None, view)
@@ -414,33 +686,8 @@ def main() -> int:
               f"{full_cov:7d} {by_ns} {lat}")
 
     if args.plot:
-        from memcompile_local.bench.plots import ablation_plot
-
         print(f"wrote {ablation_plot(plot_rows, args.plot)}")
     cross_conversation_check(questions, namespaces)
-
-    # Latency of the whole query path (rule intent, question embedding, all channels, top-K).
-    targets = [(c.namespace, c) for c in convs]
-    joined = joined_conversation(convs, 600)
-    mem.add(joined.namespace, joined)
-    mem.build(joined.namespace)
-    targets.append((joined.namespace, joined))
-    print(f"\nper-query latency of Memory.compile on the model-free path ({args.latency_runs} passes, "
-          f"2 shared CPU cores)")
-    for ns, conv in targets:
-        n_turns = len(store.packets(ns))
-        qs = [q.question for q in conv.questions if q.category in CATS]
-        mem.compile(ns, qs[0])  # warm: index load, model load
-        times = []
-        for _ in range(args.latency_runs):
-            for question in qs:
-                t0 = time.perf_counter()
-                mem.compile(ns, question)
-                times.append((time.perf_counter() - t0) * 1000)
-        times.sort()
-        p50 = times[len(times) // 2]
-        p95 = times[min(len(times) - 1, int(round(0.95 * len(times))) - 1)]
-        print(f"  {ns:14s} {n_turns:4d} turns: p50 {p50:6.2f} ms  p95 {p95:6.2f} ms  ({len(times)} queries)")
     store.close()
     return 0
 

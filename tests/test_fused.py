@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from memcompile_local.config import FusionConfig
+from pathlib import Path
+
 import pytest
 
+from memcompile_local.config import FusionConfig
+from memcompile_local.data.plain import load_plain
 from memcompile_local.fused import (
     FusionIndex,
+    bursts,
+    canonical_names,
     context_documents,
+    fused_ranking,
     fused_scores,
+    is_list_question,
     lexical_documents,
     named_participants,
+    periods,
+    question_periods,
     select_fused,
+    select_rows,
+    tolerant_name,
 )
 from memcompile_local.types import Descriptor, SourcePacket
+
+MESSY = Path(__file__).parent / "fixtures" / "messy_chat.json"
 
 
 def packet(i: int, session: int, speaker: str, text: str) -> SourcePacket:
@@ -109,3 +122,161 @@ def test_dense_channel_takes_the_better_of_turn_and_context_cosine():
 def test_matrices_must_have_one_row_per_packet():
     with pytest.raises(ValueError, match="context_matrix has 4 rows for 5 packets"):
         FusionIndex.build(PACKETS, {}, FusionConfig(), packet_matrix=np.zeros((5, 2)), context_matrix=np.zeros((4, 2)))
+
+
+# ----------------------------------------------------------------------------- new components
+
+
+def messy_packets() -> list[SourcePacket]:
+    """The messy-chat fixture (short lower-case bursts, a nickname, a typo) as stored packets."""
+    conv = load_plain(MESSY)
+    out = []
+    for s in conv.sessions:
+        for t in s.turns:
+            out.append(SourcePacket(namespace=conv.namespace, packet_id=t.packet_id, ordinal=len(out),
+                                    session_index=s.index, session_id=s.session_id, session_time=s.time,
+                                    speaker=t.speaker, content=t.text, image_caption=None, sha256="x"))
+    return out
+
+
+def claim(packet_id: str, text: str, *, event_time: str = "", keywords=(), people=()) -> Descriptor:
+    return Descriptor(descriptor_id=f"ns:{packet_id}:0", namespace="ns", packet_id=packet_id, claim_index=0,
+                      text=text, speaker="Ann", session_index=1, session_time="8 May, 2023",
+                      event_time=event_time, keywords=tuple(keywords), people=tuple(people))
+
+
+def lexical_only(**changes) -> FusionConfig:
+    return FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, **changes)
+
+
+def test_bursts_are_runs_of_one_speaker_within_a_session():
+    packets = messy_packets()
+    groups = bursts(packets)
+    ids = [[packets[i].packet_id for i in g] for g in groups]
+    assert ids[:3] == [["S1:1", "S1:2", "S1:3"], ["S1:4", "S1:5", "S1:6"], ["S1:7"]]
+    # Priyanka ends session 1 and Tomasz starts session 2: a session boundary splits anyway.
+    assert ["S3:1", "S3:2", "S3:3", "S3:4"] in ids and ["S3:5", "S3:6"] in ids
+    assert sum(len(g) for g in groups) == len(packets)
+
+
+def test_burst_documents_join_a_thought_split_over_messages():
+    packets = messy_packets()
+    row = {p.packet_id: i for i, p in enumerate(packets)}
+    question = "What did the brother replace on the bike?"
+    plain = FusionIndex.build(packets, {}, lexical_only())
+    grouped = FusionIndex.build(packets, {}, lexical_only(bursts=True))
+    answer = row["S3:4"]  # "new chain and brakes": "bike" is two messages earlier in the burst
+    assert fused_scores(plain, question, None, lexical_only()).channels["lexical"][answer] < 1.0
+    assert fused_scores(grouped, question, None, lexical_only()).channels["lexical"][answer] == 1.0
+    # With one-message bursts (alternating speakers) the burst documents are today's documents.
+    assert lexical_documents(PACKETS, {}, neighbor_context=True, group_bursts=True)[1:4] == \
+        lexical_documents(PACKETS, {}, neighbor_context=True)[1:4]
+    # The neighbours of a burst are the bursts before and after it in the session.
+    docs = lexical_documents(packets, {}, neighbor_context=True, group_bursts=True)
+    assert docs[row["S1:7"]] == "no way priya thats amazing u taking the little one? nah my mum has her for the week"
+
+
+def test_tolerant_names_accept_case_nicknames_and_one_typo_but_not_ordinary_words():
+    people = ["Priyanka", "Tomasz"]
+    assert tolerant_name("priya", people) == "Priyanka"  # lower-case nickname of 4+ letters
+    assert tolerant_name("tomsz's", people) == "Tomasz"  # one letter dropped, possessive
+    assert tolerant_name("Tomasz", people) == "Tomasz"
+    assert tolerant_name("Tom", people) == "Tomasz"  # capitalized 3-letter nickname, as before
+    assert tolerant_name("tom", people) is None  # a short lower-case word is not taken for a name
+    assert tolerant_name("priyankaa", people) == "Priyanka"
+    assert tolerant_name("prints", people) is None
+    assert tolerant_name("car", ["Caroline"]) is None
+    assert named_participants("what did priya eat every day?", people) == []
+    assert named_participants("what did priya eat every day?", people, tolerant=True) == ["Priyanka"]
+    assert canonical_names("tell tomsz's brother", people) == "tell Tomasz's brother"
+
+
+def test_tolerant_names_reach_messages_that_misspell_the_name():
+    packets = messy_packets()
+    row = {p.packet_id: i for i, p in enumerate(packets)}
+    question = "Who owes Tomasz's friend a ride?"
+    plain = FusionIndex.build(packets, {}, lexical_only(neighbor_context=False))
+    tolerant = FusionIndex.build(packets, {}, lexical_only(neighbor_context=False, tolerant_names=True))
+    before = plain.lexical.scores(plain.query_terms(question))
+    after = tolerant.lexical.scores(tolerant.query_terms(question))
+    assert after[row["S3:6"]] > before[row["S3:6"]]  # "tomsz's" now indexes as Tomasz
+    # The speaker cue names the participant behind a lower-case nickname.
+    cfg = FusionConfig(lexical_weight=0, packet_weight=0, speaker_weight=0.3, temporal_weight=0,
+                       tolerant_names=True)
+    speaker = fused_scores(FusionIndex.build(packets, {}, cfg), "where did priya surf?", None, cfg).channels["speaker"]
+    assert speaker[row["S2:5"]] == 1.0 and speaker[row["S2:6"]] == 0.0
+
+
+def test_periods_read_iso_dates_years_and_month_names():
+    assert periods("the week before 2023-05-08") == [(2023, 5)]
+    assert periods("2022") == [(2022, None)]
+    assert periods("in june") == [(None, 6)]
+    assert periods("") == []
+    assert question_periods("When did Melanie go camping in June?") == [(None, 6)]
+    assert question_periods("What did she paint in 2022?") == [(2022, None)]
+    assert question_periods("When did she go camping?") == []
+
+
+def test_time_match_lifts_packets_dated_in_the_named_period():
+    packets = messy_packets()
+    row = {p.packet_id: i for i, p in enumerate(packets)}
+    trip = claim("S1:3", "Priyanka flies to Lisbon from 12 to 19 April.", event_time="2024-04-12")
+    cfg = FusionConfig(lexical_weight=0, packet_weight=0, speaker_weight=0, temporal_weight=0, time_match_weight=0.4)
+    index = FusionIndex.build(packets, {"S1:3": (trip,)}, cfg)
+    got = fused_scores(index, "What did Priyanka do in April 2024?", None, cfg).total
+    april = {p.packet_id for p in packets if p.session_index == 2} | {"S1:3"}  # session date, or the event
+    assert {packets[i].packet_id for i in np.flatnonzero(got)} == april
+    assert got[row["S2:4"]] == pytest.approx(0.4)
+    month_only = fused_scores(index, "what happened in april?", None, cfg).total
+    assert np.array_equal(month_only > 0, got > 0)
+    assert not fused_scores(index, "What happened in 2023?", None, cfg).total.any()
+    assert not fused_scores(index, "When did Priyanka go surfing?", None, cfg).total.any()  # names no period
+
+
+LIST_PACKETS = [packet(i, 1 + i // 3, "Ann" if i % 2 else "Bo", f"turn {i}") for i in range(6)]
+
+
+def test_complementary_selection_skips_near_duplicates_for_list_questions():
+    m = np.zeros((6, 3), dtype=np.float32)
+    m[0] = m[1] = [1, 0, 0]  # the two best packets say the same thing
+    m[2] = [0, 1, 0]
+    m[3:] = [0, 0, 1]
+    scores = np.asarray([1.0, 0.95, 0.6, 0.5, 0.4, 0.3])
+    q = np.asarray([0.7, 0.7, 0.1], dtype=np.float32)
+    q /= np.linalg.norm(q)
+    for mode in ("mmr", "pursuit"):
+        cfg = FusionConfig(complement=mode, complement_keep=1, complement_pool=6, mmr_lambda=0.5)
+        index = FusionIndex.build(LIST_PACKETS, {}, cfg, packet_matrix=m)
+        got = select_rows(index, "What hobbies does Ann have?", scores, q, cfg, 2)
+        assert got == [0, 2], mode  # the duplicate (row 1) gives way to what adds something
+        assert select_rows(index, "Where does Ann live?", scores, q, cfg, 2) == [0, 1]  # not a list question
+        everywhere = FusionConfig(complement=mode, complement_keep=1, complement_pool=6, mmr_lambda=0.5,
+                                  complement_scope="all")
+        assert select_rows(index, "Where does Ann live?", scores, q, everywhere, 2) == [0, 2]
+    assert is_list_question("Which cities have they both visited?")
+    assert not is_list_question("When did Ann move?")
+
+
+def test_second_round_fills_the_last_slots_from_what_the_first_found():
+    packets = [*PACKETS, packet(5, 3, "Ann", "Pepper chewed my slippers again."),
+               packet(6, 3, "Bo", "Oh no, the slippers!")]
+    adopted = claim("D1:2", "Ann adopted a puppy called Pepper.", keywords=("puppy", "Pepper"))
+    base = dict(packet_weight=0, speaker_weight=0, temporal_weight=0, neighbor_context=False)
+    off = FusionConfig(**base)
+    on = FusionConfig(**base, second_round_slots=1, second_round_read=1, second_round_weight=0.5)
+    question = "What did Ann adopt?"
+    index = FusionIndex.build(packets, {"D1:2": (adopted,)}, on)
+    assert select_fused(index, question, None, off, 2) == ["D1:2", "D1:0"]  # round one: "adopt" only
+    # "Pepper" is in the top packet's claim and not in the question: it re-queries and wins slot 2.
+    assert select_fused(index, question, None, on, 2) == ["D1:2", "D3:5"]
+    # Nothing new to ask for: the first round stands.
+    bare = FusionIndex.build(packets, {}, on)
+    assert select_fused(bare, question, None, on, 2) == select_fused(bare, question, None, off, 2)
+
+
+def test_fused_ranking_is_the_score_order_without_the_selection_stages():
+    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, second_round_slots=1,
+                       complement="mmr", complement_scope="all")
+    index = FusionIndex.build(PACKETS, {}, cfg)
+    ranking = fused_ranking(index, "camping lake", None, cfg, 5)
+    assert ranking[:2] == ["D2:3", "D2:4"] and len(ranking) == 5 and len(set(ranking)) == 5
