@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from memcompile_local.errors import ConfigError, MemCompileError
+from memcompile_local.errors import ConfigError, ModelNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +43,6 @@ FULL_HASH_LIMIT = 4 * 1024**3
 _SAMPLE = 1024 * 1024
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".onnx")
-
-
-class ModelNotFoundError(MemCompileError, FileNotFoundError):
-    """A shipped model package is missing or its file does not match the pinned hash."""
 
 
 _hash_lock = threading.Lock()

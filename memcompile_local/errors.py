@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from .types import Descriptor
+
 
 class MemCompileError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -54,6 +60,10 @@ class MissingExtraError(MemCompileError, ImportError):
         )
 
 
+class ModelNotFoundError(MemCompileError, FileNotFoundError):
+    """A shipped model package is missing or its file does not match the pinned hash."""
+
+
 class ModelError(MemCompileError):
     """Base of errors raised by the model interface."""
 
@@ -102,3 +112,36 @@ class ExtractionError(ModelError):
         shown = ", ".join(self.packet_ids[:5]) + (f" (+{len(self.packet_ids) - 5} more)" if len(self.packet_ids) > 5 else "")
         super().__init__(f"{namespace}: descriptor extraction failed for {len(self.packet_ids)} turn(s): {shown}"
                          + (f"; first error: {cause}" if cause else ""))
+
+
+@dataclass(frozen=True)
+class PacketFailure:
+    """One packet whose extraction failed, the stage that failed and the error."""
+
+    namespace: str
+    packet_id: str
+    stage: str
+    error: BaseException
+
+    def describe(self) -> str:
+        return f"{self.namespace}/{self.packet_id} ({self.stage}: {type(self.error).__name__}: {self.error})"
+
+
+class PacketExtractionError(ModelError):
+    """Extraction failed for one or more packets of a batch.
+
+    ``failures`` names each failed packet; ``partial`` has one entry per batch item: the
+    descriptor list of a packet that succeeded, None for a failed one. The caller may save
+    the successful packets and retry or skip the failed ones.
+    """
+
+    def __init__(self, failures: Sequence[PacketFailure], partial: Sequence["list[Descriptor] | None"]):
+        self.failures = tuple(failures)
+        self.partial = list(partial)
+        shown = "; ".join(f.describe() for f in self.failures[:3])
+        more = f" (+{len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
+        super().__init__(f"descriptor extraction failed for {len(self.failures)} packet(s): {shown}{more}")
+
+    @property
+    def packet_ids(self) -> tuple[str, ...]:
+        return tuple(f.packet_id for f in self.failures)

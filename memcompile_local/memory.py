@@ -201,12 +201,18 @@ class Memory:
             self._views[key] = view
         return view
 
-    def compile(self, namespace: str, question: str, *, client: Any = None) -> Context:
-        """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace)."""
+    def compile(self, namespace: str, question: str, *, client: Any = None,
+                address_trace: bool = False) -> Context:
+        """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace).
+
+        ``address_trace=True`` fills ``Context.address``/``pool`` on the fused path too (see
+        ``pipeline.compile_context``).
+        """
         view = self.view(namespace)
         if client is None and self.needs_llm():
             client = self.client
-        return compile_context(question, view, self.config, client=client, embedder=self.embedder)
+        return compile_context(question, view, self.config, client=client, embedder=self.embedder,
+                               address_trace=address_trace)
 
     def answer(self, namespace: str, question: str, *, client: Any = None,
                question_date: str | None = None) -> Answer:

@@ -1,25 +1,58 @@
-"""Query-time wiring: intent -> Address Plane -> normalization -> Evidence Plane -> reader view.
+"""Query-time wiring in the order of seed 000's Algorithm 1 (lines 11-23).
 
-Each step calls a stage function from its own module; this module decides only which stages
-run, following ``PipelineConfig`` (the presets of ``evidence.presets`` are configurations).
+``compile_context`` runs, each as a typed step with its own timing: the query intent, the
+query embedding, the Address Plane's candidate union K_q (``address_candidates``), the
+normalization boundary that collapses K_q into the packet pool U_q (``normalize_pool``), the
+dense packet proposals D_q (``dense_candidates``), the anchors A0, the bounded frontier and
+the reader view. Each step calls a stage function from its own module; this module decides
+only which steps run, following ``PipelineConfig`` (the presets of ``evidence.presets`` are
+configurations).
+
+The model-free ``fused`` selector (``fused.py``) is a retriever of its own beside the Address
+Plane: on that path K_q, U_q and D_q feed nothing but the trace, so they are skipped unless
+``address_trace=True`` asks for them (the benchmark's aliasing audit does), the
+representative-claim view needs U_q, or a frontier needs D_q.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from .address.dense import dense_proposals
+from .address.index import AddressIndex
+from .address.intent import llm_intent, rule_intent
+from .address.query import address_query
 from .config import PipelineConfig
 from .errors import ConfigError
-from .types import AddressResult, Descriptor, QueryIntent, SourcePacket
+from .evidence.frontier import bounded_frontier, frontier_pool
+from .evidence.pursuit import mem_pursuit
+from .evidence.scheduler import schedule_packets
+from .evidence.views import render_view
+from .fused import select_fused
+from .language.timecues import is_temporal_question
+from .normalize import mmr_anchors, normalize_to_packets
+from .protocols import Embedder, ModelClient
+from .types import AddressResult, Descriptor, PacketCandidate, QueryIntent, SourcePacket
+
+if TYPE_CHECKING:  # only a type here; the fused module builds it
+    from .fused import FusionIndex
+
+DenseProposals = tuple[tuple[str, float], ...]  # D_q: (packet id, cosine), best first
 
 
 @dataclass(frozen=True)
 class Context:
-    """The compiled evidence for one question."""
+    """The compiled evidence for one question.
+
+    ``address`` is K_q (``AddressResult.skipped`` when the path did not run the Address
+    Plane), ``pool`` the normalized packet pool U_q and ``dense`` the dense proposals D_q (both
+    empty when not computed). ``timings_ms`` has one entry per step that ran, in run order;
+    ``trace["stages"]`` lists those steps.
+    """
 
     namespace: str
     question: str
@@ -29,6 +62,8 @@ class Context:
     text: str  # the reader view
     view: str
     address: AddressResult
+    pool: tuple[PacketCandidate, ...] = ()
+    dense: DenseProposals = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
 
@@ -41,16 +76,14 @@ class MemoryView:
     packets: tuple[SourcePacket, ...]
     packets_by_id: Mapping[str, SourcePacket]
     descriptors_by_packet: Mapping[str, tuple[Descriptor, ...]]
-    index: Any  # address.index.AddressIndex
+    index: AddressIndex
     packet_matrix: np.ndarray | None  # (N, d) in packet order, l2-normalized
     row_of: Mapping[str, int]  # packet id -> row in packet_matrix
-    fusion: Any = None  # fused.FusionIndex when the fused selector is configured
+    fusion: "FusionIndex | None" = None  # when the fused selector is configured
 
 
-def query_intent(question: str, cfg: PipelineConfig, client: Any, view: MemoryView) -> QueryIntent:
-    from .address.intent import llm_intent, rule_intent
-    from .language.timecues import is_temporal_question
-
+def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None, view: MemoryView) -> QueryIntent:
+    """I_q: the query-only intent (Algorithm 1, line 11), by rule or by the model."""
     speakers = sorted({p.speaker for p in view.packets})
     if not cfg.extraction.use_intent:
         return QueryIntent(question=question, is_temporal=is_temporal_question(question))
@@ -61,57 +94,68 @@ def query_intent(question: str, cfg: PipelineConfig, client: Any, view: MemoryVi
     return llm_intent(client, question, namespace=view.namespace, known_people=speakers)
 
 
-def _embed_query(embedder: Any, intent: QueryIntent) -> np.ndarray | None:
+def _embed_query(embedder: Embedder | None, intent: QueryIntent) -> np.ndarray | None:
     if embedder is None:
         return None
     vec = np.asarray(embedder.embed([intent.lexical_query()]), dtype=np.float32)[0]
     return vec
 
 
+def address_candidates(intent: QueryIntent, view: MemoryView, cfg: PipelineConfig) -> AddressResult:
+    """K_q: Cell routing and BM25 over the descriptors, scored by r_i (Algorithm 1, line 12)."""
+    return address_query(view.index, intent, cfg.routing, layout=cfg.placement.layout)
+
+
+def normalize_pool(address: AddressResult, view: MemoryView) -> tuple[PacketCandidate, ...]:
+    """U_q: K_q collapsed by SourcePacket identity (Algorithm 1, line 13; Eqs. 8-10)."""
+    return tuple(normalize_to_packets(address.candidates, view.index.packet_ordinal))
+
+
+def dense_candidates(query_vec: np.ndarray | None, view: MemoryView, cfg: PipelineConfig) -> DenseProposals:
+    """D_q: the K_D packets closest to the embedded q+ (Algorithm 1, line 15); () without an embedder."""
+    return dense_proposals(view.index.dense, query_vec, cfg.evidence.k_dense)
+
+
 def select_anchors(
     selector: str,
     *,
     question: str,
+    pool: Sequence[PacketCandidate],
     address: AddressResult,
+    dense: DenseProposals,
     view: MemoryView,
     cfg: PipelineConfig,
-    client: Any,
+    client: ModelClient | None,
     query_vec: np.ndarray | None,
 ) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """A0: the first K0 packets, chosen by the configured selector."""
+    """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14)."""
     k0 = cfg.evidence.k0
-    pool_ids = [pc.packet_id for pc in address.pool]
+    pool_ids = [pc.packet_id for pc in pool]
     if selector == "normalized":
         return tuple(pool_ids[:k0]), {}
     if selector == "dense":
-        return tuple(pid for pid, _ in address.dense[:k0]), {}
+        return tuple(pid for pid, _ in dense[:k0]), {}
     if selector == "mmr":
-        from .normalize import mmr_anchors
-
-        ids = mmr_anchors(address.pool, address.candidates, view.index.descriptor_by_id,
+        ids = mmr_anchors(pool, address.candidates, view.index.descriptor_by_id,
                           view.index.cell_of_descriptor, cfg.routing, k=k0)
         return tuple(ids), {}
     if selector == "llm":
         ids, info = _llm_ordering(question, pool_ids, k0, "schedule", view, cfg, client)
         return tuple(ids), info
     if selector == "fused":
-        from .fused import select_fused
-
         if view.fusion is None:
             raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
         return tuple(select_fused(view.fusion, question, query_vec, cfg.fusion, k0)), {}
     if selector == "pursuit":
-        ids = _pursuit_order(pool_ids + [p for p, _ in address.dense], query_vec, view, k0, cfg.evidence.pursuit_tau,
+        ids = _pursuit_order(pool_ids + [p for p, _ in dense], query_vec, view, k0, cfg.evidence.pursuit_tau,
                              limit=cfg.evidence.pursuit_pool)
         return tuple(ids), {}
     raise ConfigError(f"unknown anchor selector {selector!r}")
 
 
 def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, view: MemoryView,
-                  cfg: PipelineConfig, client: Any) -> tuple[list[str], dict[str, Any]]:
+                  cfg: PipelineConfig, client: ModelClient | None) -> tuple[list[str], dict[str, Any]]:
     """A closed-pool listwise ordering of ``packet_ids`` by the model (scheduler or frontier)."""
-    from .evidence.scheduler import schedule_packets
-
     if client is None:
         raise ConfigError(f"the LLM {stage} stage needs a model backend")
     ev = cfg.evidence
@@ -123,11 +167,9 @@ def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, 
     return list(res.packet_ids), {"attempts": res.attempts, "rounds": res.rounds, "repaired": res.repaired}
 
 
-def _pursuit_order(candidate_ids: Sequence[str], query_vec, view: MemoryView, k: int, tau: float,
-                   limit: int | None = None) -> list[str]:
+def _pursuit_order(candidate_ids: Sequence[str], query_vec: np.ndarray | None, view: MemoryView, k: int,
+                   tau: float, limit: int | None = None) -> list[str]:
     """MemPursuit over the first ``limit`` distinct candidates (P), in the given order."""
-    from .evidence.pursuit import mem_pursuit
-
     if query_vec is None or view.packet_matrix is None:
         raise ConfigError("MemPursuit needs packet embeddings and an embedder")
     seen: dict[str, None] = {}
@@ -146,19 +188,17 @@ def run_frontier(
     *,
     question: str,
     anchors: Sequence[str],
-    address: AddressResult,
+    dense: DenseProposals,
     view: MemoryView,
     cfg: PipelineConfig,
-    client: Any,
+    client: ModelClient | None,
     query_vec: np.ndarray | None,
 ) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """Delta_q: at most K_Delta packets appended from the first K_R of an ordering of W_q."""
-    from .evidence.frontier import bounded_frontier, frontier_pool
-
+    """Delta_q: at most K_Delta packets appended from the first K_R of an ordering of W_q = A0 u D_q."""
     if mode == "none":
         return (), {}
     ev = cfg.evidence
-    pool = frontier_pool(anchors, [pid for pid, _ in address.dense[: ev.k_dense]])
+    pool = frontier_pool(anchors, [pid for pid, _ in dense[: ev.k_dense]])
     if mode == "llm":
         # Only the first K_R positions of the ordering are read, so only K_R labels are requested.
         ordering, info = _llm_ordering(question, pool, min(ev.k_rank, len(pool)), "frontier", view, cfg, client)
@@ -171,12 +211,25 @@ def run_frontier(
     return tuple(final[len(anchors):]), {"ordering": ordering, **info}
 
 
-def render(view_name: str, packet_ids: Sequence[str], view: MemoryView, address: AddressResult) -> str:
-    from .evidence.views import render_view
-
+def render(view_name: str, packet_ids: Sequence[str], view: MemoryView, pool: Sequence[PacketCandidate]) -> str:
+    """X_q: the reader view of the final packet sequence (Algorithm 1, lines 19-22)."""
     packets = [view.packets_by_id[i] for i in packet_ids]
-    representative = {pc.packet_id: pc.representative for pc in address.pool}
+    representative = {pc.packet_id: pc.representative for pc in pool}
     return render_view(view_name, packets, view.descriptors_by_packet, representative)
+
+
+def planned_steps(cfg: PipelineConfig, *, address_trace: bool = False) -> tuple[bool, bool]:
+    """Whether (the Address Plane with normalization, the dense proposals) run under ``cfg``.
+
+    Every selector but ``fused`` reads U_q or D_q, so both run. The fused selector reads
+    neither: the Address Plane runs only for a trace or audit (``address_trace``) or for the
+    representative-claim view, which shows each packet's representative from U_q; D_q runs
+    for a trace or when a frontier reads it.
+    """
+    ev = cfg.evidence
+    if ev.anchor_selector != "fused" or address_trace:
+        return True, True
+    return ev.view == "representative_claim", ev.frontier != "none"
 
 
 def compile_context(
@@ -184,37 +237,55 @@ def compile_context(
     view: MemoryView,
     cfg: PipelineConfig,
     *,
-    client: Any = None,
-    embedder: Any = None,
+    client: ModelClient | None = None,
+    embedder: Embedder | None = None,
+    address_trace: bool = False,
 ) -> Context:
-    """Compile the reader context for one question over one built memory."""
-    from .address.query import address_query
+    """Compile the reader context for one question over one built memory.
 
+    ``address_trace=True`` runs the Address Plane (K_q, U_q) and the dense proposals even on
+    the fused path, where they only fill ``Context.address``/``pool``/``dense`` for a trace
+    or the source-aliasing audit; the other paths always run them.
+    """
+    run_address, run_dense = planned_steps(cfg, address_trace=address_trace)
     timings: dict[str, float] = {}
-    t0 = time.perf_counter()
+    clock = time.perf_counter()
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[step] = (now - clock) * 1000
+        clock = now
+
     intent = query_intent(question, cfg, client, view)
-    t1 = time.perf_counter()
-    timings["intent"] = (t1 - t0) * 1000
+    lap("intent")
     query_vec = _embed_query(embedder, intent)
-    t2 = time.perf_counter()
-    timings["embed_query"] = (t2 - t1) * 1000
-    address = address_query(view.index, intent, cfg.routing, query_embedding=query_vec,
-                            k_dense=cfg.evidence.k_dense, layout=cfg.placement.layout)
-    t3 = time.perf_counter()
-    timings["address"] = (t3 - t2) * 1000
-    anchors, a_info = select_anchors(cfg.evidence.anchor_selector, question=question, address=address,
-                                     view=view, cfg=cfg, client=client, query_vec=query_vec)
-    t4 = time.perf_counter()
-    timings["anchors"] = (t4 - t3) * 1000
-    added, f_info = run_frontier(cfg.evidence.frontier, question=question, anchors=anchors, address=address,
+    if query_vec is not None:
+        lap("embed_query")
+    address = AddressResult.skipped(intent)
+    pool: tuple[PacketCandidate, ...] = ()
+    if run_address:
+        address = address_candidates(intent, view, cfg)
+        lap("address")
+        pool = normalize_pool(address, view)
+        lap("normalization")
+    dense: DenseProposals = ()
+    if run_dense:
+        dense = dense_candidates(query_vec, view, cfg)
+        lap("dense")
+    anchors, a_info = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool, address=address,
+                                     dense=dense, view=view, cfg=cfg, client=client, query_vec=query_vec)
+    lap("anchors")
+    added, f_info = run_frontier(cfg.evidence.frontier, question=question, anchors=anchors, dense=dense,
                                  view=view, cfg=cfg, client=client, query_vec=query_vec)
-    t5 = time.perf_counter()
-    timings["frontier"] = (t5 - t4) * 1000
+    if cfg.evidence.frontier != "none":
+        lap("frontier")
     final = tuple(anchors) + tuple(added)
-    text = render(cfg.evidence.view, final, view, address)
-    timings["render"] = (time.perf_counter() - t5) * 1000
+    text = render(cfg.evidence.view, final, view, pool)
+    lap("render")
     return Context(
         namespace=view.namespace, question=question, packet_ids=final, anchors=tuple(anchors),
-        frontier_added=tuple(added), text=text, view=cfg.evidence.view, address=address,
-        timings_ms=timings, trace={"anchors": a_info, "frontier": f_info, "address": address.timings_ms},
+        frontier_added=tuple(added), text=text, view=cfg.evidence.view, address=address, pool=pool,
+        dense=dense, timings_ms=timings,
+        trace={"stages": list(timings), "anchors": a_info, "frontier": f_info, "address": address.timings_ms},
     )

@@ -202,13 +202,23 @@ class QueryIntent:
 
 @dataclass(frozen=True)
 class AddressResult:
-    """Everything the Address Plane found for one query, kept inspectable."""
+    """What the Address Plane found for one query: the candidate union K_q and how it was reached.
+
+    It holds descriptor hits only; the packet pool U_q (normalization) and the dense proposals
+    D_q are separate steps (``pipeline.compile_context`` keeps them on the ``Context``).
+    ``ran`` is False for the empty result of a path that skipped the Address Plane
+    (``AddressResult.skipped``), so a reader can tell "no hits" from "not run".
+    """
 
     intent: QueryIntent
     bm25: tuple[Candidate, ...]  # lexical channel, top-96 in BM25 order
     opened_cells: tuple[int, ...]  # Cell ids opened by routing, in opening order
     candidates: tuple[Candidate, ...]  # the union K_q reordered by r_i
-    pool: tuple[PacketCandidate, ...]  # normalized packet pool U_q, in order
-    dense: tuple[tuple[str, float], ...]  # dense packet channel D_q: (packet_id, cosine), top K_D
     timings_ms: dict[str, float] = field(default_factory=dict)
     routing_trace: tuple[dict, ...] = ()
+    ran: bool = True
+
+    @classmethod
+    def skipped(cls, intent: QueryIntent) -> "AddressResult":
+        """The empty result of a query whose path did not run the Address Plane."""
+        return cls(intent=intent, bm25=(), opened_cells=(), candidates=(), ran=False)

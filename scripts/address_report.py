@@ -28,6 +28,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from memcompile_local.address.dense import dense_proposals  # noqa: E402
 from memcompile_local.address.query import address_query  # noqa: E402
 from memcompile_local.bench.coverage import aliasing_audit, gold_recall, nearest_rank_percentile  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
@@ -67,14 +68,15 @@ def main() -> int:
                 continue
             intent = query_intent(q.question, cfg, None, view)
             qvec = np.asarray(mem.embedder.embed([intent.lexical_query()]), dtype=np.float32)[0]
-            res = address_query(view.index, intent, cfg.routing, query_embedding=qvec, k_dense=max(DEPTHS))
+            res = address_query(view.index, intent, cfg.routing)
+            pool = normalize_to_packets(res.candidates, view.index.packet_ordinal)
             bm25_pool = normalize_to_packets(res.bm25, view.index.packet_ordinal)
             cells_only = address_query(view.index, intent, cells_cfg)
             lists = {
-                "pool": [p.packet_id for p in res.pool],
+                "pool": [p.packet_id for p in pool],
                 "bm25": [p.packet_id for p in bm25_pool],
-                "cells": [p.packet_id for p in cells_only.pool],
-                "dense": [pid for pid, _ in res.dense],
+                "cells": [p.packet_id for p in normalize_to_packets(cells_only.candidates, view.index.packet_ordinal)],
+                "dense": [pid for pid, _ in dense_proposals(view.index.dense, qvec, max(DEPTHS))],
             }
             for name, ids in lists.items():
                 for k in DEPTHS:
@@ -82,7 +84,7 @@ def main() -> int:
             aliasing_lists.append([c.packet_id for c in res.candidates])
             sizes["cells_opened"].append(len(res.opened_cells))
             sizes["candidates"].append(len(res.candidates))
-            sizes["pool"].append(len(res.pool))
+            sizes["pool"].append(len(pool))
             if ci == 0:
                 for stage, ms in res.timings_ms.items():
                     timings.setdefault(stage, []).append(ms)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memcompile_local.address.cells import place_descriptors
-from memcompile_local.address.dense import DenseIndex, embed_packets, enriched_query, packet_document
+from memcompile_local.address.dense import DenseIndex, dense_proposals, embed_packets, enriched_query, packet_document
 from memcompile_local.address.index import AddressIndex
 from memcompile_local.address.lexical import tokenize
 from memcompile_local.address.query import address_query
@@ -91,10 +91,10 @@ def test_union_channels_scores_and_order():
             for c in res.candidates]
     assert keys == sorted(keys)
     assert [c.position for c in res.candidates] == list(range(len(res.candidates)))
-    assert list(res.pool) == normalize_to_packets(res.candidates, index.packet_ordinal)
-    assert set(res.timings_ms) == {"bm25", "routing", "scoring", "normalization", "dense", "total"}
+    # The Address Plane stops at descriptor hits: normalization and D_q are the pipeline's next steps.
+    assert set(res.timings_ms) == {"bm25", "routing", "scoring", "total"}
     assert res.routing_trace and res.routing_trace[0]["decision"] == "open"
-    assert res.dense == ()
+    assert res.ran is True
 
 
 def test_flat_layout_is_bm25_only():
@@ -108,7 +108,8 @@ def test_flat_layout_is_bm25_only():
 
 def test_empty_query_gives_empty_result():
     res = address_query(small_index(), QueryIntent("what is it?"), CFG)
-    assert (res.bm25, res.opened_cells, res.candidates, res.pool) == ((), (), (), ())
+    assert (res.bm25, res.opened_cells, res.candidates) == ((), (), ())
+    assert normalize_to_packets(res.candidates) == []
 
 
 def test_index_validation_errors():
@@ -132,7 +133,8 @@ def test_index_validation_errors():
     with pytest.raises(ConfigError):
         address_query(index, INTENT, replace(CFG, bm25_k1=1.2))
     with pytest.raises(ConfigError):
-        address_query(index, INTENT, CFG, query_embedding=np.ones(8))
+        dense_proposals(index.dense, np.ones(8), 3)  # a query vector but no packet embeddings
+    assert dense_proposals(index.dense, None, 3) == ()  # no embedder: no proposals
 
 
 # -- dense channel --------------------------------------------------------------------------
@@ -181,7 +183,7 @@ def test_dense_top_k_ties_by_ordinal_and_matches_brute_force():
         DenseIndex(["a", "a"], np.ones((2, 2)))
 
 
-def test_dense_channel_through_address_query():
+def test_dense_proposals_are_the_top_k_of_the_dense_index():
     scripted = pytest.importorskip("memcompile_local.adapters.scripted")
     embedder = scripted.HashEmbedder(dim=64)
     claims = {}
@@ -191,10 +193,10 @@ def test_dense_channel_through_address_query():
     assert matrix.shape == (4, 64)
     index = small_index(packet_embeddings=matrix)
     qvec = embedder.embed([enriched_query(INTENT)])[0]
-    res = address_query(index, INTENT, CFG, query_embedding=qvec, k_dense=3)
-    assert len(res.dense) == 3
-    assert list(res.dense) == index.dense.top_k(qvec, 3)
-    assert res.dense[0][0] == "D1:1"  # the kiln packet shares the most words with q+
+    dense = dense_proposals(index.dense, qvec, 3)
+    assert len(dense) == 3
+    assert list(dense) == index.dense.top_k(qvec, 3)
+    assert dense[0][0] == "D1:1"  # the kiln packet shares the most words with q+
 
 
 # -- determinism on the dev conversations -------------------------------------------------------
@@ -243,7 +245,8 @@ def test_dev_conversation_is_deterministic_and_consistent():
         assert len(first.opened_cells) <= CFG.cell_budget
         flat = address_query(a, intent, CFG, layout="flat")
         assert {c.descriptor_id for c in flat.candidates} <= {c.descriptor_id for c in first.candidates}
-        assert {p.packet_id for p in first.pool} == {c.packet_id for c in first.candidates}
+        pool = normalize_to_packets(first.candidates, a.packet_ordinal)
+        assert {p.packet_id for p in pool} == {c.packet_id for c in first.candidates}
 
 
 _DIGEST_SNIPPET = r"""
@@ -253,6 +256,7 @@ from test_address_query import DEV, dev_namespace, PACKETS, DESCRIPTORS
 from memcompile_local.address.cells import place_descriptors
 from memcompile_local.address.index import AddressIndex
 from memcompile_local.address.query import address_query
+from memcompile_local.normalize import normalize_to_packets
 from memcompile_local.types import QueryIntent
 if DEV.exists():
     sample = json.loads(DEV.read_text())[0]
@@ -266,7 +270,7 @@ out = [[(c.cell_id, c.descriptor_ids, sorted(c.people), sorted(c.keywords), c.ti
 for q in questions:
     r = address_query(index, QueryIntent(q, people=("Caroline",) if "Caroline" in q else ()))
     out.append([r.opened_cells, [(c.descriptor_id, c.score.hex()) for c in r.candidates],
-                [(p.packet_id, p.score.hex()) for p in r.pool]])
+                [(p.packet_id, p.score.hex()) for p in normalize_to_packets(r.candidates, index.packet_ordinal)]])
 print(hashlib.sha256(repr(out).encode()).hexdigest())
 """
 

@@ -67,7 +67,7 @@ def test_full_pipeline_with_scripted_model(tmp_path, conv):
     ans = mem.answer(conv.namespace, question)
     ctx = ans.context
     assert ans.text == "scripted answer"
-    pool_ids = [pc.packet_id for pc in ctx.address.pool]
+    pool_ids = [pc.packet_id for pc in ctx.pool]
     # A0: K0 packets from the closed pool, mapped back in the scheduler's (reversed) order.
     assert len(ctx.anchors) == min(10, len(pool_ids))
     assert list(ctx.anchors) == pool_ids[::-1][: len(ctx.anchors)]
@@ -134,16 +134,83 @@ def test_model_free_build_embeds_context_documents_incrementally(tmp_path, conv)
     store.close()
 
 
-@pytest.mark.parametrize("preset", ["A1", "A2", "A3", "A4", "A5", "A6", "A7", "view-raw", "view-representative",
-                                    "layout-sequential", "layout-session", "layout-entity", "layout-flat"])
-def test_every_preset_compiles(tmp_path, conv, preset):
+FULL_STEPS = ["intent", "embed_query", "address", "normalization", "dense", "anchors", "frontier", "render"]
+NO_FRONTIER = [s for s in FULL_STEPS if s != "frontier"]
+
+# preset -> (the model stages compile calls, the steps the trace must list, in order)
+PRESET_PATHS = {
+    "A1": ({"intent", "schedule"}, NO_FRONTIER),
+    "A2": ({"intent"}, NO_FRONTIER),
+    "A3": ({"intent", "frontier"}, FULL_STEPS),
+    "A4": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    "A5": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    "A6": ({"schedule", "frontier"}, FULL_STEPS),
+    "A7": ({"intent"}, NO_FRONTIER),
+    "view-raw": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    "view-representative": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    "layout-sequential": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    "layout-session": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    "layout-entity": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    "layout-flat": ({"intent", "schedule", "frontier"}, FULL_STEPS),
+    # The fused selector is its own retriever: no Address Plane, no D_q, no model call.
+    "model-free": (set(), ["intent", "embed_query", "anchors", "render"]),
+}
+
+
+@pytest.mark.parametrize("preset", list(PRESET_PATHS))
+def test_every_preset_runs_its_own_steps(tmp_path, conv, preset):
     store = MemoryStore(tmp_path / "m.sqlite")
-    client = LLMClient(ScriptedBackend(responder), store)
-    mem = Memory(store, apply_preset(preset, PipelineConfig()), client=client, embedder=HashEmbedder(dim=64))
+    backend = ScriptedBackend(responder)
+    client = LLMClient(backend, store)
+    cfg = apply_preset(preset, PipelineConfig())
+    mem = Memory(store, cfg, client=client, embedder=HashEmbedder(dim=64))
     mem.add(conv.namespace, conv)
+    mem.build(conv.namespace)
+    built = len(backend.requests)
     ctx = mem.compile(conv.namespace, conv.questions[1].question)
+    model_stages, steps = PRESET_PATHS[preset]
+    assert {r.stage for r in backend.requests[built:]} == model_stages
+    assert ctx.trace["stages"] == steps == list(ctx.timings_ms)
     assert 1 <= len(ctx.packet_ids) <= 12
     assert len(set(ctx.packet_ids)) == len(ctx.packet_ids)
+    assert ctx.view == cfg.evidence.view
+    if "address" in steps:
+        assert ctx.address.ran and ctx.address.candidates and ctx.pool and ctx.dense
+        assert {pc.packet_id for pc in ctx.pool} == {c.packet_id for c in ctx.address.candidates}
+    else:
+        assert not ctx.address.ran and ctx.address.candidates == () and ctx.pool == () and ctx.dense == ()
+    if cfg.evidence.frontier == "none":
+        assert ctx.frontier_added == ()
+    # Each ablation's one change is visible in what it produced.
+    if preset == "A7":
+        assert list(ctx.anchors) == [pid for pid, _ in ctx.dense[:10]]
+    if preset == "A4":
+        assert all(ch.startswith("cell:") for c in ctx.address.candidates for ch in c.channels)
+    if preset in ("A5", "layout-flat"):
+        assert ctx.address.opened_cells == ()
+    if preset == "A2":
+        assert set(ctx.anchors) <= {pc.packet_id for pc in ctx.pool}
+    store.close()
+
+
+def test_fused_path_runs_the_address_plane_only_when_asked(tmp_path, conv):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    mem = Memory(store, apply_preset("model-free", PipelineConfig()), client=LLMClient(NoModelBackend(), store),
+                 embedder=HashEmbedder(dim=64))
+    mem.add(conv.namespace, conv)
+    question = conv.questions[1].question
+    plain = mem.compile(conv.namespace, question)
+    traced = mem.compile(conv.namespace, question, address_trace=True)
+    assert "address" not in plain.trace["stages"] and not plain.address.ran
+    assert traced.trace["stages"] == FULL_STEPS[:-2] + ["render"]  # all but the frontier (none)
+    assert traced.address.ran and traced.pool and len(traced.dense) == 40
+    # The trace changes nothing that is selected or shown.
+    assert (traced.packet_ids, traced.text) == (plain.packet_ids, plain.text)
+    # The representative-claim view reads U_q, so it runs the Address Plane without being asked.
+    rep_cfg = apply_preset("view-representative", apply_preset("model-free", PipelineConfig()))
+    rep = Memory(store, rep_cfg, client=LLMClient(NoModelBackend(), store), embedder=HashEmbedder(dim=64))
+    ctx = rep.compile(conv.namespace, question)
+    assert "normalization" in ctx.trace["stages"] and "dense" not in ctx.trace["stages"]
     store.close()
 
 
@@ -158,7 +225,7 @@ def test_small_context_limits_cap_the_scheduler_pool_and_contents(tmp_path, conv
     ctx = mem.compile(conv.namespace, conv.questions[6].question)
     sched = [r for r in backend.requests if r.stage == "schedule"][0]
     assert len(sched.output.labels) == 12  # the first 12 of the normalized pool
-    assert set(ctx.anchors) <= {pc.packet_id for pc in ctx.address.pool[:12]}
+    assert set(ctx.anchors) <= {pc.packet_id for pc in ctx.pool[:12]}
     body = sched.messages[-1].content
     assert "…" in body and all(len(line) < 200 for line in body.splitlines() if line.startswith("[C"))
     store.close()

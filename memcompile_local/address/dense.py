@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import DataFormatError
+from ..errors import ConfigError, DataFormatError
 from ..llm.interface import Embedder
 from ..types import Descriptor, QueryIntent, SourcePacket
 from ..language.tokens import normalize_name
@@ -116,3 +116,17 @@ class DenseIndex:
             rows = np.arange(n)
         order = rows[np.lexsort((rows, -sims[rows]))][:k]
         return [(self.packet_ids[i], float(sims[i])) for i in order]
+
+
+def dense_proposals(index: DenseIndex | None, query_embedding: np.ndarray | None,
+                    k_dense: int) -> tuple[tuple[str, float], ...]:
+    """D_q: the ``k_dense`` packets of highest cosine with the embedded q+ (Section 3.2.4).
+
+    ``query_embedding`` None (no embedder configured) gives no proposals; an embedding with
+    an index that holds no packet embeddings is a configuration error.
+    """
+    if query_embedding is None:
+        return ()
+    if index is None:
+        raise ConfigError("a query embedding was given but the memory holds no packet embeddings")
+    return tuple(index.top_k(query_embedding, k_dense))

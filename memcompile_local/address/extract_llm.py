@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from memcompile_local.address.extract_rule import descriptor_id, has_negation
@@ -53,7 +52,7 @@ from memcompile_local.address.schemas import (
     spec_for,
 )
 from memcompile_local.config import ExtractionConfig
-from memcompile_local.errors import ModelError
+from memcompile_local.errors import ModelError, PacketExtractionError, PacketFailure
 from memcompile_local.language.cleaning import clean_people, clean_phrases
 from memcompile_local.language.timecues import is_time_phrase
 from memcompile_local.language.timeparse import find_time_mentions, normalize_time, parse_session_time, session_date
@@ -76,39 +75,6 @@ logger = logging.getLogger(__name__)
 MAX_CLAIMS_PER_TURN = 16
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]+|\d{1,2}[.)])\s+")
-
-
-@dataclass(frozen=True)
-class PacketFailure:
-    """One packet whose extraction failed, the stage that failed and the error."""
-
-    namespace: str
-    packet_id: str
-    stage: str
-    error: BaseException
-
-    def describe(self) -> str:
-        return f"{self.namespace}/{self.packet_id} ({self.stage}: {type(self.error).__name__}: {self.error})"
-
-
-class PacketExtractionError(ModelError):
-    """Extraction failed for one or more packets of a batch.
-
-    ``failures`` names each failed packet; ``partial`` has one entry per batch item: the
-    descriptor list of a packet that succeeded, None for a failed one. The caller may save
-    the successful packets and retry or skip the failed ones.
-    """
-
-    def __init__(self, failures: Sequence[PacketFailure], partial: Sequence[list[Descriptor] | None]):
-        self.failures = tuple(failures)
-        self.partial = list(partial)
-        shown = "; ".join(f.describe() for f in self.failures[:3])
-        more = f" (+{len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
-        super().__init__(f"descriptor extraction failed for {len(self.failures)} packet(s): {shown}{more}")
-
-    @property
-    def packet_ids(self) -> tuple[str, ...]:
-        return tuple(f.packet_id for f in self.failures)
 
 
 # ----------------------------------------------------------------------------- cleaning helpers

@@ -1,5 +1,9 @@
-"""Address-plane query serving: lexical channel, Cell routing, candidate union and scoring,
-source normalization, and the dense packet channel (seed 000, Sections 3.2.3-3.3, Algorithm 3).
+"""Address-plane query serving: lexical channel, Cell routing, and the scored candidate union
+K_q (seed 000, Sections 3.2.3-3.2.4, Algorithm 3).
+
+This module stops at descriptor hits. Collapsing them to SourcePackets (U_q, Section 3.3) is
+``normalize.normalize_to_packets``, and the dense packet proposals D_q are
+``address.dense.dense_proposals``; ``pipeline.compile_context`` calls the three in order.
 
 Candidate order (the positions the normalization boundary sees): r_i descending, then BM25
 rank (descriptors the lexical channel did not return come after those it did), then the
@@ -14,11 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-
-from ..config import EvidenceConfig, RoutingConfig
+from ..config import RoutingConfig
 from ..errors import ConfigError
-from ..normalize import normalize_to_packets
 from ..types import AddressResult, Candidate, QueryIntent
 from .index import AddressIndex
 from .layouts import LAYOUTS
@@ -99,24 +100,19 @@ def address_query(
     intent: QueryIntent,
     cfg: RoutingConfig = RoutingConfig(),
     *,
-    query_embedding: np.ndarray | None = None,
-    k_dense: int = EvidenceConfig().k_dense,
     layout: str | None = None,
 ) -> AddressResult:
-    """Run the Address Plane for one query.
+    """Run the Address Plane for one query: the scored candidate union K_q (Eqs. 6-7).
 
     ``layout`` defaults to the index's layout; ``"flat"`` opens no Cells (BM25-only address
     channel) whatever Cells the index holds. ``cfg.channels`` selects the address channels:
     ``"both"`` (Eq. 6), ``"bm25"`` (no routing, ablation A5) or ``"cells"`` (routing seeded by
-    BM25 but only Cell descriptors as candidates, ablation A4). ``query_embedding`` (the embedded q+, see
-    ``dense.enriched_query``) enables the dense channel; it needs an index built with packet
-    embeddings. ``timings_ms`` has one entry per stage plus ``total``.
+    BM25 but only Cell descriptors as candidates, ablation A4). ``timings_ms`` has one entry
+    per stage (``bm25``, ``routing``, ``scoring``) plus ``total``.
     """
     layout = index.layout if layout is None else layout
     if layout not in LAYOUTS:
         raise ConfigError(f"unknown placement layout {layout!r}; expected one of {list(LAYOUTS)}")
-    if query_embedding is not None and index.dense is None:
-        raise ConfigError("a query embedding was given but the AddressIndex holds no packet embeddings")
     timings: dict[str, float] = {}
     start = clock = time.perf_counter()
 
@@ -136,12 +132,6 @@ def address_query(
     lap("routing")
     candidates = score_candidates(index, query, hits, routing.opened, cfg)
     lap("scoring")
-    pool = normalize_to_packets(candidates, index.packet_ordinal)
-    lap("normalization")
-    dense: list[tuple[str, float]] = []
-    if query_embedding is not None:
-        dense = index.dense.top_k(query_embedding, k_dense)
-    lap("dense")
     timings["total"] = (clock - start) * 1000.0
 
     bm25 = tuple(
@@ -154,8 +144,6 @@ def address_query(
         bm25=bm25,
         opened_cells=routing.opened,
         candidates=tuple(candidates),
-        pool=tuple(pool),
-        dense=tuple(dense),
         timings_ms=timings,
         routing_trace=tuple(step.as_dict() for step in routing.steps),
     )

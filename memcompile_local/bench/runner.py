@@ -314,10 +314,12 @@ class EvalRunner:
             stages = {"final": list(packet_ids)}
             timings: dict[str, float] = {}
         else:
-            ctx = mem.compile(conv.namespace, q.question, client=qclient)
+            # address_trace: the fused path skips the Address Plane unless asked; pool_top10
+            # and the aliasing audit read it.
+            ctx = mem.compile(conv.namespace, q.question, client=qclient, address_trace=True)
             packet_ids, text = ctx.packet_ids, ctx.text
             stages = {
-                "pool_top10": [pc.packet_id for pc in ctx.address.pool[:10]],
+                "pool_top10": [pc.packet_id for pc in ctx.pool[:10]],
                 "a0": list(ctx.anchors),
                 "final": list(ctx.packet_ids),
             }
