@@ -11,12 +11,19 @@ import hashlib
 import json
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from .address.cells import place_descriptors
+from .address.dense import packet_document
+from .address.extract_rule import RuleExtractor
+from .address.layouts import build_layout
 from .config import PlacementConfig
-from .errors import ExtractionError
+from .errors import ExtractionError, PacketExtractionError
+from .fused import context_documents
+from .progress import bar
+from .protocols import DescriptorExtractor, Embedder
 from .store import MemoryStore
 from .types import Descriptor, SourcePacket
 
@@ -41,14 +48,14 @@ def layout_id(descriptor_set: str, placement: PlacementConfig) -> str:
     return f"{descriptor_set}|{placement.layout}|{digest}"
 
 
-def embedding_model_id(embedder: Any) -> str:
+def embedding_model_id(embedder: Embedder) -> str:
     return hashlib.sha256(json.dumps(embedder.identity(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def extract_descriptors(
     store: MemoryStore,
     namespace: str,
-    extractor: Any,
+    extractor: DescriptorExtractor,
     *,
     batch_size: int = 16,
     on_progress: Callable[[int], None] | None = None,
@@ -71,16 +78,14 @@ def extract_descriptors(
         if p.packet_id not in done:
             todo.append((p, packets[i - 1] if i > 0 else None))
     failed: list[str] = []
-    first_error: Exception | None = None
+    first_error: PacketExtractionError | None = None
     extracted = 0
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
         try:
             results = extractor.extract(batch)
-        except Exception as exc:
-            partial = getattr(exc, "partial", None)
-            if partial is None:
-                raise
+        except PacketExtractionError as exc:
+            partial = exc.partial
             if on_failure != "rule":
                 # Keep the packets that worked and go on; the failures are reported at the end.
                 for (packet, _), descriptors in zip(batch, partial):
@@ -106,10 +111,10 @@ def extract_descriptors(
     return extracted
 
 
-def _rule_fallback(store, namespace, descriptor_set, batch, partial, exc) -> list[list[Descriptor]]:
+def _rule_fallback(store: MemoryStore, namespace: str, descriptor_set: str,
+                   batch: Sequence[tuple[SourcePacket, SourcePacket | None]],
+                   partial: Sequence[list[Descriptor] | None], exc: PacketExtractionError) -> list[list[Descriptor]]:
     """Rule-based descriptors for the packets the model failed on (same id scheme)."""
-    from .address.extract_rule import RuleExtractor
-
     failed = [i for i, d in enumerate(partial) if d is None]
     log.warning("%s; extracting %d packet(s) with the rule-based extractor instead", exc, len(failed))
     rule = RuleExtractor().extract([batch[i] for i in failed])
@@ -132,9 +137,6 @@ def place_cells(
     order) are placed after them, which equals a from-scratch build of the whole sequence.
     Other layouts are cheap and rebuilt from scratch.
     """
-    from .address.cells import place_descriptors
-    from .address.layouts import build_layout
-
     lid = layout_id(descriptor_set, placement)
     descriptors = store.descriptors(namespace, descriptor_set)
     if placement.layout == "bounded":
@@ -157,7 +159,7 @@ def embed_packets(
     store: MemoryStore,
     namespace: str,
     descriptor_set: str,
-    embedder: Any,
+    embedder: Embedder,
     *,
     batch_size: int = 64,
     on_progress: Callable[[int], None] | None = None,
@@ -175,7 +177,7 @@ def embed_packets(
 def embed_contexts(
     store: MemoryStore,
     namespace: str,
-    embedder: Any,
+    embedder: Embedder,
     *,
     packets: Sequence[SourcePacket] | None = None,
     batch_size: int = 64,
@@ -191,7 +193,8 @@ def embed_contexts(
                           batch_size=batch_size, on_progress=on_progress)
 
 
-def _embed_missing(store, namespace, model_id, embedder, keys, docs, *, batch_size, on_progress) -> int:
+def _embed_missing(store: MemoryStore, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
+                   docs: list[str], *, batch_size: int, on_progress: Callable[[int], None] | None) -> int:
     have = store.embeddings(namespace, model_id, keys)
     missing = [(k, d) for k, d in zip(keys, docs) if k not in have]
     for start in range(0, len(missing), batch_size):
@@ -203,7 +206,7 @@ def _embed_missing(store, namespace, model_id, embedder, keys, docs, *, batch_si
     return len(missing)
 
 
-def context_model_id(embedder: Any) -> str:
+def context_model_id(embedder: Embedder) -> str:
     """Store model id of context-document vectors: kept apart from the z(p) vectors."""
     return f"{embedding_model_id(embedder)}|context-v1"
 
@@ -217,8 +220,6 @@ def packet_document_keys(
     store: MemoryStore, namespace: str, descriptor_set: str
 ) -> tuple[list[str], list[str]]:
     """(keys, documents) of the dense packet channel, in packet order."""
-    from .address.dense import packet_document
-
     packets = store.packets(namespace)
     by_packet: dict[str, list[Descriptor]] = {}
     for d in store.descriptors(namespace, descriptor_set):
@@ -233,15 +234,13 @@ def context_document_keys(
 
     ``packets``: the namespace's packets when the caller has them already (else read here).
     """
-    from .fused import context_documents
-
     if packets is None:
         packets = store.packets(namespace)
     return _keyed(packets, context_documents(packets))
 
 
 def load_packet_matrix(
-    store: MemoryStore, namespace: str, descriptor_set: str, embedder: Any
+    store: MemoryStore, namespace: str, descriptor_set: str, embedder: Embedder
 ) -> np.ndarray:
     """The (N, d) matrix of packet embeddings in packet order (all must be built)."""
     keys, _ = packet_document_keys(store, namespace, descriptor_set)
@@ -249,14 +248,15 @@ def load_packet_matrix(
 
 
 def load_context_matrix(
-    store: MemoryStore, namespace: str, embedder: Any, packets: Sequence[SourcePacket] | None = None
+    store: MemoryStore, namespace: str, embedder: Embedder, packets: Sequence[SourcePacket] | None = None
 ) -> np.ndarray:
     """The (N, d) matrix of context-document embeddings in packet order (all must be built)."""
     keys, _ = context_document_keys(store, namespace, packets)
     return _load_matrix(store, namespace, context_model_id(embedder), embedder, keys, "context")
 
 
-def _load_matrix(store, namespace, model_id, embedder, keys, what) -> np.ndarray:
+def _load_matrix(store: MemoryStore, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
+                 what: str) -> np.ndarray:
     got = store.embeddings(namespace, model_id, keys)
     missing = [k for k in keys if k not in got]
     if missing:
@@ -267,17 +267,15 @@ def _load_matrix(store, namespace, model_id, embedder, keys, what) -> np.ndarray
 def build_memory(
     store: MemoryStore,
     namespace: str,
-    extractor: Any,
+    extractor: DescriptorExtractor,
     placement: PlacementConfig,
-    embedder: Any | None,
+    embedder: Embedder | None,
     *,
     progress: bool = False,
     on_failure: str = "error",
     context_embeddings: bool = False,
 ) -> BuildResult:
     """Run all build stages for one namespace (idempotent and resumable)."""
-    from .progress import bar
-
     n_packets = len(store.packets(namespace))
     done = len(store.extracted_packet_ids(namespace, extractor.descriptor_set))
     with bar(total=n_packets - done, desc=f"extract {namespace}", unit="turn", enabled=progress) as pb:

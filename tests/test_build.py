@@ -13,6 +13,7 @@ from memcompile_local.build import build_memory, layout_id
 from memcompile_local.config import PlacementConfig
 from memcompile_local.data import example_conversation_path, load_locomo
 from memcompile_local.errors import ExtractionError
+from memcompile_local.protocols import DescriptorExtractor
 from memcompile_local.llm.client import LLMClient
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation
@@ -52,6 +53,32 @@ def test_failed_packets_raise_after_saving_the_others_then_rule_fallback(tmp_pat
     rule_texts = [d.text for d in RuleExtractor().extract([(target, store.packets(conv.namespace)[2])])[0]]
     got = [d.text for d in store.descriptors(conv.namespace, ex.descriptor_set) if d.packet_id == target.packet_id]
     assert got == rule_texts
+    store.close()
+
+
+class _PartialLooking(RuntimeError):
+    """A bug-shaped error that happens to carry a ``partial`` attribute."""
+
+    def __init__(self, partial):
+        super().__init__("extractor bug")
+        self.partial = partial
+
+
+class _BrokenExtractor:
+    descriptor_set = "broken-v1"
+
+    def extract(self, items):
+        raise _PartialLooking([None] * len(items))
+
+
+def test_only_the_typed_extraction_error_is_treated_as_a_partial_batch(tmp_path, conv):
+    """Any other exception is a bug and propagates as itself, with nothing saved or swallowed."""
+    store = MemoryStore(tmp_path / "m.sqlite")
+    store.ingest(conv)
+    with pytest.raises(_PartialLooking):
+        build_memory(store, conv.namespace, _BrokenExtractor(), PlacementConfig(), None, on_failure="rule")
+    assert store.extracted_packet_ids(conv.namespace, "broken-v1") == set()
+    assert isinstance(RuleExtractor(), DescriptorExtractor) and isinstance(_BrokenExtractor(), DescriptorExtractor)
     store.close()
 
 
