@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .errors import ConfigError, MemCompileError
+from .service.cli import SERVICE_COMMANDS, add_service_commands
 
 DEFAULT_STORE = "memcompile.sqlite"
 
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store(p)
 
     sub.add_parser("presets", help="list the named pipeline presets")
+    add_service_commands(sub, add_store=_add_store, add_model=_add_model)
 
     p = sub.add_parser("demo", help="ingest the shipped example conversation and answer a question")
     p.add_argument("--store", default=None, help="store file (default: a temporary file)")
@@ -279,6 +281,7 @@ def cmd_demo(args) -> int:
 COMMANDS = {
     "ingest": cmd_ingest, "build": cmd_build, "ask": cmd_ask, "eval": cmd_eval, "compare": cmd_compare,
     "forget": cmd_forget, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
+    **SERVICE_COMMANDS,
 }
 
 

@@ -1,0 +1,227 @@
+"""The HTTP app: REST routes under ``/v1``, MCP at ``/mcp``, ``/healthz``, ``/metrics``, ``/docs``.
+
+``create_app(service, keyring)`` returns a FastAPI app; ``memcompile-local serve`` runs it on
+uvicorn. Routes read and validate the JSON body themselves, so every bad input, malformed JSON
+included, is a typed JSON error (``errors.ServiceError``) naming the field, never a bare 422.
+The route functions are thin: the work is in ``core.MemoryService``, run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from .auth import LOCAL_TENANT, KeyRing, Principal, key_from_headers
+from .core import MemoryService
+from .errors import ServiceError, from_exception
+from .mcp_server import build_mcp
+from .metrics import CONTENT_TYPE, Metrics
+from .worker import BuildWorker
+
+log = logging.getLogger(__name__)
+
+_TURN_SCHEMA = {
+    "type": "object",
+    "required": ["speaker", "text"],
+    "properties": {
+        "speaker": {"type": "string"}, "text": {"type": "string"},
+        "time": {"type": "string", "description": "when it was said (single turns)"},
+        "session_id": {"type": "string"}, "id": {"type": "string", "description": "turn id; default: content hash"},
+        "image_caption": {"type": "string"},
+    },
+}
+_APPEND_SCHEMA = {
+    "oneOf": [
+        {"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "array", "items": {
+            "type": "object", "required": ["time", "turns"],
+            "properties": {"time": {"type": "string"}, "id": {"type": "string"},
+                           "turns": {"type": "array", "items": _TURN_SCHEMA}}}}}},
+        {"type": "object", "required": ["turns"], "properties": {"turns": {"type": "array", "items": _TURN_SCHEMA}}},
+        _TURN_SCHEMA,
+    ]
+}
+_QUERY_SCHEMA = {
+    "type": "object", "required": ["query"],
+    "properties": {"query": {"type": "string"}, "k": {"type": "integer", "minimum": 1},
+                   "preset": {"type": "string"}, "question_date": {"type": "string"}},
+}
+
+
+def _body_doc(schema: dict) -> dict:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def error_response(err: ServiceError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: str = "127.0.0.1",
+               run_worker: bool = True) -> FastAPI:
+    """The FastAPI app over ``service``; ``keyring`` None serves the ``local`` tenant without keys."""
+    metrics = Metrics(service.queue.depth, service.store.token_totals)
+    worker = BuildWorker(service, metrics=metrics)
+    mcp = build_mcp(service, keyring=keyring, host=host)
+    mcp_app = mcp.streamable_http_app()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if run_worker:
+            worker.start()
+        async with mcp.session_manager.run():
+            yield
+        worker.stop()
+
+    app = FastAPI(title="memcompile-local memory service", version=__version__, lifespan=lifespan,
+                  description="Long-term conversational memory per user: append turns, search compiled evidence.")
+    app.state.service = service
+    app.state.worker = worker
+    app.state.metrics = metrics
+
+    def principal(request: Request) -> Principal:
+        if keyring is None:
+            return Principal(LOCAL_TENANT, LOCAL_TENANT)
+        return keyring.authenticate(key_from_headers(request.headers))
+
+    async def json_body(request: Request) -> Any:
+        raw = await request.body()
+        if len(raw) > service.limits.max_body_bytes:
+            raise ServiceError(413, "body_too_large",
+                               f"request body has {len(raw)} bytes; at most {service.limits.max_body_bytes}")
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ServiceError(400, "bad_json", f"request body is not UTF-8 ({exc.reason} at byte {exc.start})",
+                               field="$") from None
+        except json.JSONDecodeError as exc:
+            raise ServiceError(400, "bad_json",
+                               f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                               field="$") from None
+
+    async def run(fn, *args, **kw):
+        return await run_in_threadpool(lambda: fn(*args, **kw))
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        t0 = time.perf_counter()
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > service.limits.max_body_bytes:
+            response = error_response(ServiceError(
+                413, "body_too_large", f"request body has {length} bytes; at most {service.limits.max_body_bytes}"))
+        elif request.url.path.startswith("/mcp") and keyring is not None:
+            try:
+                keyring.authenticate(key_from_headers(request.headers))
+            except ServiceError as err:
+                response = error_response(err)
+            else:
+                response = await call_next(request)
+        else:
+            response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", None) or ("/mcp" if request.url.path.startswith("/mcp") else "other")
+        metrics.observe(request.method, path, response.status_code, time.perf_counter() - t0)
+        return response
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError):
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(ServiceError(exc.status_code, code, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def _any_error(request: Request, exc: Exception):
+        err = from_exception(exc)
+        if err.status >= 500:
+            log.exception("%s %s failed", request.method, request.url.path)
+        return error_response(err)
+
+    # ------------------------------------------------------------------ routes
+    @app.post("/v1/memories/{user_id}/turns", openapi_extra=_body_doc(_APPEND_SCHEMA), tags=["memories"],
+              summary="Append turns (idempotent, all-or-nothing)")
+    async def append(user_id: str, request: Request):
+        p = principal(request)
+        body = await json_body(request)
+        return await run(service.add_turns, p.tenant, user_id, body)
+
+    @app.post("/v1/memories/{user_id}/search", openapi_extra=_body_doc(_QUERY_SCHEMA), tags=["memories"],
+              summary="Compiled evidence for a query")
+    async def search(user_id: str, request: Request):
+        p = principal(request)
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise ServiceError(400, "bad_request", "the body must be a JSON object", field="$")
+        unknown = sorted(set(body) - {"query", "k", "preset"})
+        if unknown:
+            raise ServiceError(400, "bad_request", f"unexpected fields {unknown}", field=unknown[0])
+        if "query" not in body:
+            raise ServiceError(400, "bad_request", "query is required", field="query")
+        return await run(service.search, p.tenant, user_id, body["query"], k=body.get("k"), preset=body.get("preset"))
+
+    @app.post("/v1/memories/{user_id}/answer", openapi_extra=_body_doc(_QUERY_SCHEMA), tags=["memories"],
+              summary="Compile the evidence and answer with the configured model")
+    async def answer(user_id: str, request: Request):
+        p = principal(request)
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise ServiceError(400, "bad_request", "the body must be a JSON object", field="$")
+        unknown = sorted(set(body) - {"query", "k", "preset", "question_date"})
+        if unknown:
+            raise ServiceError(400, "bad_request", f"unexpected fields {unknown}", field=unknown[0])
+        if "query" not in body:
+            raise ServiceError(400, "bad_request", "query is required", field="query")
+        return await run(service.answer, p.tenant, user_id, body["query"], k=body.get("k"),
+                         preset=body.get("preset"), question_date=body.get("question_date"))
+
+    def _int_param(request: Request, name: str, default: int) -> int:
+        value = request.query_params.get(name)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ServiceError(400, "bad_request", f"{name} must be an integer", field=name) from None
+
+    @app.get("/v1/memories", tags=["memories"], summary="The tenant's user ids (paginated)")
+    async def users(request: Request):
+        p = principal(request)
+        return await run(service.list_users, p.tenant, limit=_int_param(request, "limit", 100),
+                         after=request.query_params.get("after"))
+
+    @app.get("/v1/memories/{user_id}", tags=["memories"], summary="Counts and build state of one memory")
+    async def stats(user_id: str, request: Request):
+        p = principal(request)
+        return await run(service.stats, p.tenant, user_id)
+
+    @app.get("/v1/memories/{user_id}/turns", tags=["memories"], summary="Stored turns (paginated)")
+    async def turns(user_id: str, request: Request):
+        p = principal(request)
+        return await run(service.list_turns, p.tenant, user_id, offset=_int_param(request, "offset", 0),
+                         limit=_int_param(request, "limit", 100))
+
+    @app.delete("/v1/memories/{user_id}", tags=["memories"], summary="Forget a memory (erased from the file)")
+    async def forget(user_id: str, request: Request):
+        p = principal(request)
+        return await run(service.forget, p.tenant, user_id)
+
+    @app.get("/healthz", tags=["service"])
+    async def healthz():
+        return await run(service.health)
+
+    @app.get("/metrics", tags=["service"])
+    async def metrics_route():
+        return Response(await run(metrics.render), media_type=CONTENT_TYPE)
+
+    # The MCP endpoint is a route of the same app (its lifespan runs in ours above).
+    app.router.routes.extend(mcp_app.routes)
+    return app

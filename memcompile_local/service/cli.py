@@ -1,0 +1,170 @@
+"""The ``serve``, ``mcp`` and ``keygen`` subcommands (registered by ``memcompile_local.cli``).
+
+``serve`` runs REST + MCP (streamable HTTP) on uvicorn; ``mcp`` serves MCP over stdio for a
+desktop agent that starts the process itself; ``keygen`` makes an API key and prints the line
+for the keys file. The web stack is imported only when one of them runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import logging
+import os
+import sys
+from typing import Any, Callable
+
+from ..errors import ConfigError, MissingExtraError
+
+log = logging.getLogger(__name__)
+
+_ENV_ARGS = "MEMCOMPILE_SERVE_ARGS"  # how `serve --workers N` hands its arguments to each process
+
+
+def add_service_commands(sub, *, add_store: Callable, add_model: Callable) -> None:
+    """Add ``serve``, ``mcp`` and ``keygen`` to the ``memcompile-local`` subparsers."""
+    p = sub.add_parser("serve", help="serve memories over REST and MCP (HTTP) with tenants and API keys")
+    add_store(p)
+    add_model(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="port (default %(default)s)")
+    p.add_argument("--keys", help="YAML keys file (tenants and SHA-256 key hashes); without it only loopback")
+    p.add_argument("--workers", type=int, default=1, help="server processes sharing the store (default 1)")
+    _add_limits(p)
+
+    p = sub.add_parser("mcp", help="serve memories over MCP on stdio (for a local agent)")
+    add_store(p)
+    add_model(p)
+    _add_limits(p)
+
+    p = sub.add_parser("keygen", help="make an API key and print its keys-file entry")
+    p.add_argument("--tenant", required=True, help="tenant the key belongs to ([a-z0-9][a-z0-9_-]*)")
+    p.add_argument("--label", help="name shown in logs instead of the key")
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("request limits")
+    g.add_argument("--max-body-bytes", type=int, help="largest request body (413 past it)")
+    g.add_argument("--max-turns-per-request", type=int, help="most turns in one append (413 past it)")
+    g.add_argument("--max-queue-turns", type=int, help="turns waiting for a background build (429 past it)")
+    g.add_argument("--max-k", type=int, help="largest k a search may ask for")
+
+
+def _limits(args):
+    from .limits import Limits
+
+    return Limits.from_dict({name: getattr(args, name) for name in
+                             ("max_body_bytes", "max_turns_per_request", "max_queue_turns", "max_k")
+                             if getattr(args, name, None) is not None})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _config(args):
+    # memcompile_local.cli imports this module, so its helper is imported at call time.
+    from ..cli import config_from_args
+
+    return config_from_args(args)
+
+
+def _require_web_stack() -> None:
+    for module, package in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("mcp", "mcp")):
+        try:
+            __import__(module)
+        except ImportError as exc:
+            raise MissingExtraError(package, "serve", "the memory service") from exc
+
+
+def _arg_dict(args) -> dict[str, Any]:
+    return {k: v for k, v in vars(args).items() if k not in ("func",) and isinstance(v, (str, int, float, bool, type(None)))}
+
+
+def build_app_from_args(args, *, keyring=None):
+    """The app for parsed ``serve`` arguments (also used by each process of ``--workers N``)."""
+    from .app import create_app
+    from .auth import KeyRing
+    from .core import MemoryService
+
+    if keyring is None and getattr(args, "keys", None):
+        keyring = KeyRing(args.keys)
+    service = MemoryService(args.store, _config(args), limits=_limits(args))
+    return create_app(service, keyring, host=args.host)
+
+
+def app_from_env():
+    """uvicorn factory for ``serve --workers N``: the arguments come through the environment."""
+    args = argparse.Namespace(**json.loads(os.environ[_ENV_ARGS]))
+    return build_app_from_args(args)
+
+
+def cmd_serve(args) -> int:
+    _require_web_stack()
+    import uvicorn
+
+    from .auth import KeyRing
+
+    keyring = None
+    if args.keys:
+        keyring = KeyRing(args.keys)  # fail at start on a bad keys file
+        print(f"memcompile-local serve: API keys from {args.keys} ({len(keyring.tenants())} tenants)", file=sys.stderr)
+    elif not is_loopback(args.host):
+        raise ConfigError(f"refusing to bind {args.host} without --keys: without API keys the server "
+                          "only listens on loopback (127.0.0.1, ::1, localhost)")
+    else:
+        print(f"memcompile-local serve: no --keys, so every request is the single 'local' tenant without "
+              f"authentication; listening on loopback only ({args.host}:{args.port})", file=sys.stderr)
+    print(f"memcompile-local serve: store {args.store}; REST at http://{args.host}:{args.port}/v1, "
+          f"docs at /docs, MCP at /mcp", file=sys.stderr)
+    if args.workers > 1:
+        os.environ[_ENV_ARGS] = json.dumps(_arg_dict(args))
+        uvicorn.run("memcompile_local.service.cli:app_from_env", factory=True, host=args.host, port=args.port,
+                    workers=args.workers, log_level="warning")
+        return 0
+    app = build_app_from_args(args, keyring=keyring)
+    # uvicorn's access log would print request lines; keys travel in headers, never in URLs.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def cmd_mcp(args) -> int:
+    _require_web_stack()
+    from .core import MemoryService
+    from .mcp_server import build_mcp
+    from .worker import BuildWorker
+
+    service = MemoryService(args.store, _config(args), limits=_limits(args))
+    worker = BuildWorker(service)
+    worker.start()
+    try:
+        build_mcp(service, keyring=None, stdio=True).run("stdio")
+    finally:
+        worker.stop()
+        service.close()
+    return 0
+
+
+def cmd_keygen(args) -> int:
+    from .auth import TENANT_RE, generate_key, hash_key
+
+    if TENANT_RE.fullmatch(args.tenant) is None:
+        raise ConfigError(f"--tenant {args.tenant!r}: expected [a-z0-9][a-z0-9_-]{{0,31}}")
+    key = generate_key()
+    print(f"API key (shown once; give it to the client): {key}", file=sys.stderr)
+    entry = {"sha256": hash_key(key)}
+    if args.label:
+        entry["label"] = args.label
+    print(f"# add under tenants.{args.tenant}.keys in the keys file:")
+    print("- " + json.dumps(entry))
+    print(key)
+    return 0
+
+
+SERVICE_COMMANDS = {"serve": cmd_serve, "mcp": cmd_mcp, "keygen": cmd_keygen}

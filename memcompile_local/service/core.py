@@ -1,0 +1,450 @@
+"""What the REST routes and the MCP tools do, without HTTP: one ``MemoryService`` per process.
+
+Every method takes the authenticated tenant and a user id and resolves the store namespace
+itself (``auth.namespace_for``); nothing a client sends names a namespace directly. Bad input
+raises :class:`~memcompile_local.service.errors.ServiceError` with its HTTP status before
+anything is written; an append is one store transaction.
+
+Online ingest: under a rule (model-free) extractor an append builds descriptors, Cells and
+embeddings of the new turns in the request, holding the namespace's build lease. Under an LLM
+extractor it enqueues the namespace in the durable build queue (``store/queue.py``) and returns;
+the background worker (``worker.py``) extracts, and until then searches use the built-so-far view
+(``view.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..config import PipelineConfig, config_needs_llm
+from ..errors import MissingExtraError, TransportError
+from ..evidence.answer import answer_question, use_temporal_prompt
+from ..evidence.presets import PRESETS, apply_presets
+from ..memory import Memory
+from ..pipeline import compile_context
+from ..store import MemoryStore
+from ..store.queue import BuildQueue
+from ..types import Conversation, Session, Turn
+from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
+from .errors import ServiceError
+from .limits import Limits
+from .view import PendingViews, current_view, pending_turns
+
+log = logging.getLogger(__name__)
+
+_TURN_ID_CHARS = "A-Za-z0-9._:@#+-"
+_TURN_ID_RE = re.compile(f"[{_TURN_ID_CHARS}]+")
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """One validated turn of an append (``where`` names it in errors, e.g. ``sessions[1].turns[0]``)."""
+
+    speaker: str
+    text: str
+    time: str
+    session_id: str
+    turn_id: str | None
+    image_caption: str | None
+    where: str
+
+
+def _check_text(value: Any, field: str, *, max_chars: int, nonempty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ServiceError(400, "bad_request", f"{field} must be a string", field=field)
+    if nonempty and not value.strip():
+        raise ServiceError(400, "bad_request", f"{field} must not be empty", field=field)
+    if len(value) > max_chars:
+        raise ServiceError(400, "bad_request", f"{field} has {len(value)} characters; at most {max_chars}", field=field)
+    if "\x00" in value:
+        raise ServiceError(400, "bad_request", f"{field} contains a NUL character", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ServiceError(400, "bad_request", f"{field} contains a lone surrogate (not valid Unicode text)",
+                           field=field) from None
+    return value
+
+
+def _check_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 128:
+        raise ServiceError(400, "bad_request", f"{field} must be a string of 1-128 characters", field=field)
+    if _TURN_ID_RE.fullmatch(value) is None:
+        raise ServiceError(400, "bad_request",
+                           f"{field} {value!r} is malformed: expected characters from [{_TURN_ID_CHARS}]", field=field)
+    return value
+
+
+def default_turn_id(session_id: str, time_: str, speaker: str, text: str, caption: str | None) -> str:
+    """The id of a turn sent without one: a hash of what it says, where and when.
+
+    Sending the same turn again is therefore a no-op (a retry after a lost response); the same
+    words said again at another time are a new turn.
+    """
+    h = hashlib.sha256("\x1f".join((session_id, time_, speaker, text, caption or "")).encode("utf-8"))
+    return "h" + h.hexdigest()[:24]
+
+
+class MemoryService:
+    """The memory service over one store file (see the module doc).
+
+    ``config``: the pipeline configuration; ``backend``/``embedder``: prebuilt model objects
+    (tests pass a scripted backend and the hash embedder); ``limits``: request bounds.
+    """
+
+    def __init__(self, store_path: str, config: PipelineConfig | None = None, *, limits: Limits | None = None,
+                 backend: Any = None, embedder: Any = None):
+        self.config = config or PipelineConfig()
+        self.limits = limits or Limits()
+        self.store = MemoryStore(store_path)
+        self.queue = BuildQueue(self.store)
+        self._backend = backend
+        self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder)
+        self.pending = PendingViews(self.memory)
+        self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        # Model-free extraction is fast enough to run in the append request itself.
+        self.inline_build = self.config.extraction.extractor == "rule"
+        self._presets: OrderedDict[str, Memory] = OrderedDict()
+        self._presets_lock = threading.Lock()
+        self.backend_down_since: float | None = None
+
+    def close(self) -> None:
+        self.store.close()
+
+    # ------------------------------------------------------------------ tenancy
+    def namespace(self, tenant: str, user_id: str) -> str:
+        return namespace_for(tenant, validate_user_id(user_id))
+
+    def _existing(self, tenant: str, user_id: str) -> str:
+        ns = self.namespace(tenant, user_id)
+        if not self.store.packet_count(ns):
+            raise ServiceError(404, "not_found", f"no memory for user {user_id!r}", field="user_id")
+        return ns
+
+    # ------------------------------------------------------------------ append
+    def parse_append(self, body: Any) -> list[TurnInput]:
+        """Validate an append body: ``{"sessions": [...]}``, ``{"turns": [...]}`` or one turn."""
+        lim = self.limits
+        if not isinstance(body, dict):
+            raise ServiceError(400, "bad_request", "the body must be a JSON object", field="$")
+        if "sessions" in body:
+            extra = sorted(set(body) - {"sessions"})
+            sessions = body["sessions"]
+            if extra:
+                raise ServiceError(400, "bad_request", f"unexpected fields next to 'sessions': {extra}", field=extra[0])
+            if not isinstance(sessions, list) or not sessions:
+                raise ServiceError(400, "bad_request", "sessions must be a non-empty list", field="sessions")
+            located = []
+            for i, s in enumerate(sessions):
+                w = f"sessions[{i}]"
+                if not isinstance(s, dict):
+                    raise ServiceError(400, "bad_request", f"{w} must be an object with 'time' and 'turns'", field=w)
+                unknown = sorted(set(s) - {"time", "id", "turns"})
+                if unknown:
+                    raise ServiceError(400, "bad_request", f"{w}: unexpected fields {unknown}", field=f"{w}.{unknown[0]}")
+                if "time" not in s:
+                    raise ServiceError(400, "bad_request", f"{w}.time is required", field=f"{w}.time")
+                time_ = _check_text(s["time"], f"{w}.time", max_chars=100)
+                sid = _check_id(s["id"], f"{w}.id") if s.get("id") is not None else f"time:{time_}" if time_ else "default"
+                turns = s.get("turns")
+                if not isinstance(turns, list) or not turns:
+                    raise ServiceError(400, "bad_request", f"{w}.turns must be a non-empty list", field=f"{w}.turns")
+                for j, t in enumerate(turns):
+                    located.append((f"{w}.turns[{j}]", t, time_, sid, False))
+        elif "turns" in body:
+            extra = sorted(set(body) - {"turns"})
+            if extra:
+                raise ServiceError(400, "bad_request", f"unexpected fields next to 'turns': {extra}", field=extra[0])
+            turns = body["turns"]
+            if not isinstance(turns, list) or not turns:
+                raise ServiceError(400, "bad_request", "turns must be a non-empty list", field="turns")
+            located = [(f"turns[{j}]", t, None, None, True) for j, t in enumerate(turns)]
+        else:
+            located = [("$", body, None, None, True)]
+        if len(located) > lim.max_turns_per_request:
+            raise ServiceError(413, "too_many_turns",
+                               f"{len(located)} turns in one request; at most {lim.max_turns_per_request}", field="turns")
+        out: list[TurnInput] = []
+        for where, t, s_time, s_id, single in located:
+            if not isinstance(t, dict):
+                raise ServiceError(400, "bad_request", f"{where} must be an object with 'speaker' and 'text'", field=where)
+            allowed = {"speaker", "text", "id", "image_caption"} | ({"time", "session_id"} if single else set())
+            unknown = sorted(set(t) - allowed)
+            if unknown:
+                raise ServiceError(400, "bad_request", f"{where}: unexpected fields {unknown}",
+                                   field=f"{where}.{unknown[0]}" if where != "$" else unknown[0])
+            pre = "" if where == "$" else f"{where}."
+            for req in ("speaker", "text"):
+                if req not in t:
+                    raise ServiceError(400, "bad_request", f"{pre}{req} is required", field=f"{pre}{req}")
+            speaker = _check_text(t["speaker"], f"{pre}speaker", max_chars=200, nonempty=True)
+            if any(c in speaker for c in "\n\r"):
+                raise ServiceError(400, "bad_request", f"{pre}speaker must be one line", field=f"{pre}speaker")
+            text = _check_text(t["text"], f"{pre}text", max_chars=lim.max_text_chars)
+            caption = t.get("image_caption")
+            if caption is not None:
+                caption = _check_text(caption, f"{pre}image_caption", max_chars=lim.max_text_chars)
+            if single:
+                time_ = _check_text(t.get("time") or "", f"{pre}time", max_chars=100)
+                sid = _check_id(t["session_id"], f"{pre}session_id") if t.get("session_id") is not None else "default"
+            else:
+                time_, sid = s_time, s_id
+            tid = _check_id(t["id"], f"{pre}id") if t.get("id") is not None else None
+            out.append(TurnInput(speaker, text, time_, sid, tid, caption, where))
+        return out
+
+    def add_turns(self, tenant: str, user_id: str, body: Any) -> dict:
+        """Append turns (all-or-nothing, idempotent by turn id); returns ids and counts."""
+        ns = self.namespace(tenant, user_id)
+        turns = self.parse_append(body)
+        ids = [t.turn_id or default_turn_id(t.session_id, t.time, t.speaker, t.text, t.image_caption) for t in turns]
+        seen: dict[str, str] = {}
+        for t, pid in zip(turns, ids):
+            if pid in seen:
+                if t.turn_id is not None:
+                    raise ServiceError(400, "bad_request", f"turn id {pid!r} repeats ({seen[pid]} and {t.where})",
+                                       field=f"{t.where}.id")
+            seen.setdefault(pid, t.where)
+        if not self.inline_build:
+            room = self.limits.max_queue_turns - self.queue.depth()["turns"]
+            if len(turns) > room:
+                raise ServiceError(429, "queue_full",
+                                   f"the build queue holds {self.limits.max_queue_turns - room} turns "
+                                   f"(limit {self.limits.max_queue_turns}); retry later",
+                                   headers={"Retry-After": "5"})
+        conv = self._conversation(ns, turns, ids)
+        result = self.memory.add(ns, conv)
+        built = False
+        if result.added:
+            if self.inline_build:
+                built = self.build_now(ns)
+            if not built:
+                self.queue.enqueue(ns, result.added)
+        return {
+            "user_id": user_id,
+            "ids": ids,
+            "added": result.added,
+            "skipped": result.skipped,
+            "built": built or not result.added,
+            "pending_turns": 0 if built else pending_turns(self.memory, ns),
+        }
+
+    def _conversation(self, ns: str, turns: Sequence[TurnInput], ids: Sequence[str]) -> Conversation:
+        # Each run of consecutive turns of one session is one Session, so the store appends them
+        # in the order sent; a session id keeps one index across requests and processes.
+        index = self.queue.session_indexes(ns, [t.session_id for t in turns])
+        sessions: list[Session] = []
+        run: list[Turn] = []
+        dup: set[str] = set()
+        for n, (t, pid) in enumerate(zip(turns, ids)):
+            if pid in dup:
+                continue  # the same default-id turn twice in one request: stored once
+            dup.add(pid)
+            run.append(Turn(packet_id=pid, speaker=t.speaker, text=t.text, image_caption=t.image_caption))
+            last = n == len(turns) - 1
+            if last or turns[n + 1].session_id != t.session_id or turns[n + 1].time != t.time:
+                sessions.append(Session(index=index[t.session_id], session_id=t.session_id, time=t.time,
+                                        turns=tuple(run)))
+                run = []
+        return Conversation(namespace=ns, sessions=tuple(sessions))
+
+    def build_now(self, ns: str, *, wait_s: float = 10.0) -> bool:
+        """Build ``ns`` in this request under its lease; False when another holder kept it too long."""
+        deadline = time.monotonic() + wait_s
+        while not self.queue.acquire(ns, self.owner, lease_s=60.0):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        try:
+            self.memory.build(ns)
+        finally:
+            self.queue.release(ns, self.owner)
+        return True
+
+    # ------------------------------------------------------------------ read side
+    def memory_for(self, preset: str | None) -> Memory:
+        """The Memory of ``preset`` (sharing the store, backend and embedder), or the base one."""
+        if not preset:
+            return self.memory
+        with self._presets_lock:
+            mem = self._presets.get(preset)
+            if mem is not None:
+                self._presets.move_to_end(preset)
+                return mem
+        for name in preset.split("+"):
+            if name not in PRESETS:
+                raise ServiceError(400, "bad_request", f"unknown preset {name!r}; known: {', '.join(PRESETS)}",
+                                   field="preset")
+        cfg = apply_presets(preset, self.config)
+        base = self.config.extraction
+        if (cfg.extraction.extractor, cfg.extraction.combined_call) != (base.extractor, base.combined_call):
+            raise ServiceError(400, "bad_request",
+                               f"preset {preset!r} uses another extractor than the server's memories are built with",
+                               field="preset")
+        if config_needs_llm(cfg) and not config_needs_llm(self.config):
+            raise ServiceError(400, "bad_request",
+                               f"preset {preset!r} calls a model at search time; this server is model-free",
+                               field="preset")
+        mem = Memory(self.store, cfg, backend=self._backend, embedder=self.memory.embedder)
+        with self._presets_lock:
+            self._presets[preset] = mem
+            while len(self._presets) > 8:
+                self._presets.popitem(last=False)
+        return mem
+
+    def search(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None) -> dict:
+        """The compiled evidence for ``query`` (Memory.compile over built + pending turns)."""
+        query = _check_text(query, "query", max_chars=self.limits.max_text_chars, nonempty=True)
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.limits.max_k):
+            raise ServiceError(400, "bad_request", f"k must be an integer from 1 to {self.limits.max_k}", field="k")
+        if preset is not None and not isinstance(preset, str):
+            raise ServiceError(400, "bad_request", "preset must be a string", field="preset")
+        ns = self._existing(tenant, user_id)
+        selected, behind, _mem = self._compile(ns, query, k=k, preset=preset)
+        return self._context_json(user_id, selected, behind)
+
+    def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None):
+        mem = self.memory_for(preset)
+        if self.inline_build and pending_turns(mem, ns):
+            self.build_now(ns)  # turns left by a request that could not get the lease
+        view, behind = current_view(mem, self.pending if mem is self.memory else PendingViews(mem), ns,
+                                    allow_build=self.inline_build)
+        cfg = mem.config.replace(evidence={"k0": k}) if k is not None else mem.config
+        client = mem.client if config_needs_llm(cfg) else None
+        try:
+            ctx = compile_context(query, view, cfg, client=client, embedder=mem.embedder)
+        except TransportError:
+            self.backend_down_since = self.backend_down_since or time.time()
+            raise
+        packets = [view.packets_by_id[pid] for pid in ctx.packet_ids]
+        for p in packets:
+            if p.namespace != ns:  # cannot happen: a view holds one namespace; never let it out
+                raise ServiceError(500, "internal", "evidence from another memory was selected")
+        return (ctx, packets), behind, mem
+
+    def _context_json(self, user_id: str, ctx_and_packets, behind: int) -> dict:
+        ctx, packets = ctx_and_packets
+        return {
+            "user_id": user_id,
+            "query": ctx.question,
+            "packets": [
+                {"id": p.packet_id, "speaker": p.speaker, "time": p.session_time, "session_id": p.session_id,
+                 "text": p.content, **({"image_caption": p.image_caption} if p.image_caption else {})}
+                for p in packets
+            ],
+            "packet_ids": list(ctx.packet_ids),
+            "context": ctx.text,
+            "timings_ms": {k: round(v, 3) for k, v in ctx.timings_ms.items()},
+            "pending_turns": behind,
+        }
+
+    def answer(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
+               question_date: Any = None) -> dict:
+        """Compile, then answer with the configured model (503 when it is unavailable)."""
+        query = _check_text(query, "query", max_chars=self.limits.max_text_chars, nonempty=True)
+        if question_date is not None:
+            question_date = _check_text(question_date, "question_date", max_chars=100)
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.limits.max_k):
+            raise ServiceError(400, "bad_request", f"k must be an integer from 1 to {self.limits.max_k}", field="k")
+        ns = self._existing(tenant, user_id)
+        try:
+            (ctx, packets), behind, mem = self._compile(ns, query, k=k, preset=preset)
+            client = mem.client
+            res = answer_question(client, query, ctx.text, temporal=use_temporal_prompt(query), namespace=ns,
+                                  max_tokens=mem.config.model.max_tokens, question_date=question_date)
+        except (TransportError, MissingExtraError) as exc:
+            self.backend_down_since = self.backend_down_since or time.time()
+            raise ServiceError(503, "backend_unavailable", f"the answer model is unavailable: {exc}",
+                               headers={"Retry-After": "5"}) from exc
+        self.backend_down_since = None
+        out = self._context_json(user_id, (ctx, packets), behind)
+        out["answer"] = res.text
+        return out
+
+    def stats(self, tenant: str, user_id: str) -> dict:
+        """Counts and build state of one user's memory."""
+        ns = self._existing(tenant, user_id)
+        s = self.store.stats(ns)["namespaces"][ns]
+        behind = pending_turns(self.memory, ns)
+        entry = self.queue.entry(ns)
+        state = "built" if behind == 0 else ("failing" if entry and entry["last_error"] else "pending")
+        return {
+            "user_id": user_id,
+            "turns": s["packets"],
+            "sessions": s["sessions"],
+            "extracted_turns": s["packets"] - behind,
+            "pending_turns": behind,
+            "descriptors": sum(s["descriptors"].values()),
+            "build": {"state": state, "queued": entry is not None,
+                      "attempts": entry["attempts"] if entry else 0,
+                      "last_error": entry["last_error"] if entry else None},
+            "tokens": s["tokens"],
+        }
+
+    def list_users(self, tenant: str, *, limit: Any = 100, after: Any = None) -> dict:
+        """The tenant's user ids in order, ``limit`` per page after the user id ``after``."""
+        limit = self._page_size(limit)
+        if after is not None:
+            validate_user_id(after)
+        prefix = tenant_prefix(tenant)
+        users = sorted(u for u in (user_of(tenant, ns) for ns in self.store.namespaces() if ns.startswith(prefix))
+                       if u is not None)
+        if after is not None:
+            users = [u for u in users if u > after]
+        page = users[:limit]
+        return {"users": page, "next": page[-1] if len(users) > limit else None}
+
+    def list_turns(self, tenant: str, user_id: str, *, offset: Any = 0, limit: Any = 100) -> dict:
+        """Stored turns in dialogue order, ``limit`` from ``offset``."""
+        limit = self._page_size(limit)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ServiceError(400, "bad_request", "offset must be a non-negative integer", field="offset")
+        ns = self._existing(tenant, user_id)
+        packets = self.store.packets(ns)
+        page = packets[offset: offset + limit]
+        return {
+            "user_id": user_id,
+            "total": len(packets),
+            "offset": offset,
+            "turns": [{"id": p.packet_id, "speaker": p.speaker, "time": p.session_time, "session_id": p.session_id,
+                       "text": p.content, "ordinal": p.ordinal} for p in page],
+            "next_offset": offset + limit if offset + limit < len(packets) else None,
+        }
+
+    def _page_size(self, limit: Any) -> int:
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= self.limits.max_page:
+            raise ServiceError(400, "bad_request", f"limit must be an integer from 1 to {self.limits.max_page}",
+                               field="limit")
+        return limit
+
+    def forget(self, tenant: str, user_id: str) -> dict:
+        """Erase one user's memory (Memory.forget: deleted, then scrubbed from the file)."""
+        ns = self._existing(tenant, user_id)
+        # Hold the build lease so no build of this user is writing while it is erased.
+        deadline = time.monotonic() + 30.0
+        while not self.queue.acquire(ns, self.owner, lease_s=60.0):
+            if time.monotonic() > deadline:
+                raise ServiceError(503, "busy", "a build of this memory is running; retry", headers={"Retry-After": "2"})
+            time.sleep(0.02)
+        try:
+            # Views of the other preset Memories are keyed on the store generation, which
+            # forget moves, so only the base Memory's and the pending views are dropped here.
+            deleted = self.memory.forget(ns)
+            self.pending.forget(ns)
+        finally:
+            self.queue.forget(ns)  # drops the lease too
+        return {"user_id": user_id, "deleted": {k: v for k, v in deleted.items() if v}}
+
+    def health(self) -> dict:
+        return {"status": "ok", "queue": self.queue.depth(),
+                "backend": "down" if self.backend_down_since else "ok",
+                "inline_build": self.inline_build}

@@ -1,0 +1,58 @@
+"""Typed service errors: an HTTP status, a machine-readable code, a message and the field at fault.
+
+Every error a route returns is JSON of the shape
+``{"error": {"status": 409, "code": "conflict", "message": "...", "field": "turns[0].text"}}``.
+:func:`from_exception` maps the package's own typed errors onto statuses, so the REST routes and
+the MCP tools report a bad input the same way.
+"""
+
+from __future__ import annotations
+
+from ..errors import (
+    ConfigError,
+    DataFormatError,
+    ImmutablePacketError,
+    MemCompileError,
+    NamespaceError,
+    StoreError,
+    TransportError,
+)
+
+
+class ServiceError(MemCompileError):
+    """An error with the HTTP status it is answered with."""
+
+    def __init__(self, status: int, code: str, message: str, *, field: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        err = {"status": self.status, "code": self.code, "message": self.message}
+        if self.field is not None:
+            err["field"] = self.field
+        return {"error": err}
+
+
+def from_exception(exc: BaseException) -> ServiceError:
+    """The ServiceError a package exception is answered with (500 for anything unexpected)."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, ImmutablePacketError):
+        return ServiceError(409, "conflict", str(exc), field="turns")
+    if isinstance(exc, (NamespaceError, DataFormatError)):
+        field = getattr(exc, "where", None)
+        return ServiceError(400, "bad_request", str(exc), field=field)
+    if isinstance(exc, TransportError):
+        return ServiceError(503, "backend_unavailable", f"the model backend is unavailable: {exc}",
+                            headers={"Retry-After": str(int(exc.retry_after or 5))})
+    if isinstance(exc, ConfigError):
+        return ServiceError(400, "bad_request", str(exc))
+    if isinstance(exc, StoreError):
+        return ServiceError(503, "store_unavailable", f"the store could not serve the request: {exc}",
+                            headers={"Retry-After": "1"})
+    return ServiceError(500, "internal", f"internal error ({type(exc).__name__})")
