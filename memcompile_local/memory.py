@@ -99,7 +99,8 @@ class Memory:
         return config_needs_llm(self.config)
 
     def uses_fusion(self) -> bool:
-        return self.config.evidence.anchor_selector == "fused"
+        # The fused index serves the fused selector, and the scheduler when its pool is the fused top-N.
+        return self.config.evidence.anchor_selector == "fused" or self.config.fusion.schedule_pool == "fused"
 
     def uses_context_embeddings(self) -> bool:
         """The fused selector's dense channel also embeds each turn with its neighbours."""

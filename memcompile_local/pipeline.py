@@ -32,7 +32,7 @@ from .evidence.frontier import bounded_frontier, frontier_pool
 from .evidence.pursuit import mem_pursuit
 from .evidence.scheduler import schedule_packets
 from .evidence.views import render_view
-from .fused import select_fused
+from .fused import fused_ranking, select_fused
 from .language.timecues import is_temporal_question
 from .normalize import mmr_anchors, normalize_to_packets
 from .protocols import Embedder, ModelClient
@@ -140,6 +140,10 @@ def select_anchors(
                           view.index.cell_of_descriptor, cfg.routing, k=k0)
         return tuple(ids), {}
     if selector == "llm":
+        if cfg.fusion.schedule_pool == "fused":  # A0-fused-pool: the scheduler sees the fused top-N
+            if view.fusion is None:
+                raise ConfigError("schedule_pool='fused' needs the fused index; build the memory with it set")
+            pool_ids = fused_ranking(view.fusion, question, query_vec, cfg.fusion, cfg.fusion.schedule_pool_size)
         ids, info = _llm_ordering(question, pool_ids, k0, "schedule", view, cfg, client)
         return tuple(ids), info
     if selector == "fused":

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from memcompile_local.config import FusionConfig
+from memcompile_local import pipeline
+from memcompile_local.config import FusionConfig, PipelineConfig
 from memcompile_local.data.plain import load_plain
+from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.fused import (
     FusionIndex,
     bursts,
@@ -26,7 +28,7 @@ from memcompile_local.fused import (
     select_rows,
     tolerant_name,
 )
-from memcompile_local.types import Descriptor, SourcePacket
+from memcompile_local.types import Descriptor, PacketCandidate, SourcePacket
 
 MESSY = Path(__file__).parent / "fixtures" / "messy_chat.json"
 
@@ -280,3 +282,27 @@ def test_fused_ranking_is_the_score_order_without_the_selection_stages():
     index = FusionIndex.build(PACKETS, {}, cfg)
     ranking = fused_ranking(index, "camping lake", None, cfg, 5)
     assert ranking[:2] == ["D2:3", "D2:4"] and len(ranking) == 5 and len(set(ranking)) == 5
+
+
+def test_fused_pool_preset_hands_the_scheduler_the_fused_top_n(monkeypatch):
+    cfg = apply_preset("A0-fused-pool", PipelineConfig()).replace(fusion={"schedule_pool_size": 3})
+    assert cfg.evidence.anchor_selector == "llm" and cfg.evidence.frontier == "llm"  # the rest of A0
+    index = FusionIndex.build(PACKETS, {}, cfg.fusion)
+    view = pipeline.MemoryView(namespace="ns", packets=tuple(PACKETS), packets_by_id={p.packet_id: p for p in PACKETS},
+                               descriptors_by_packet={}, index=None, packet_matrix=None,
+                               row_of={p.packet_id: i for i, p in enumerate(PACKETS)}, fusion=index)
+    seen = []
+
+    def scheduler(question, packet_ids, k, stage, view, cfg, client):
+        seen.append(list(packet_ids))
+        return list(packet_ids)[:k], {}
+
+    monkeypatch.setattr(pipeline, "_llm_ordering", scheduler)
+    paper_pool = [PacketCandidate(packet_id="D1:0", score=1.0, first_position=0, representative="x", n_hits=1,
+                                  channels=("bm25",), support=1.0)]
+    question = "Where did Bo go camping near the lake?"
+    args = dict(question=question, pool=paper_pool, address=None, dense=(), view=view, client=None, query_vec=None)
+    pipeline.select_anchors("llm", cfg=cfg, **args)
+    assert seen[-1] == fused_ranking(index, question, None, cfg.fusion, 3) and seen[-1][0] == "D2:3"
+    pipeline.select_anchors("llm", cfg=PipelineConfig(), **args)
+    assert seen[-1] == ["D1:0"]  # A0 itself keeps the normalized pool

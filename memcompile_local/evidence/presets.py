@@ -101,6 +101,12 @@ def _model_free(cfg: PipelineConfig) -> PipelineConfig:
     )
 
 
+def _a0_fused_pool(cfg: PipelineConfig) -> PipelineConfig:
+    # A0 with one change: the LLM scheduler's closed pool is the fused ranking's top-N
+    # (fusion.schedule_pool_size) instead of the normalized address pool.
+    return _path(cfg).replace(fusion={"schedule_pool": "fused"})
+
+
 _MODEL_FREE_FIELDS = ("extraction.extractor", "extraction.intent_source", "extraction.use_intent",
                       "evidence.anchor_selector", "evidence.frontier", "routing.channels")
 
@@ -123,6 +129,7 @@ _SPECS: dict[str, _Spec] = {
     "layout-session": _layout("session"),
     "layout-entity": _layout("entity"),
     "model-free": _Spec(_model_free, _MODEL_FREE_FIELDS, _MODEL_FREE_FIELDS),
+    "A0-fused-pool": _Spec(_a0_fused_pool, (*_PATH_FIELDS, "fusion.schedule_pool"), ("fusion.schedule_pool",)),
 }
 
 PRESETS: dict[str, Preset] = {name: spec.apply for name, spec in _SPECS.items()}
@@ -136,6 +143,7 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "A5": "BM25-only: flat layout, no Cell-derived candidates",
     "A6": "w/o query intent: question text only for lexical addressing",
     "A7": "dense SourcePacket top-10 as the final set",
+    "A0-fused-pool": "A0 with the scheduler's pool taken from the fused ranking (top fusion.schedule_pool_size)",
     "view-claim-bundle": "reader view: every retained claim per packet (default)",
     "view-raw": "reader view: raw turn text, image caption and query",
     "view-representative": "reader view: one representative address claim per packet",
