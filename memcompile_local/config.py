@@ -155,6 +155,23 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class JudgeConfig:
+    """The LLM judge of ``eval`` and ``compare``: a backend, model, server and key of its own.
+
+    ``backend``/``model`` left unset take the answer model's (``ModelConfig``); ``base_url``
+    and ``api_key_env`` are never inherited, so a judge named here does not go to the answer
+    model's server. A judge that resolves to the answer model itself is refused unless
+    ``allow_self_judge`` (a model grading its own answers is lenient with them).
+    """
+
+    backend: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None  # default OPENAI_API_KEY
+    allow_self_judge: bool = False
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
@@ -162,6 +179,7 @@ class PipelineConfig:
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # used by eval/compare only
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -179,6 +197,7 @@ class PipelineConfig:
             "evidence": EvidenceConfig,
             "model": ModelConfig,
             "fusion": FusionConfig,
+            "judge": JudgeConfig,
         }
         for key, value in (data or {}).items():
             if key not in sub:
