@@ -86,6 +86,38 @@ def test_request_shape():
     assert "Generated answer: {x}" in _user(J.locomo_judge_request("q", "g", "{x}"))
 
 
+def _keys_anywhere(value):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _keys_anywhere(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _keys_anywhere(v)
+
+
+def test_judge_schemas_carry_no_titles_or_docstrings():
+    """Regression: the judge built its specs with the raw pydantic schema, so the class
+    docstring and titles were part of every judge call's cache key."""
+    for req in (J.locomo_judge_request("q", "g", "p"), J.longmemeval_judge_request("q", "multi-session", "Q", "A", "P")):
+        keys = set(_keys_anywhere(req.output.schema))
+        assert "title" not in keys and "description" not in keys
+    # A reworded docstring leaves the cache identity unchanged.
+    import pydantic
+    from typing import Literal
+
+    from memcompile_local.address.schemas import spec_for
+
+    class Reworded(pydantic.BaseModel):
+        """Some other words about the LoCoMo judge's reply."""
+
+        label: Literal["CORRECT", "WRONG"]
+
+    assert spec_for(Reworded).schema == J.locomo_judge_request("q", "g", "p").output.schema
+    assert J.judge_prompt_version("locomo") == J.LOCOMO_JUDGE_PROMPT_VERSION
+    assert J.judge_prompt_version("longmemeval") == J.LONGMEMEVAL_JUDGE_PROMPT_VERSION
+
+
 # --------------------------------------------------------------------------------------
 # Judging through the client
 # --------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ from typing import Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel
 
+from memcompile_local.address.schemas import spec_for
 from memcompile_local.errors import DataFormatError, ModelError
-from memcompile_local.llm.interface import JsonSchemaSpec, LLMRequest, LLMResponse, Message
+from memcompile_local.llm.interface import LLMRequest, LLMResponse, Message
 
 __all__ = [
     "JudgeResult",
@@ -46,6 +47,7 @@ __all__ = [
     "judge_locomo_many",
     "judge_longmemeval_many",
     "judge_summary",
+    "judge_prompt_version",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,8 +80,10 @@ class LongMemEvalJudgeOutput(BaseModel):
     answer: Literal["yes", "no"]
 
 
-_LOCOMO_SPEC = JsonSchemaSpec.from_model(LocomoJudgeOutput, name="locomo_judge")
-_LONGMEMEVAL_SPEC = JsonSchemaSpec.from_model(LongMemEvalJudgeOutput, name="longmemeval_judge")
+# The shared spec builder drops titles and docstrings from the schema, so rewording a class
+# docstring does not change the cache key of every judge call.
+_LOCOMO_SPEC = spec_for(LocomoJudgeOutput)
+_LONGMEMEVAL_SPEC = spec_for(LongMemEvalJudgeOutput)
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,14 @@ _LME_KIND_OF_TYPE: dict[str, str] = {
     "knowledge-update": "knowledge-update",
     "single-session-preference": "preference",
 }
+
+
+def judge_prompt_version(benchmark: str) -> str:
+    """The judge prompt version of a benchmark (named in run configs, reports and compare tables)."""
+    versions = {"locomo": LOCOMO_JUDGE_PROMPT_VERSION, "longmemeval": LONGMEMEVAL_JUDGE_PROMPT_VERSION}
+    if benchmark not in versions:
+        raise DataFormatError("<judge>", "benchmark", "locomo or longmemeval", f"got {benchmark!r}")
+    return versions[benchmark]
 
 
 def _text(value: Any) -> str:
