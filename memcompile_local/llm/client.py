@@ -33,19 +33,19 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from memcompile_local.errors import (
     ConfigError,
     MemCompileError,
     ModelError,
     OutputValidationError,
-    StoreError,
     TransportError,
     UnexpectedRequestError,
 )
 from memcompile_local.llm.interface import LLMBackend, LLMRequest, LLMResponse, stable_hash
 from memcompile_local.llm.validate import validate_response
+from memcompile_local.store.ledger import InMemoryLedger  # the store's ledger SQL, on a private in-memory database
 
 if TYPE_CHECKING:  # the store is only used through the methods below
     from memcompile_local.store import MemoryStore
@@ -70,77 +70,6 @@ def add_totals(*totals: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
             for name in ("prompt", "completion", "calls"):
                 acc[name] += int(row.get(name, 0))
     return {stage: out[stage] for stage in sorted(out)}
-
-
-class InMemoryLedger:
-    """The cache/ledger subset of ``MemoryStore``, kept in memory (used when there is no store).
-
-    Same semantics as the store: first write wins, totals are summed over unique entries
-    restricted to the keys a run marked used, waste is recorded per failed attempt.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[str, dict[str, Any]] = {}
-        self._used: dict[str, set[str]] = {}
-        self._waste: list[dict[str, Any]] = []
-
-    def cache_get(self, key: str) -> dict | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            return dict(entry) if entry is not None else None
-
-    def cache_put(self, key: str, *, namespace: str | None, stage: str, identity_json: str,
-                  response: dict) -> bool:
-        with self._lock:
-            if key in self._entries:
-                return False
-            self._entries[key] = {**response, "stage": stage, "namespace": namespace}
-            return True
-
-    def record_waste(self, *, stage: str, namespace: str | None, prompt_tokens: int,
-                     completion_tokens: int, reason: str, run_id: str | None = None) -> None:
-        with self._lock:
-            self._waste.append({"stage": stage, "namespace": namespace, "prompt": prompt_tokens,
-                                "completion": completion_tokens, "reason": reason, "run_id": run_id})
-
-    def mark_used(self, run_id: str, keys: Iterable[str]) -> None:
-        keys = list(keys)
-        with self._lock:
-            unknown = [k for k in keys if k not in self._entries]
-            if unknown:
-                raise StoreError(f"in-memory ledger: run {run_id!r} marks keys not in the cache: {unknown[:3]}")
-            self._used.setdefault(run_id, set()).update(keys)
-
-    def token_totals(self, *, run_id: str | None = None, namespace: str | None = None
-                     ) -> dict[str, dict[str, int]]:
-        with self._lock:
-            if run_id is not None:
-                keys = [k for k in self._used.get(run_id, ()) if k in self._entries]
-            else:
-                keys = list(self._entries)
-            out: dict[str, dict[str, int]] = {}
-            for key in keys:
-                entry = self._entries[key]
-                if namespace is not None and entry.get("namespace") != namespace:
-                    continue
-                row = out.setdefault(entry["stage"], _empty_totals())
-                row["prompt"] += int(entry.get("prompt_tokens", 0))
-                row["completion"] += int(entry.get("completion_tokens", 0))
-                row["calls"] += 1
-            return {stage: out[stage] for stage in sorted(out)}
-
-    def waste_totals(self, *, run_id: str | None = None) -> dict[str, dict[str, int]]:
-        with self._lock:
-            out: dict[str, dict[str, int]] = {}
-            for row in self._waste:
-                if run_id is not None and row["run_id"] != run_id:
-                    continue
-                acc = out.setdefault(row["stage"], _empty_totals())
-                acc["prompt"] += row["prompt"]
-                acc["completion"] += row["completion"]
-                acc["calls"] += 1
-            return {stage: out[stage] for stage in sorted(out)}
 
 
 @dataclass

@@ -1,12 +1,15 @@
 """Durable, namespaced storage of memories (SQLite, standard library only plus numpy)."""
 
+from .ledger import InMemoryLedger
 from .namespace import MAX_NAMESPACE_LEN, validate_namespace
-from .sqlite_store import APPLICATION_ID, SCHEMA_VERSION, IngestResult, MemoryStore
+from .schema import APPLICATION_ID, SCHEMA_VERSION
+from .sqlite_store import IngestResult, MemoryStore
 
 __all__ = [
     "APPLICATION_ID",
     "MAX_NAMESPACE_LEN",
     "SCHEMA_VERSION",
+    "InMemoryLedger",
     "IngestResult",
     "MemoryStore",
     "validate_namespace",

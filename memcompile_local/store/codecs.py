@@ -1,0 +1,301 @@
+"""Row codecs of the store: Python values to SQLite rows and back, with the checks on both sides.
+
+Writing, every field is type-checked (a wrong type raises :class:`StoreError` naming the field) and
+lists/sets become canonical JSON. Reading, a row that does not decode (bad JSON, a wrong type
+written by another tool, a hand-edited file) raises :class:`StoreError` naming the table and the
+row's key, never a bare ``json.JSONDecodeError`` or ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import StoreError
+from ..types import Cell, Descriptor, EventFields, SourcePacket, content_sha256
+from .namespace import validate_namespace
+
+IN_CHUNK = 500
+"""Keys per ``IN (...)`` query; far below SQLite's bound-parameter limit."""
+
+
+# -------------------------------------------------------------------------- write-side checks
+
+
+def require_str(value: object, what: str, *, allow_empty: bool = False) -> str:
+    """``value`` when it is a ``str`` (non-empty unless ``allow_empty``), else :class:`StoreError`."""
+    if not isinstance(value, str):
+        raise StoreError(f"{what} must be a str, got {type(value).__name__}")
+    if not allow_empty and value == "":
+        raise StoreError(f"{what} must not be empty")
+    return value
+
+
+def require_int(value: object, what: str, *, minimum: int | None = None) -> int:
+    """``value`` as an ``int`` (numpy integers accepted, bools refused), at least ``minimum``."""
+    # bool is an int subclass; a True token count is a bug, not a count.
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise StoreError(f"{what} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise StoreError(f"{what} must be >= {minimum}, got {value}")
+    return value
+
+
+def optional_namespace(ns: str | None) -> str | None:
+    """``None`` or a validated namespace id."""
+    return None if ns is None else validate_namespace(ns)
+
+
+def str_tuple_json(values: Iterable[str], what: str) -> str:
+    """A JSON list of the strings in ``values``, in their order."""
+    items = list(values)
+    for v in items:
+        require_str(v, what, allow_empty=True)
+    return json.dumps(items, ensure_ascii=False)
+
+
+def sorted_set_json(values: Iterable[str], what: str) -> str:
+    """A JSON list of ``values`` sorted (frozensets have no stable order across processes)."""
+    return str_tuple_json(sorted(values), what)
+
+
+def event_to_json(ev: EventFields) -> str:
+    """Canonical JSON of a descriptor's event fields."""
+    if not isinstance(ev, EventFields):
+        raise StoreError(f"Descriptor.event must be EventFields, got {type(ev).__name__}")
+    return json.dumps(asdict(ev), ensure_ascii=False, sort_keys=True, allow_nan=False)
+
+
+# -------------------------------------------------------------------------- read-side decoding
+
+
+def row_error(table: str, key: str, detail: str) -> StoreError:
+    """The error for a stored row that cannot be read back; says how to find every damaged row."""
+    return StoreError(
+        f"table {table}, row {key}: stored data is damaged ({detail}); "
+        "run `memcompile-local check --store PATH` for a full report"
+    )
+
+
+def _json_list(text: object, table: str, key: str, column: str) -> list:
+    try:
+        value = json.loads(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise row_error(table, key, f"column {column} is not JSON: {exc}") from exc
+    if not isinstance(value, list):
+        raise row_error(table, key, f"column {column} should hold a JSON list, holds {type(value).__name__}")
+    return value
+
+
+def event_from_json(text: object, key: str = "?") -> EventFields:
+    """EventFields from the ``event_json`` column of descriptor ``key``."""
+    try:
+        raw = json.loads(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise row_error("descriptors", key, f"column event_json is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise row_error("descriptors", key, "column event_json should hold a JSON object")
+    kwargs: dict[str, Any] = {}
+    for f in fields(EventFields):
+        if f.name in raw:
+            v = raw[f.name]
+            # JSON has no tuples; every list-valued field of EventFields is a tuple.
+            kwargs[f.name] = tuple(v) if isinstance(v, list) else v
+    try:
+        return EventFields(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise row_error("descriptors", key, f"column event_json does not fit EventFields: {exc}") from exc
+
+
+def _check_types(table: str, key: str, row: Sequence[Any], names: Sequence[str], types: str) -> None:
+    # One letter per column: s = text, i = integer, n = text or NULL, b = 0/1 integer.
+    for value, name, t in zip(row, names, types):
+        ok = (
+            (t == "s" and isinstance(value, str))
+            or (t == "i" and isinstance(value, int))
+            or (t == "n" and (value is None or isinstance(value, str)))
+            or (t == "b" and value in (0, 1))
+        )
+        if not ok:
+            raise row_error(table, key, f"column {name} holds {type(value).__name__} {value!r:.40}")
+
+
+# -------------------------------------------------------------------------- descriptors
+
+
+def descriptor_row(namespace: str, descriptor_set: str, packet_id: str, d: Descriptor) -> tuple:
+    """The ``descriptors`` row of ``d`` (which must belong to this namespace and packet)."""
+    if not isinstance(d, Descriptor):
+        raise StoreError(f"expected Descriptor, got {type(d).__name__}")
+    if d.namespace != namespace:
+        raise StoreError(
+            f"descriptor {d.descriptor_id!r} has namespace {d.namespace!r}; expected {namespace!r}"
+        )
+    if d.packet_id != packet_id:
+        raise StoreError(
+            f"descriptor {d.descriptor_id!r} belongs to packet {d.packet_id!r}; expected {packet_id!r}"
+        )
+    return (
+        namespace,
+        descriptor_set,
+        require_str(d.descriptor_id, "Descriptor.descriptor_id"),
+        packet_id,
+        require_int(d.claim_index, "Descriptor.claim_index", minimum=0),
+        require_str(d.text, "Descriptor.text", allow_empty=True),
+        require_str(d.speaker, "Descriptor.speaker", allow_empty=True),
+        require_int(d.session_index, "Descriptor.session_index"),
+        require_str(d.session_time, "Descriptor.session_time", allow_empty=True),
+        str_tuple_json(d.people, "Descriptor.people item"),
+        str_tuple_json(d.keywords, "Descriptor.keywords item"),
+        require_str(d.event_time, "Descriptor.event_time", allow_empty=True),
+        require_str(d.interaction_time, "Descriptor.interaction_time", allow_empty=True),
+        require_int(d.n_tokens, "Descriptor.n_tokens", minimum=0),
+        int(bool(d.needs_profile)),
+        int(bool(d.negated)),
+        event_to_json(d.event),
+    )
+
+
+DESCRIPTOR_INSERT = (
+    "INSERT INTO descriptors (namespace, descriptor_set, descriptor_id, packet_id, claim_index, text, "
+    "speaker, session_index, session_time, people_json, keywords_json, event_time, interaction_time, "
+    "n_tokens, needs_profile, negated, event_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+DESCRIPTOR_COLS = (
+    "d.descriptor_id, d.namespace, d.packet_id, d.claim_index, d.text, d.speaker, d.session_index, "
+    "d.session_time, d.people_json, d.keywords_json, d.event_time, d.interaction_time, d.n_tokens, "
+    "d.needs_profile, d.event_json, d.negated"
+)
+_DESCRIPTOR_NAMES = tuple(c.strip()[2:] for c in DESCRIPTOR_COLS.split(","))
+
+
+def descriptor_from_row(r: Sequence[Any], descriptor_set: str = "?") -> Descriptor:
+    """A Descriptor from a row selected with :data:`DESCRIPTOR_COLS`."""
+    key = f"{r[1]!r}/{descriptor_set!r}/{r[0]!r}"
+    _check_types("descriptors", key, r, _DESCRIPTOR_NAMES, "sssississsssibsb")
+    return Descriptor(
+        descriptor_id=r[0],
+        namespace=r[1],
+        packet_id=r[2],
+        claim_index=r[3],
+        text=r[4],
+        speaker=r[5],
+        session_index=r[6],
+        session_time=r[7],
+        people=tuple(_json_list(r[8], "descriptors", key, "people_json")),
+        keywords=tuple(_json_list(r[9], "descriptors", key, "keywords_json")),
+        event_time=r[10],
+        interaction_time=r[11],
+        n_tokens=r[12],
+        needs_profile=bool(r[13]),
+        event=event_from_json(r[14], key),
+        negated=bool(r[15]),
+    )
+
+
+# -------------------------------------------------------------------------- packets
+
+
+PACKET_COLS = (
+    "namespace, packet_id, ordinal, session_index, session_id, session_time, speaker, content, "
+    "image_caption, sha256, image_query"
+)
+_PACKET_NAMES = tuple(c.strip() for c in PACKET_COLS.split(","))
+
+
+def packet_from_row(r: Sequence[Any], *, verify: bool = True) -> SourcePacket:
+    """A SourcePacket from a row selected with :data:`PACKET_COLS`.
+
+    With ``verify`` the stored sha256 is recomputed from the content: a turn changed in the file
+    (a flipped byte that still decodes, a hand edit) raises :class:`StoreError` instead of being
+    served as if it were what the user said.
+    """
+    key = f"{r[0]!r}/{r[1]!r}"
+    _check_types("packets", key, r, _PACKET_NAMES, "ssiissssnsn")
+    if verify and content_sha256(r[7], r[8]) != r[9]:
+        raise row_error("packets", key, "the content does not match its stored sha256")
+    return SourcePacket(
+        namespace=r[0],
+        packet_id=r[1],
+        ordinal=r[2],
+        session_index=r[3],
+        session_id=r[4],
+        session_time=r[5],
+        speaker=r[6],
+        content=r[7],
+        image_caption=r[8],
+        sha256=r[9],
+        image_query=r[10],
+    )
+
+
+# -------------------------------------------------------------------------- cells
+
+
+CELL_COLS = (
+    "cell_id, descriptor_ids_json, tokens, people_json, keywords_json, session_min, session_max, title, "
+    "has_time"
+)
+_CELL_NAMES = tuple(c.strip() for c in CELL_COLS.split(","))
+
+
+def cell_row(namespace: str, layout_id: str, cell: Cell) -> tuple:
+    """The ``cells`` row of ``cell``."""
+    if not isinstance(cell, Cell):
+        raise StoreError(f"expected Cell, got {type(cell).__name__}")
+    return (
+        namespace,
+        layout_id,
+        require_int(cell.cell_id, "Cell.cell_id"),
+        str_tuple_json(cell.descriptor_ids, "Cell.descriptor_ids item"),
+        require_int(cell.tokens, "Cell.tokens", minimum=0),
+        sorted_set_json(cell.people, "Cell.people item"),
+        sorted_set_json(cell.keywords, "Cell.keywords item"),
+        require_int(cell.session_min, "Cell.session_min"),
+        require_int(cell.session_max, "Cell.session_max"),
+        require_str(cell.title, "Cell.title", allow_empty=True),
+        int(bool(cell.has_time)),
+    )
+
+
+def cell_from_row(r: Sequence[Any], namespace: str = "?", layout_id: str = "?") -> Cell:
+    """A Cell from a row selected with :data:`CELL_COLS`."""
+    key = f"{namespace!r}/{layout_id!r}/{r[0]!r}"
+    _check_types("cells", key, r, _CELL_NAMES, "isissiisb")
+    return Cell(
+        cell_id=r[0],
+        descriptor_ids=tuple(_json_list(r[1], "cells", key, "descriptor_ids_json")),
+        tokens=r[2],
+        people=frozenset(_json_list(r[3], "cells", key, "people_json")),
+        keywords=frozenset(_json_list(r[4], "cells", key, "keywords_json")),
+        session_min=r[5],
+        session_max=r[6],
+        title=r[7],
+        has_time=bool(r[8]),
+    )
+
+
+# -------------------------------------------------------------------------- embeddings
+
+
+def vector_from_blob(blob: object, dim: object, key: str) -> np.ndarray:
+    """A writable float32 vector from an ``embeddings`` row (``key`` names the row in errors)."""
+    if not isinstance(blob, bytes) or not isinstance(dim, int) or len(blob) != 4 * dim:
+        size = len(blob) if isinstance(blob, (bytes, str)) else type(blob).__name__
+        raise row_error("embeddings", key, f"vector has {size} bytes; expected {4 * dim if isinstance(dim, int) else '?'} "
+                        f"for dim {dim!r}")
+    vec = np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable copy
+    if not np.isfinite(vec).all():
+        raise row_error("embeddings", key, "vector holds NaN or infinite values")
+    return vec
+
+
+def chunks(items: Sequence[str], size: int = IN_CHUNK) -> Iterator[Sequence[str]]:
+    """``items`` in consecutive slices of at most ``size``."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]

@@ -1,0 +1,255 @@
+"""One SQLite connection shared by a process's threads, and its transaction helpers.
+
+:class:`StoreConnection` opens the file (read-write, or read-only with ``mode=ro``), serialises
+every use of the connection with a re-entrant lock, and gives subclasses three helpers:
+``_write()`` (one ``BEGIN IMMEDIATE`` transaction, rolled back on any exception), ``_read()`` (one
+consistent snapshot) and ``_query()``. Every SQLite or text-decoding failure leaves them as a
+:class:`StoreError` that names the file and the table, so a damaged or locked file never reaches
+a caller as a bare ``sqlite3`` exception.
+
+Opening never changes a file it has not validated: this module only connects (and refuses paths
+that are missing when they may not be created, or that are not SQLite files); the schema checks
+and the switch to WAL belong to the store that subclasses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+from urllib.parse import quote
+
+from ..errors import StoreError
+
+logger = logging.getLogger(__name__)
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+
+# Failures while reading rows: file damage shows up as DatabaseError (malformed image) or as
+# OperationalError (text that is not UTF-8); UnicodeDecodeError covers a text factory that decodes.
+READ_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class StoreConnection:
+    """A lock-guarded SQLite connection to ``path`` (``":memory:"``: a private in-memory database).
+
+    ``read_only`` opens the file with ``mode=ro`` (nothing can be written, and no write lock is
+    ever taken); ``create=False`` (implied by ``read_only``) refuses a path where no file exists
+    instead of creating one. ``busy_timeout_ms`` is how long a statement waits for a lock held
+    by another connection. Raises :class:`StoreError` naming the path when the folder or the
+    file is missing, or the file is not an SQLite database.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        busy_timeout_ms: int = 30_000,
+        read_only: bool = False,
+        create: bool = True,
+    ):
+        self._memory = str(path) == ":memory:"
+        self.path: str = str(path) if self._memory else str(Path(path))
+        self.read_only = bool(read_only)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._lock = threading.RLock()
+        self._closed = True
+        if not self._memory:
+            self._check_path(create=create and not self.read_only)
+        try:
+            if self.read_only:
+                self._conn = self._connect_read_only()
+            else:
+                self._conn = sqlite3.connect(
+                    self.path,
+                    timeout=busy_timeout_ms / 1000.0,
+                    isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                    check_same_thread=False,  # shared across threads, guarded by self._lock
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the store file ({exc})") from exc
+        self._closed = False
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            self.close()
+            raise StoreError(f"{self.path}: not a usable SQLite store file ({exc})") from exc
+
+    # ------------------------------------------------------------------ opening
+
+    def _check_path(self, *, create: bool) -> None:
+        p = Path(self.path)
+        if not p.parent.is_dir():
+            raise StoreError(f"{self.path}: the folder {str(p.parent)!r} does not exist")
+        if not p.exists():
+            if not create:
+                raise StoreError(
+                    f"{self.path}: no store file at this path (check the --store path; "
+                    "a read never creates a store)"
+                )
+            return
+        if not p.is_file():
+            raise StoreError(f"{self.path}: is not a regular file; expected a memcompile-local store")
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot read the store file ({exc})") from exc
+        if head and head != SQLITE_HEADER:
+            raise StoreError(
+                f"{self.path}: is not an SQLite file (its first bytes are {head[:16]!r}); "
+                "expected a memcompile-local store"
+            )
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = "file:" + quote(str(Path(self.path).resolve()))
+        kw: dict[str, Any] = dict(timeout=self.busy_timeout_ms / 1000.0, isolation_level=None,
+                                  check_same_thread=False, uri=True)
+        conn = sqlite3.connect(uri + "?mode=ro", **kw)
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            folder = str(Path(self.path).resolve().parent)
+            if os.access(folder, os.W_OK) or "unable to open" not in str(exc):
+                raise
+        # A WAL file on a read-only folder whose -shm file is gone cannot be opened with mode=ro
+        # alone. Nobody can write it there either, so reading it as immutable is safe.
+        logger.info("%s: read-only folder; opening the store as immutable", self.path)
+        return sqlite3.connect(uri + "?mode=ro&immutable=1", **kw)
+
+    def _retry_locked(self, fn, attempts: int = 50):
+        """Run ``fn``, retrying while another process holds a lock the busy handler does not cover.
+
+        Switching a fresh file to WAL needs an exclusive lock, and two processes creating the same
+        file at once can see SQLITE_BUSY there without the busy handler being consulted.
+        """
+        for i in range(attempts):
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if not _is_lock_error(exc):
+                    raise
+                if i == attempts - 1:
+                    raise StoreError(f"{self.path}: store stayed locked ({exc})") from exc
+                time.sleep(0.02 * (i + 1))
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ transactions
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{self.path}: the store is closed")
+
+    @contextmanager
+    def _busy_timeout(self, ms: int) -> Iterator[None]:
+        """Use a different busy timeout for the statements of the ``with`` body."""
+        with self._lock:
+            self._check_open()
+            self._conn.execute(f"PRAGMA busy_timeout = {max(0, int(ms))}")
+            try:
+                yield
+            finally:
+                if not self._closed:
+                    self._conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE, COMMIT on success, ROLLBACK on any exception."""
+        with self._lock:
+            self._check_open()
+            if self.read_only:
+                raise StoreError(f"{self.path}: the store was opened read-only; this call writes")
+            c = self._conn
+            try:
+                c.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: could not get the write lock ({exc})") from exc
+            try:
+                yield c
+            except BaseException as exc:
+                # A KeyboardInterrupt mid-batch must not leave a half-written transaction open.
+                try:
+                    c.execute("ROLLBACK")
+                except sqlite3.Error:  # pragma: no cover - rollback after a fatal error
+                    logger.exception("%s: rollback failed", self.path)
+                if isinstance(exc, READ_ERRORS):
+                    raise StoreError(f"{self.path}: write failed and was rolled back ({exc})") from exc
+                raise
+            else:
+                try:
+                    c.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    try:
+                        c.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                    raise StoreError(f"{self.path}: commit failed ({exc})") from exc
+
+    @contextmanager
+    def _read(self, table: str | None = None) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for multi-statement reads (deferred transaction)."""
+        with self._lock:
+            self._check_open()
+            c = self._conn
+            try:
+                c.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise self._read_error(exc, table) from exc
+            try:
+                yield c
+            except READ_ERRORS as exc:
+                raise self._read_error(exc, table) from exc
+            finally:
+                try:
+                    c.execute("COMMIT")
+                except sqlite3.Error:  # the snapshot held nothing to commit; just end it
+                    pass
+
+    def _query(self, sql: str, params: Sequence[Any] = (), *, table: str | None = None) -> list[tuple]:
+        with self._lock:
+            self._check_open()
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except READ_ERRORS as exc:
+                raise self._read_error(exc, table) from exc
+
+    def _read_error(self, exc: BaseException, table: str | None) -> StoreError:
+        where = f"table {table}" if table else "the store"
+        if isinstance(exc, sqlite3.OperationalError) and _is_lock_error(exc):
+            return StoreError(f"{self.path}: reading {where} failed: the file stayed locked ({exc})")
+        return StoreError(
+            f"{self.path}: reading {where} failed; the file is damaged or not a store ({exc}); "
+            "run `memcompile-local check --store PATH` for a report of the damaged rows"
+        )
+
+    # ------------------------------------------------------------------ lifetime
+
+    def close(self) -> None:
+        """Close the connection. Idempotent; later calls raise :class:`StoreError`."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
