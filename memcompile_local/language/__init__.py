@@ -3,7 +3,7 @@
 One home for what reading English text needs, so that extractors keep extraction only:
 
 * :mod:`~memcompile_local.language.tokens`: words, content terms, token counts, Jaccard;
-* :mod:`~memcompile_local.language.stemming`: thread-safe Snowball stems of terms;
+* :mod:`~memcompile_local.language.stemming`: Snowball stems of terms, one stemmer per thread;
 * :mod:`~memcompile_local.language.lexicon`: the word lists (small talk, light verbs, time
   words) the rules share; :mod:`~memcompile_local.language.lemmas`: base forms of verbs;
 * :mod:`~memcompile_local.language.names`: person names and nicknames;
