@@ -107,7 +107,17 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
                                field="$") from None
 
     async def run(fn, *args, **kw):
-        return await run_in_threadpool(lambda: fn(*args, **kw))
+        # Package errors become typed ServiceErrors here, inside the app's exception middleware
+        # (an exception that escaped to the server-error middleware would drop the connection).
+        try:
+            return await run_in_threadpool(lambda: fn(*args, **kw))
+        except ServiceError:
+            raise
+        except Exception as exc:
+            err = from_exception(exc)
+            if err.status >= 500:
+                log.exception("%s failed", getattr(fn, "__name__", fn))
+            raise err from exc
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
@@ -138,13 +148,6 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
     async def _http_error(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(ServiceError(exc.status_code, code, str(exc.detail)))
-
-    @app.exception_handler(Exception)
-    async def _any_error(request: Request, exc: Exception):
-        err = from_exception(exc)
-        if err.status >= 500:
-            log.exception("%s %s failed", request.method, request.url.path)
-        return error_response(err)
 
     # ------------------------------------------------------------------ routes
     @app.post("/v1/memories/{user_id}/turns", openapi_extra=_body_doc(_APPEND_SCHEMA), tags=["memories"],

@@ -59,7 +59,7 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
             raise ToolError(json.dumps(from_exception(exc).body(), ensure_ascii=False)) from exc
 
     @mcp.tool()
-    async def add_turns(user_id: str, turns: list[dict[str, Any]], ctx: Context) -> dict:
+    async def add_turns(user_id: str, turns: list[dict[str, Any]], ctx: Context) -> dict[str, Any]:
         """Append conversation turns to a user's memory.
 
         Each turn is {"speaker": str, "text": str, "time": str (when it was said), optional
@@ -69,32 +69,32 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
         return await call(ctx, service.add_turns, user_id, {"turns": turns})
 
     @mcp.tool()
-    async def search(user_id: str, query: str, ctx: Context, k: int | None = None) -> dict:
+    async def search(user_id: str, query: str, ctx: Context, k: int | None = None) -> dict[str, Any]:
         """The evidence in a user's memory for a question: ordered turns and a rendered context."""
         return await call(ctx, service.search, user_id, query, k=k)
 
     @mcp.tool()
-    async def answer(user_id: str, query: str, ctx: Context, k: int | None = None) -> dict:
+    async def answer(user_id: str, query: str, ctx: Context, k: int | None = None) -> dict[str, Any]:
         """Answer a question from a user's memory with the server's model (with the evidence)."""
         return await call(ctx, service.answer, user_id, query, k=k)
 
     @mcp.tool()
-    async def stats(user_id: str, ctx: Context) -> dict:
+    async def stats(user_id: str, ctx: Context) -> dict[str, Any]:
         """Counts and background-build state of a user's memory."""
         return await call(ctx, service.stats, user_id)
 
     @mcp.tool()
-    async def list_users(ctx: Context, limit: int = 100, after: str | None = None) -> dict:
+    async def list_users(ctx: Context, limit: int = 100, after: str | None = None) -> dict[str, Any]:
         """The user ids that have a memory, in order; pass the returned 'next' as 'after' for more."""
         return await call(ctx, service.list_users, limit=limit, after=after)
 
     @mcp.tool()
-    async def list_turns(user_id: str, ctx: Context, offset: int = 0, limit: int = 100) -> dict:
+    async def list_turns(user_id: str, ctx: Context, offset: int = 0, limit: int = 100) -> dict[str, Any]:
         """A user's stored turns in dialogue order."""
         return await call(ctx, service.list_turns, user_id, offset=offset, limit=limit)
 
     @mcp.tool()
-    async def forget(user_id: str, ctx: Context) -> dict:
+    async def forget(user_id: str, ctx: Context) -> dict[str, Any]:
         """Erase a user's memory completely (cannot be undone)."""
         return await call(ctx, service.forget, user_id)
 
