@@ -1,8 +1,10 @@
 """The Python API an agent calls: ``Memory(store, config)``.
 
 ``add`` ingests turns, ``build`` makes descriptors/Cells/embeddings, ``compile`` returns the
-reader context for a question, ``answer`` answers it, ``forget`` erases a namespace.
-Models load lazily on first use, so a model-free configuration never imports one.
+reader context for a question, ``answer`` answers it, ``search`` returns the selected packets
+with scores, ``get_all`` pages through a namespace, ``delete_turn`` erases one turn and
+``forget`` a whole namespace. Models load lazily on first use, so a model-free configuration
+never imports one.
 """
 
 from __future__ import annotations
@@ -13,13 +15,31 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any, Iterable, Mapping, Sequence
 
-from .build import BuildResult, build_memory, layout_id, load_context_matrix, load_packet_matrix
+import numpy as np
+
+from .address.extract_llm import LLMExtractor
+from .address.extract_rule import RuleExtractor
+from .address.index import AddressIndex
+from .build import (
+    BuildResult,
+    build_memory,
+    embed_contexts,
+    embed_packets,
+    layout_id,
+    load_context_matrix,
+    load_packet_matrix,
+)
 from .config import PipelineConfig, config_needs_llm
-from .errors import ConfigError
-from .llm.registry import backend_kwargs, embedder_kwargs
+from .data.plain import GivenIds, parse_plain_given_ids
+from .errors import ConfigError, ImmutablePacketError
+from .evidence.answer import answer_question, use_temporal_prompt
+from .fused import FusionIndex, fused_scores
+from .llm.client import LLMClient
+from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 from .pipeline import Context, MemoryView, compile_context
 from .store import IngestResult, MemoryStore
-from .types import Conversation, Session
+from .turn_ids import assign_stable_ids
+from .types import Conversation, Session, SourcePacket
 
 log = logging.getLogger(__name__)
 
@@ -31,21 +51,110 @@ class Answer:
     prompt_version: str = ""
 
 
-def turns_to_conversation(namespace: str, data: Any) -> Conversation:
-    """Accept a Conversation, a sequence of Sessions, or a list of plain dict sessions/turns."""
+@dataclass(frozen=True)
+class SearchHit:
+    """One packet of a compiled selection: its 1-based ``rank`` in the selection and a score.
+
+    ``score`` is the fused selector's score on the fused path; on the other paths the packet's
+    score in the normalized pool U_q, else its dense cosine, else None (a packet only an LLM
+    stage chose). Scores order packets within one search; they are not comparable across
+    selectors or questions.
+    """
+
+    packet: SourcePacket
+    score: float | None
+    rank: int
+
+
+@dataclass(frozen=True)
+class PacketPage:
+    """One page of a namespace's packets in dialogue order (``Memory.get_all``)."""
+
+    packets: tuple[SourcePacket, ...]
+    offset: int
+    total: int
+
+    @property
+    def next_offset(self) -> int | None:
+        """The ``offset`` of the next page, or None after the last one."""
+        end = self.offset + len(self.packets)
+        return end if end < self.total and self.packets else None
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What a build of one namespace will do, said before it starts (``Memory.plan_build``)."""
+
+    namespace: str
+    turns: int  # packets stored
+    to_extract: int  # packets the configured descriptor set has not extracted yet
+    extractor: str  # "rule" or "llm"
+    model: str  # "backend model" of the LLM extractor, "" for the rule extractor
+    calls_min: int  # model calls the extraction makes at least ...
+    calls_max: int  # ... and about at most (two-step: one metadata call per claim, ~3 claims a turn)
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.to_extract == 0
+
+    def describe(self) -> str:
+        """One line for a terminal, e.g. before an ``ask`` that has to build first."""
+        if self.up_to_date:
+            return f"{self.namespace}: {self.turns} turns, already extracted; placing Cells and embedding only"
+        if self.extractor == "rule":
+            calls = "no model calls"
+        elif self.calls_min == self.calls_max:
+            calls = f"{self.calls_min} model calls to {self.model}"
+        else:
+            calls = f"about {self.calls_min}-{self.calls_max} model calls to {self.model}"
+        return (f"{self.namespace}: building memory for {self.to_extract} of {self.turns} turns "
+                f"({self.extractor} extractor, {calls}), then Cells and embeddings")
+
+
+_CLAIMS_PER_TURN = 3  # rough upper figure for the two-step extractor's metadata calls per turn
+
+
+def turns_to_conversation(namespace: str, data: Any) -> tuple[Conversation, GivenIds | None]:
+    """Accept a Conversation, a sequence of Sessions, or a list of plain dict sessions/turns.
+
+    Returns the conversation and, for dict input, which ids the dicts gave (the others are
+    replaced by stable ids in ``Memory.add``); None for typed input, whose ids are used as given.
+    """
     if isinstance(data, Conversation):
         if data.namespace != namespace:
             data = Conversation(namespace=namespace, sessions=data.sessions, speakers=data.speakers,
                                 questions=data.questions, source_path=data.source_path)
-        return data
+        return data, None
+    if isinstance(data, Mapping):
+        data = [data]  # one session dict
     items = list(data)
     if items and all(isinstance(s, Session) for s in items):
-        return Conversation(namespace=namespace, sessions=tuple(items))
+        return Conversation(namespace=namespace, sessions=tuple(items)), None
     if items and all(isinstance(s, Mapping) and "turns" in s for s in items):
-        from .data.plain import conversation_from_obj
-
-        return conversation_from_obj({"namespace": namespace, "sessions": items}, source="<add>")
+        return parse_plain_given_ids({"namespace": namespace, "sessions": items}, "<add>", namespace=namespace)
     raise ConfigError("Memory.add expects a Conversation, Sessions, or a list of {'time', 'turns'} dicts")
+
+
+class _QueryVectors:
+    """An embedder that remembers what it embedded, so ``search`` scores with the query
+    vector ``compile_context`` computed instead of embedding the query twice."""
+
+    def __init__(self, embedder: Any):
+        self._embedder = embedder
+        self.last: np.ndarray | None = None
+
+    def identity(self) -> dict[str, Any]:
+        return self._embedder.identity()
+
+    @property
+    def dim(self) -> int:
+        return self._embedder.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.asarray(self._embedder.embed(texts), dtype=np.float32)
+        if len(texts) == 1:
+            self.last = out[0]
+        return out
 
 
 class Memory:
@@ -72,6 +181,9 @@ class Memory:
         self.progress = progress
         self._views: dict[tuple, MemoryView] = {}
         self._lock = threading.RLock()
+        # One lock per namespace serialises view builds: concurrent first compiles build it once
+        # and get the same object, while other namespaces are not held up.
+        self._view_locks: dict[str, threading.Lock] = {}
 
     # -- models -------------------------------------------------------------------------
     @property
@@ -79,9 +191,6 @@ class Memory:
         """The LLM client (cache + ledger over the store); loads the backend on first use."""
         with self._lock:
             if self._client is None:
-                from .llm.client import LLMClient
-                from .llm.registry import load_backend
-
                 backend = self._backend or load_backend(self.config.model.backend, **backend_kwargs(self.config.model))
                 self._client = LLMClient(backend, self.store, run_id=self.run_id)
             return self._client
@@ -90,8 +199,6 @@ class Memory:
     def embedder(self):
         with self._lock:
             if self._embedder is None:
-                from .llm.registry import load_embedder
-
                 self._embedder = load_embedder(self.config.model.embedder, **embedder_kwargs(self.config.model))
             return self._embedder
 
@@ -110,18 +217,62 @@ class Memory:
         """The configured descriptor extractor; ``client`` overrides the LLM client (sub-runs)."""
         c = self.config.extraction
         if c.extractor == "rule":
-            from .address.extract_rule import RuleExtractor
-
             return RuleExtractor(c)
-        from .address.extract_llm import LLMExtractor
-
         return LLMExtractor(client or self.client, combined=c.combined_call, config=c,
                             max_tokens=self.config.model.max_tokens)
 
     # -- write side ---------------------------------------------------------------------------
-    def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping]) -> IngestResult:
-        """Ingest turns (all-or-nothing); identical turns already present are skipped."""
-        return self.store.ingest(turns_to_conversation(namespace, data))
+    def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping
+            ) -> IngestResult:
+        """Ingest turns (all-or-nothing); identical turns already present are skipped.
+
+        ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
+        dicts ``{"time": ..., "turns": [{"speaker": ..., "text": ...}], "id": ...}`` (one dict or
+        a list). Ids the dicts leave out are stable across calls (``memcompile_local.turn_ids``):
+        a session without ``id`` continues the stored session with the same ``time``, else it
+        is a new session numbered after the stored ones; a turn without ``id`` that equals a
+        stored turn of its session is that turn, any other turn gets the next ``S<n>:<m>`` of
+        its session. So calling ``add`` again with the same session adds nothing, and with
+        new turns (alone or after the old ones) adds exactly those. A turn identical to a
+        stored one of the same session is stored once; give ids to keep repeats.
+        """
+        conversation, given = turns_to_conversation(namespace, data)
+        if given is None:
+            return self.store.ingest(conversation)
+        for attempt in range(3):
+            stable = assign_stable_ids(conversation, given, self.store.packets(namespace))
+            try:
+                return self.store.ingest(stable)
+            except ImmutablePacketError:
+                # Another writer took the ids we picked between our read and our write:
+                # pick again against what it stored (explicit ids that clash fail each time).
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def plan_build(self, namespace: str) -> BuildPlan:
+        """What ``build`` would do now: turns left to extract and about how many model calls."""
+        # The LLM extractor's descriptor set names the backend's identity: this builds the
+        # backend object (cheap; a model loads on its first call), it sends nothing.
+        dset = self.extractor().descriptor_set
+        turns = self.store.packet_count(namespace)
+        todo = turns - len(self.store.extracted_packet_ids(namespace, dset))
+        if self.config.extraction.extractor == "rule":
+            return BuildPlan(namespace, turns, todo, "rule", "", 0, 0)
+        m = self.config.model
+        per_max = 1 if self.config.extraction.combined_call else 1 + _CLAIMS_PER_TURN
+        per_min = 1 if self.config.extraction.combined_call else 2
+        return BuildPlan(namespace, turns, todo, "llm", f"{m.backend} {m.model}", todo * per_min, todo * per_max)
+
+    def is_built(self, namespace: str) -> bool:
+        """Whether every turn is extracted by the configured descriptor set and Cells exist."""
+        plan = self.plan_build(namespace)
+        if not plan.up_to_date:
+            return False
+        if self.config.placement.layout == "flat":
+            return True
+        dset = self.extractor().descriptor_set
+        return bool(self.store.cells(namespace, layout_id(dset, self.config.placement)))
 
     def build(self, namespace: str, *, client: Any = None) -> BuildResult:
         """Extract, place and embed whatever is not built yet (no model call when up to date)."""
@@ -131,43 +282,103 @@ class Memory:
                             context_embeddings=self.uses_context_embeddings())
 
     def forget(self, namespace: str) -> dict[str, int]:
+        """Erase ``namespace`` from the store (``MemoryStore.forget``); rows deleted per table."""
         with self._lock:
             self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
         return self.store.forget(namespace)
 
-    # -- read side ----------------------------------------------------------------------------
-    def view(self, namespace: str) -> MemoryView:
-        """Load (and cache) the query-time structures of a namespace, building it if needed."""
-        from .address.index import AddressIndex
+    def delete_turn(self, namespace: str, packet_id: str) -> dict[str, int]:
+        """Erase one turn with everything derived from it; rows deleted per table.
 
-        extractor = self.extractor()
-        dset = extractor.descriptor_set
-        lid = layout_id(dset, self.config.placement)
-        # Asked on every compile: the store's generation of the namespace changes on every write
-        # and on forget, in any process, so a cached view is used only while it is current.
-        generation = self.store.generation(namespace)
+        Goes with it: its descriptors and extraction markers, its embeddings and those of its
+        in-session neighbours (their context documents quoted it), every cached model request
+        and response of the namespace that quoted its text or claims, the namespace's Cells
+        (rebuilt on the next build or compile, as are the neighbour documents), and the next
+        turn's descriptors (its extraction saw the deleted turn as context; it is extracted
+        again). The file is then scrubbed as ``forget`` scrubs it. Raises ``ConfigError`` when
+        the namespace has no such turn.
+        """
+        if self.store.get_packet(namespace, packet_id) is None:
+            raise ConfigError(f"namespace {namespace!r} has no turn {packet_id!r} in {self.store.path}")
+        with self._lock:
+            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
+        return self.store.delete_packet(namespace, packet_id)
+
+    def get_all(self, namespace: str, *, offset: int = 0, limit: int = 100) -> PacketPage:
+        """Up to ``limit`` packets of ``namespace`` from ``offset`` on, in dialogue order.
+
+        ``page.next_offset`` is the offset of the next page (None after the last).
+        """
+        if offset < 0 or limit < 1:
+            raise ConfigError(f"get_all needs offset >= 0 and limit >= 1, got offset={offset}, limit={limit}")
+        packets = self.store.packets(namespace)
+        return PacketPage(tuple(packets[offset: offset + limit]), offset, len(packets))
+
+    # -- read side ----------------------------------------------------------------------------
+    def view(self, namespace: str, *, build: bool = True) -> MemoryView:
+        """The query-time structures of ``namespace``, built once and cached while current.
+
+        The cache key is the namespace, the store's generation of it and the configuration
+        parts the view is made of. The generation is read on every call: any write to the
+        namespace or a ``forget``, in this or another process, changes it, so a view of changed
+        or forgotten data is never returned. Concurrent first calls build the view once (under
+        a per-namespace lock) and all get the same object. When the namespace is not built for
+        this configuration it is built first, unless ``build=False``, which raises
+        ``ConfigError`` instead.
+        """
+        key = self._view_key(namespace)
+        with self._lock:
+            cached = self._views.get(key)
+            if cached is not None:
+                return cached
+            lock = self._view_locks.setdefault(namespace, threading.Lock())
+        with lock:
+            # Another thread may have built it (and written) while this one waited.
+            key = self._view_key(namespace)
+            with self._lock:
+                cached = self._views.get(key)
+            if cached is not None:
+                return cached
+            if not self.is_built(namespace):
+                if not build:
+                    plan = self.plan_build(namespace)
+                    raise ConfigError(
+                        f"namespace {namespace!r} is not built for this configuration "
+                        f"({plan.turns - plan.to_extract} of {plan.turns} turns extracted); "
+                        f"run `memcompile-local build {namespace}` first, or allow the build")
+                self.build(namespace)
+            view, generation = self._load_view(namespace)
+            # The steps above may have written; key the view on the generation read after them
+            # (its data were read after that, so none of them is older than the key).
+            key = self._view_key(namespace, generation=generation)
+            with self._lock:
+                # Only the newest view of a namespace can be current: drop the older ones so a
+                # long-running server that appends all day does not keep every view it built.
+                self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
+                self._views[key] = view
+            return view
+
+    def _view_key(self, namespace: str, *, generation: int | None = None) -> tuple:
+        if generation is None:
+            generation = self.store.generation(namespace)
         if not self.store.packet_count(namespace):
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
-        key = (namespace, dset, lid, generation, self.config.model.embedder, self.config.model.embed_model)
-        with self._lock:
-            if key in self._views:
-                return self._views[key]
-        packets = self.store.packets(namespace)
-        done = self.store.extracted_packet_ids(namespace, dset)
-        if len(done) < len(packets) or not self.store.cells(namespace, lid) and self.config.placement.layout != "flat":
-            self.build(namespace)
-        else:
-            from .build import embed_contexts, embed_packets
+        c = self.config
+        dset = self.extractor().descriptor_set
+        parts = repr((c.placement, c.routing, c.fusion, c.model.embedder, c.model.embed_model,
+                      self.uses_context_embeddings()))
+        return (namespace, generation, dset, layout_id(dset, c.placement), parts)
 
-            embed_packets(self.store, namespace, dset, self.embedder)
-            if self.uses_context_embeddings():
-                embed_contexts(self.store, namespace, self.embedder, packets=packets)
-        # The steps above may have written; key the view on the generation its data is read at
-        # (read the packets again then, so that none of them is older than the key).
-        after = self.store.generation(namespace)
-        if after != generation:
-            key = key[:3] + (after,) + key[4:]
-            packets = self.store.packets(namespace)
+    def _load_view(self, namespace: str) -> tuple[MemoryView, int]:
+        """Read a built namespace into a MemoryView (embedding any document not embedded yet),
+        with the generation read before its data."""
+        dset = self.extractor().descriptor_set
+        lid = layout_id(dset, self.config.placement)
+        embed_packets(self.store, namespace, dset, self.embedder)
+        if self.uses_context_embeddings():
+            embed_contexts(self.store, namespace, self.embedder)
+        generation = self.store.generation(namespace)
+        packets = self.store.packets(namespace)
         descriptors = self.store.descriptors(namespace, dset)
         cells = self.store.cells(namespace, lid)
         matrix = load_packet_matrix(self.store, namespace, dset, self.embedder)
@@ -176,8 +387,6 @@ class Memory:
             by_packet.setdefault(d.packet_id, []).append(d)
         fusion = None
         if self.uses_fusion():
-            from .fused import FusionIndex
-
             context = (load_context_matrix(self.store, namespace, self.embedder, packets)
                        if self.uses_context_embeddings() else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, self.config.fusion,
@@ -195,33 +404,61 @@ class Memory:
             row_of={p.packet_id: i for i, p in enumerate(packets)},
             fusion=fusion,
         )
-        with self._lock:
-            # Only the newest view of a namespace can be current: drop the older generations so a
-            # long-running server that appends all day does not keep every view it ever built.
-            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
-            self._views[key] = view
-        return view
+        return view, generation
 
     def compile(self, namespace: str, question: str, *, client: Any = None,
-                address_trace: bool = False) -> Context:
+                address_trace: bool = False, build: bool = True) -> Context:
         """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace).
 
         ``address_trace=True`` fills ``Context.address``/``pool`` on the fused path too (see
-        ``pipeline.compile_context``).
+        ``pipeline.compile_context``). ``build=False``: fail instead of building a namespace
+        that is not built (see ``view``).
         """
-        view = self.view(namespace)
+        view = self.view(namespace, build=build)
         if client is None and self.needs_llm():
             client = self.client
         return compile_context(question, view, self.config, client=client, embedder=self.embedder,
                                address_trace=address_trace)
 
-    def answer(self, namespace: str, question: str, *, client: Any = None,
-               question_date: str | None = None) -> Answer:
-        """Compile the context, then answer from it with the answer prompt."""
-        from .evidence.answer import answer_question, use_temporal_prompt
+    def search(self, namespace: str, query: str, k: int | None = None, *, client: Any = None,
+               build: bool = True) -> list[SearchHit]:
+        """The packets the configured pipeline selects for ``query``, best first, with scores.
 
+        The same selection ``compile`` makes, without rendering it; ``k`` (default: the
+        configured K0) bounds the anchors and the returned list. See ``SearchHit`` for what
+        the score is on each path.
+        """
+        cfg = self.config
+        if k is not None:
+            if k < 1:
+                raise ConfigError(f"search needs k >= 1, got {k}")
+            cfg = cfg.replace(evidence={"k0": int(k)})
+        view = self.view(namespace, build=build)
+        if client is None and self.needs_llm():
+            client = self.client
+        vectors = _QueryVectors(self.embedder) if self.embedder is not None else None
+        ctx = compile_context(query, view, cfg, client=client, embedder=vectors)
+        ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
+        scores: dict[str, float] = {}
+        if cfg.evidence.anchor_selector == "fused" and view.fusion is not None:
+            total = fused_scores(view.fusion, query, vectors.last if vectors else None, cfg.fusion).total
+            row = {pid: i for i, pid in enumerate(view.fusion.packet_ids)}
+            scores = {pid: float(total[row[pid]]) for pid in ids}
+        else:
+            dense = dict(ctx.dense)
+            pool = {pc.packet_id: pc.score for pc in ctx.pool}
+            for pid in ids:
+                value = pool.get(pid, dense.get(pid))
+                if value is not None:
+                    scores[pid] = float(value)
+        return [SearchHit(view.packets_by_id[pid], scores.get(pid), rank)
+                for rank, pid in enumerate(ids, start=1)]
+
+    def answer(self, namespace: str, question: str, *, client: Any = None,
+               question_date: str | None = None, build: bool = True) -> Answer:
+        """Compile the context, then answer from it with the answer prompt."""
         client = client or self.client
-        ctx = self.compile(namespace, question, client=client)
+        ctx = self.compile(namespace, question, client=client, build=build)
         res = answer_question(client, question, ctx.text, temporal=use_temporal_prompt(question),
                               namespace=namespace, max_tokens=self.config.model.max_tokens,
                               question_date=question_date)

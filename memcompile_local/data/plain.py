@@ -20,20 +20,38 @@ Sessions with no turns are skipped (but still count for N, so ids do not move wh
 session is emptied). When ``speakers`` is given every turn's speaker must be one of
 them; otherwise the speakers are collected in order of first appearance. The namespace
 is the ``namespace`` argument, else the file's ``namespace``, else the file name stem.
+
+These positional defaults describe one file. ``Memory.add`` gives turns without ids ids that
+stay stable across calls instead (see ``memcompile_local.turn_ids``); it learns which ids a
+document wrote itself from :func:`parse_plain_given_ids`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import DataFormatError, NamespaceError
+from ..store.namespace import validate_namespace
 from ..types import Conversation, Session, Turn
 from .jsonio import FieldReader, child, iter_jsonl, load_json, read_text
 
 _HEADER_KEYS = ("namespace", "speakers")
+
+
+@dataclass(frozen=True)
+class GivenIds:
+    """Which ids a plain document wrote itself (True) and which were filled in by default.
+
+    ``sessions[i]`` is about ``conversation.sessions[i]`` (empty sessions are not listed) and
+    ``turns[i][j]`` about its j-th turn.
+    """
+
+    sessions: tuple[bool, ...]
+    turns: tuple[tuple[bool, ...], ...]
 
 
 def load_plain(path: str | Path, *, namespace: str | None = None) -> Conversation:
@@ -71,6 +89,12 @@ def looks_like_jsonl(exc: DataFormatError, path: str | Path) -> bool:
 
 def parse_plain(doc: Any, path: str | Path, *, namespace: str | None = None) -> Conversation:
     """Convert an already parsed plain-format JSON document (object or list of sessions)."""
+    return parse_plain_given_ids(doc, path, namespace=namespace)[0]
+
+
+def parse_plain_given_ids(doc: Any, path: str | Path, *,
+                          namespace: str | None = None) -> tuple[Conversation, GivenIds]:
+    """Like :func:`parse_plain`, also saying which session and turn ids the document gave."""
     r = FieldReader(path)
     if isinstance(doc, (list, tuple)):
         header: Mapping[str, Any] = {}
@@ -82,7 +106,9 @@ def parse_plain(doc: Any, path: str | Path, *, namespace: str | None = None) -> 
         raw_sessions = r.as_list(r.require(header, "sessions", "$"), sessions_where,
                                  "a list of session objects")
     located = [(child(sessions_where, i), s) for i, s in enumerate(raw_sessions)]
-    return _build(r, header, "$", located, path, namespace)
+    given: list[tuple[bool, tuple[bool, ...]]] = []
+    conv = _build(r, header, "$", located, path, namespace, given)
+    return conv, GivenIds(sessions=tuple(g[0] for g in given), turns=tuple(g[1] for g in given))
 
 
 def conversation_from_obj(obj: Any, source: str = "<memory>", *,
@@ -126,7 +152,9 @@ def parse_plain_jsonl(lines: Iterable[tuple[int, Any]], path: str | Path, *,
 
 def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
            located: list[tuple[str, Any]], path: str | Path,
-           namespace: str | None) -> Conversation:
+           namespace: str | None, given: list | None = None) -> Conversation:
+    """The Conversation of validated sessions; ``given`` (when a list) receives one
+    ``(session id given, (turn id given, ...))`` pair per kept session."""
     declared: tuple[str, ...] | None = None
     if header.get("speakers") is not None:
         spw = child(header_where, "speakers")
@@ -138,8 +166,6 @@ def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
         declared = tuple(names)
 
     if namespace is not None:
-        from ..store.namespace import validate_namespace
-
         validate_namespace(namespace)  # raises NamespaceError: a bad argument, not bad data
     elif header.get("namespace") is not None:
         namespace = r.as_namespace(header["namespace"], child(header_where, "namespace"))
@@ -195,6 +221,9 @@ def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
         if turns:
             sessions.append(Session(index=len(sessions) + 1, session_id=session_id,
                                     time=time, turns=tuple(turns)))
+            if given is not None:
+                given.append((obj.get("id") is not None,
+                              tuple(isinstance(t, Mapping) and t.get("id") is not None for t in raw_turns)))
     if not sessions:
         r.fail(header_where if header else "$", "at least one session with turns",
                "every session is empty")

@@ -1,0 +1,209 @@
+"""The Memory API an agent calls: growing memory across add calls, search, get_all,
+delete_turn, and views that are built once and never outlive the data (issues 15.1, 16.1, 16.3).
+
+Everything runs on the model-free path with the hash embedder: no model is loaded.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from memcompile_local.adapters.scripted import HashEmbedder
+from memcompile_local.config import PipelineConfig
+from memcompile_local.errors import ConfigError
+from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.llm.client import LLMClient, NoModelBackend
+from memcompile_local.memory import Memory
+from memcompile_local.store import MemoryStore
+
+MONDAY = {"time": "2024-03-04 09:00", "turns": [
+    {"speaker": "Ana", "text": "My sister Lena adopted a grey cat called Pepper."},
+    {"speaker": "Ben", "text": "Pepper is a lovely name for a cat."},
+]}
+TUESDAY = {"time": "2024-03-05 18:30", "turns": [
+    {"speaker": "Ana", "text": "I start my pottery class in Leeds next week."},
+    {"speaker": "Ben", "text": "Which day is the pottery class?"},
+]}
+
+
+def memory(path, **kw) -> Memory:
+    store = MemoryStore(path)
+    return Memory(store, apply_preset("model-free", PipelineConfig()), embedder=HashEmbedder(dim=64),
+                  client=LLMClient(NoModelBackend(), store), **kw)
+
+
+@pytest.fixture
+def mem(tmp_path):
+    m = memory(tmp_path / "m.sqlite")
+    yield m
+    m.store.close()
+
+
+# ------------------------------------------------------------------ stable ids across add calls
+
+
+def test_a_second_add_appends_a_new_session_instead_of_colliding(mem):
+    assert mem.add("alice", [MONDAY]).added == 2
+    res = mem.add("alice", [TUESDAY])  # raised ImmutablePacketError on 'S1:1' before
+    assert res.added == 2
+    ids = [p.packet_id for p in mem.store.packets("alice")]
+    assert ids == ["S1:1", "S1:2", "S2:1", "S2:2"]
+    assert [p.session_index for p in mem.store.packets("alice")] == [1, 1, 2, 2]
+
+
+def test_resending_sessions_is_idempotent(mem):
+    mem.add("alice", [MONDAY, TUESDAY])
+    again = mem.add("alice", [MONDAY, TUESDAY])
+    assert (again.added, again.skipped) == (0, 4)
+    assert mem.add("alice", TUESDAY).added == 0  # one session dict on its own
+
+
+def test_turns_appended_one_at_a_time_continue_their_session(mem):
+    mem.add("alice", [MONDAY])
+    third = {"time": MONDAY["time"], "turns": [{"speaker": "Ana", "text": "She found Pepper at the shelter."}]}
+    assert mem.add("alice", [third]).added == 1
+    # The whole session re-sent with one more turn adds only that turn.
+    longer = {"time": MONDAY["time"], "turns": MONDAY["turns"] + third["turns"] +
+              [{"speaker": "Ben", "text": "Shelter cats are the best."}]}
+    assert mem.add("alice", [longer]).added == 1
+    packets = mem.store.packets("alice")
+    assert [p.packet_id for p in packets] == ["S1:1", "S1:2", "S1:3", "S1:4"]
+    assert {p.session_index for p in packets} == {1}
+
+
+def test_given_ids_are_kept_and_numbering_skips_them(mem):
+    mem.add("alice", [{"time": "t0", "id": "kickoff", "turns": [
+        {"speaker": "Ana", "text": "hello", "id": "S1:2"}]}])
+    mem.add("alice", [{"time": "t1", "turns": [{"speaker": "Ana", "text": "a"}, {"speaker": "Ana", "text": "b"}]}])
+    ids = {p.packet_id: p.session_id for p in mem.store.packets("alice")}
+    assert ids == {"S1:2": "kickoff", "S2:1": "session_2", "S2:2": "session_2"}
+
+
+# ------------------------------------------------------------------ search / get_all
+
+
+def test_search_returns_the_compiled_selection_with_scores(mem):
+    mem.add("alice", [MONDAY, TUESDAY])
+    hits = mem.search("alice", "What is the name of the cat Lena adopted?", k=3)
+    assert [h.rank for h in hits] == [1, 2, 3]
+    assert hits[0].packet.content.startswith("My sister Lena adopted")
+    scores = [h.score for h in hits]
+    assert all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
+    ctx = mem.compile("alice", "What is the name of the cat Lena adopted?")
+    assert [h.packet.packet_id for h in mem.search("alice", "What is the name of the cat Lena adopted?")] \
+        == list(ctx.packet_ids)
+
+
+def test_get_all_pages_through_dialogue_order(mem):
+    mem.add("alice", [MONDAY, TUESDAY])
+    first = mem.get_all("alice", limit=3)
+    assert [p.packet_id for p in first.packets] == ["S1:1", "S1:2", "S2:1"]
+    assert first.total == 4 and first.next_offset == 3
+    rest = mem.get_all("alice", offset=first.next_offset, limit=3)
+    assert [p.packet_id for p in rest.packets] == ["S2:2"] and rest.next_offset is None
+    with pytest.raises(ConfigError):
+        mem.get_all("alice", limit=0)
+
+
+# ------------------------------------------------------------------ delete_turn
+
+
+def _bytes_of_store(path) -> bytes:
+    data = path.read_bytes()
+    wal = path.with_name(path.name + "-wal")
+    return data + (wal.read_bytes() if wal.exists() else b"")
+
+
+def test_delete_turn_leaves_no_trace_and_the_memory_still_answers(tmp_path):
+    path = tmp_path / "m.sqlite"
+    mem = memory(path)
+    mem.add("alice", [MONDAY, TUESDAY])
+    question = "What is the name of the cat Lena adopted?"
+    assert "S1:1" in mem.compile("alice", question).packet_ids
+    secret = "adopted a grey cat"
+    assert secret.encode() in _bytes_of_store(path)
+
+    counts = mem.delete_turn("alice", "S1:1")
+    assert counts["packets"] == 1 and counts["descriptors"] >= 1 and counts["embeddings"] >= 1
+    assert [p.packet_id for p in mem.store.packets("alice")] == ["S1:2", "S2:1", "S2:2"]
+    # The cached view of before the delete is not served; the rebuilt memory answers without it.
+    ctx = mem.compile("alice", question)
+    assert "S1:1" not in ctx.packet_ids and secret not in ctx.text
+    assert mem.is_built("alice")
+    mem.store.close()
+    assert secret.encode() not in _bytes_of_store(path)
+    with sqlite3.connect(path) as db:  # nothing derived from it is left behind
+        assert db.execute("SELECT COUNT(*) FROM descriptors WHERE packet_id = 'S1:1'").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM embeddings WHERE key LIKE 'S1:1|%'").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM descriptors WHERE text LIKE '%grey cat%'").fetchone()[0] == 0
+
+
+def test_delete_turn_of_an_unknown_turn_is_a_clear_error(mem):
+    mem.add("alice", [MONDAY])
+    with pytest.raises(ConfigError, match="no turn 'S9:9'"):
+        mem.delete_turn("alice", "S9:9")
+
+
+# ------------------------------------------------------------------ views
+
+
+def test_concurrent_first_compiles_build_the_view_once(mem):
+    mem.add("alice", [MONDAY, TUESDAY])
+    built: list[int] = []
+    original = mem._load_view
+
+    def counting(namespace):
+        built.append(1)
+        return original(namespace)
+
+    mem._load_view = counting  # type: ignore[method-assign]
+    barrier = threading.Barrier(16)
+    views: list[object] = []
+    errors: list[BaseException] = []
+
+    def worker():
+        try:
+            barrier.wait()
+            views.append(mem.view("alice"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(built) == 1
+    assert len({id(v) for v in views}) == 1
+
+
+def test_a_view_is_not_used_after_another_process_forgets_and_rewrites(tmp_path):
+    path = tmp_path / "m.sqlite"
+    long_lived = memory(path)
+    long_lived.add("carol", [MONDAY, TUESDAY])
+    assert "Pepper" in long_lived.compile("carol", "What is the cat called?").text
+    other = memory(path)  # a second connection stands in for the other process
+    other.forget("carol")
+    other.add("carol", [{"time": "2024-04-01", "turns": [
+        {"speaker": "Ana", "text": "We moved to Porto."}, {"speaker": "Ben", "text": "Porto is sunny."}]}])
+    other.store.close()
+    ctx = long_lived.compile("carol", "What is the cat called?")
+    assert "Pepper" not in ctx.text and "Porto" in ctx.text
+    long_lived.store.close()
+
+
+def test_no_build_fails_fast_on_a_namespace_that_is_not_built(mem):
+    mem.add("alice", [MONDAY])
+    assert not mem.is_built("alice")
+    plan = mem.plan_build("alice")
+    assert (plan.to_extract, plan.extractor, plan.calls_max) == (2, "rule", 0)
+    assert "no model calls" in plan.describe()
+    with pytest.raises(ConfigError, match="not built"):
+        mem.compile("alice", "cat?", build=False)
+    assert mem.store.extracted_packet_ids("alice", mem.extractor().descriptor_set) == set()
+    mem.compile("alice", "cat?")
+    assert mem.is_built("alice") and mem.plan_build("alice").up_to_date
