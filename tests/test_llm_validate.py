@@ -1,4 +1,5 @@
-"""Output validation: text, JSON schema (checked against pydantic) and closed-label rankings."""
+"""Output validation: text, JSON specs (through their pydantic model, or jsonschema for a
+hand-written schema) and closed-label rankings."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memcompile_local.errors import OutputValidationError
+from memcompile_local.address.schemas import IntentModel, parse_model
 from memcompile_local.llm.interface import (
     JsonSchemaSpec,
     LLMRequest,
@@ -16,10 +18,12 @@ from memcompile_local.llm.interface import (
     Message,
     RankingSpec,
     TextSpec,
+    spec_for,
 )
 from memcompile_local.llm.validate import (
     apply_schema_alias,
     extract_json,
+    ranking_problems,
     schema_errors,
     validate_response,
 )
@@ -140,22 +144,35 @@ EVENT_CASES = [
 ]
 
 
+def _accepted(spec: JsonSchemaSpec, value) -> bool:
+    try:
+        validate_response(_req(spec), _resp(json.dumps(value)))
+        return True
+    except OutputValidationError:
+        return False
+
+
 @pytest.mark.parametrize("value", EVENT_CASES, ids=range(len(EVENT_CASES)))
-def test_schema_subset_agrees_with_pydantic(value):
-    """Reference check: the subset validator accepts exactly what strict pydantic accepts."""
-    schema = Event.model_json_schema()
+def test_model_spec_and_schema_spec_both_judge_like_strict_pydantic(value):
+    """Reference check: a spec with its model (pydantic) and the same schema without one
+    (jsonschema) accept exactly what strict JSON-mode pydantic accepts: no "31" for 31, no
+    True for 1.0, no extra field."""
     try:
         Event.model_validate_json(json.dumps(value), strict=True)
         pydantic_ok = True
     except ValidationError:
         pydantic_ok = False
-    errors = schema_errors(value, schema)
-    assert (not errors) == pydantic_ok, errors
+    assert _accepted(JsonSchemaSpec.from_model(Event), value) == pydantic_ok
+    assert _accepted(JsonSchemaSpec(schema=Event.model_json_schema(), name="Event"), value) == pydantic_ok
+    assert (not schema_errors(value, Event.model_json_schema())) == pydantic_ok
 
 
 def test_schema_errors_name_paths():
     errors = schema_errors({**_GOOD, "people": [{"name": "Ann", "age": "x"}]}, Event.model_json_schema())
     assert errors and errors[0].startswith("$.people[0].age")
+    with pytest.raises(OutputValidationError) as info:
+        validate_response(_req(spec_for(Event)), _resp(json.dumps({**_GOOD, "people": [{"name": "Ann", "age": "x"}]})))
+    assert "$.people[0].age" in str(info.value)
 
 
 def test_schema_keywords_outside_pydantic_models():
@@ -196,6 +213,36 @@ def test_json_spec_parsed_dict():
     spec = JsonSchemaSpec.from_model(Facts)
     out = validate_response(_req(spec), _resp('```json\n{"facts": ["a", "b"]}\n```'))
     assert out.parsed == {"facts": ["a", "b"]}
+
+
+def test_validation_hands_back_the_model_instance_once():
+    """The spec's model builds the instance during validation; parse_model only returns it."""
+    out = validate_response(_req(spec_for(Facts)), _resp('{"facts": ["a"]}'))
+    assert isinstance(out.validated, Facts) and out.validated.facts == ["a"]
+    assert parse_model(Facts, out, "fact") is out.validated
+    # A spec without a model validates the JSON but builds no instance.
+    plain = validate_response(_req(JsonSchemaSpec(schema=spec_for(Facts).schema)), _resp('{"facts": ["a"]}'))
+    assert plain.validated is None
+    with pytest.raises(OutputValidationError, match="not validated as Facts"):
+        parse_model(Facts, plain, "fact")
+    with pytest.raises(OutputValidationError, match="not validated as IntentModel"):
+        parse_model(IntentModel, out, "intent")  # an instance of another model is no answer
+
+
+def test_spec_for_keeps_annotations_and_the_model_out_of_the_cache_identity():
+    class Documented(BaseModel):
+        """A docstring that must not reach the request identity."""
+
+        facts: list[str] = Field(description="the claims")
+
+    spec = spec_for(Documented, name="facts")
+    text = json.dumps(spec.identity())
+    assert "docstring" not in text and "the claims" not in text and '"title"' not in text
+    assert "model" not in spec.identity()
+    assert spec_for(Documented, name="facts") is spec  # built once
+    # Same schema and name, another model: the same identity (and so the same cache key).
+    twin = JsonSchemaSpec(schema=spec.schema, name="facts", model=Facts)
+    assert twin.identity() == spec.identity() and twin == spec
 
 
 def test_bare_array_is_wrapped_into_single_list_field():
@@ -281,14 +328,14 @@ def test_ranking_object_and_bare_list_and_alias():
 @pytest.mark.parametrize(
     "text, k, fragment, parsed",
     [
-        ('{"ranked_candidate_ids": ["C001", "C009"]}', 2, "unknown label(s) ['C009']", ["C001", "C009"]),
+        ('{"ranked_candidate_ids": ["C001", "C009"]}', 2, "unknown labels C009", ["C001", "C009"]),
         ('{"ranked_candidate_ids": ["C001", "D1"]}', 2, "unknown", ["C001", "D1"]),
-        ('{"ranked_candidate_ids": ["C002", "C002"]}', 2, "duplicate label(s) ['C002']", ["C002", "C002"]),
-        ('{"ranked_candidate_ids": ["C002"]}', 2, "expected exactly 2 labels, got 1", ["C002"]),
-        ('{"ranked_candidate_ids": ["C001", "C002", "C003"]}', 2, "expected exactly 2 labels, got 3",
+        ('{"ranked_candidate_ids": ["C002", "C002"]}', 2, "duplicates C002", ["C002", "C002"]),
+        ('{"ranked_candidate_ids": ["C002"]}', 2, "count 1 instead of 2", ["C002"]),
+        ('{"ranked_candidate_ids": ["C001", "C002", "C003"]}', 2, "count 3 instead of 2",
          ["C001", "C002", "C003"]),
-        ('{"ranked_candidate_ids": ["C001", 2]}', 2, "non-string", ["C001"]),
-        ('{"ranked_candidate_ids": []}', 1, "expected exactly 1 labels, got 0", []),
+        ('{"ranked_candidate_ids": ["C001", 2]}', 2, "1 item(s) were not label strings", ["C001"]),
+        ('{"ranked_candidate_ids": []}', 1, "count 0 instead of 1", []),
     ],
 )
 def test_ranking_faults_keep_returned_labels(text, k, fragment, parsed):
@@ -302,7 +349,8 @@ def test_ranking_several_faults_reported_together():
     with pytest.raises(OutputValidationError) as info:
         _rank('["C001", "C001", "X", "C002"]', k=3)
     msg = str(info.value)
-    assert "unknown" in msg and "duplicate" in msg and "got 4" in msg
+    assert msg.endswith("invalid ranking: " + "; ".join(ranking_problems(["C001", "C001", "X", "C002"], LABELS, 3)))
+    assert "unknown labels X" in msg and "duplicates C001" in msg and "count 4 instead of 3" in msg
     assert info.value.parsed == ["C001", "C001", "X", "C002"]
 
 
@@ -312,14 +360,13 @@ def test_ranking_truncated_and_non_json():
     assert "truncated" in str(info.value)
     with pytest.raises(OutputValidationError) as info:
         _rank('{"ranked_candidate_ids": "C001"}')
-    assert "expected a list" in str(info.value) and info.value.parsed is None
+    assert 'not a JSON object with a "ranked_candidate_ids" list' in str(info.value)
+    assert info.value.parsed is None
 
 
 def test_alias_check_handles_schemas_with_only_some_union_keywords():
     """Regression (found on a real SmolLM2 run): a schema whose properties have an ``anyOf``
     but no ``oneOf`` crashed the alias check with a TypeError instead of reporting the error."""
-    from memcompile_local.address.schemas import IntentModel, spec_for
-
     spec = spec_for(IntentModel)
     req = LLMRequest(messages=(Message("user", "q"),), stage="intent", output=spec)
     with pytest.raises(OutputValidationError):

@@ -9,11 +9,8 @@ import pytest
 from memcompile_local.adapters.scripted import ScriptedBackend
 from memcompile_local.errors import DataFormatError, TransportError
 from memcompile_local.evidence.prompts import ANCHOR_SCHEDULER, FRONTIER_SELECTOR
-from memcompile_local.evidence.scheduler import (
-    ranking_problems,
-    render_candidate,
-    schedule_packets,
-)
+from memcompile_local.evidence.scheduler import render_candidate, schedule_packets
+from memcompile_local.llm.validate import ranking_problems
 from memcompile_local.llm.client import LLMClient
 from memcompile_local.llm.interface import RankingSpec
 from memcompile_local.types import SourcePacket, content_sha256

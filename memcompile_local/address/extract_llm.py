@@ -58,6 +58,7 @@ from memcompile_local.language.timecues import is_time_phrase
 from memcompile_local.language.timeparse import find_time_mentions, normalize_time, parse_session_time, session_date
 from memcompile_local.language.tokens import count_tokens, normalize_name, words
 from memcompile_local.llm.interface import LLMRequest, Message, stable_hash
+from memcompile_local.protocols import ModelClient
 from memcompile_local.types import Descriptor, EventFields, SourcePacket
 
 __all__ = [
@@ -127,7 +128,7 @@ class LLMExtractor:
     never share a store key.
     """
 
-    def __init__(self, client: Any, *, combined: bool | None = None,
+    def __init__(self, client: ModelClient, *, combined: bool | None = None,
                  config: ExtractionConfig = ExtractionConfig(), max_tokens: int = 2048) -> None:
         self.client = client
         self.config = config

@@ -1,11 +1,11 @@
 """Pydantic models of the JSON objects the Address-Plane prompts ask a model for.
 
-Their JSON schemas are handed to backends (constrained decoding) through
-``JsonSchemaSpec``; the client validates every response against the same schema, and the
-extractor then reads the validated dict through these models. The schemas are written out
-without ``$ref`` indirection (:func:`inline_schema`) because some grammar compilers handle
-only a self-contained schema, and every property is required with no extra properties,
-which is what strict structured-output modes expect.
+Their JSON schemas are handed to backends (constrained decoding) through the spec that
+``llm.interface.spec_for`` builds; the client validates every response once, through the
+model the spec carries, and the extractor takes the instance (:func:`parse_model`). The
+schemas are written out without ``$ref`` indirection (``inline_schema``) because some grammar
+compilers handle only a self-contained schema, and every property is required with no extra
+properties, which is what strict structured-output modes expect.
 
 Fields whose exact value a small model often gets slightly wrong but that the pipeline can
 repair (keyword count, confidence range) are left unconstrained here and cleaned up by the
@@ -15,13 +15,12 @@ vocabularies (event type, polarity) are enums: the pipeline depends on their val
 
 from __future__ import annotations
 
-import copy
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from memcompile_local.errors import OutputValidationError
-from memcompile_local.llm.interface import JsonSchemaSpec, LLMResponse
+from memcompile_local.llm.interface import LLMResponse, inline_schema, spec_for
 
 __all__ = [
     "FactList",
@@ -115,62 +114,19 @@ class IntentModel(_Strict):
     time: Optional[str]
 
 
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with every local ``$ref`` replaced by its definition.
-
-    ``title`` and ``description`` annotations are dropped too: they only cost grammar tokens,
-    and docstring edits must not change the request identity (and so the cache key).
-    """
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def expand(node: Any) -> Any:
-        """Expand one schema node (a dict that is a schema, never a ``properties`` map)."""
-        if isinstance(node, list):
-            return [expand(x) for x in node]
-        if not isinstance(node, dict):
-            return node
-        if "$ref" in node:
-            name = node["$ref"].rsplit("/", 1)[-1]
-            target = copy.deepcopy(defs[name])
-            target.update({k: v for k, v in node.items() if k != "$ref"})
-            return expand(target)
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            if key in ("title", "description"):
-                continue
-            if key == "properties" and isinstance(value, dict):
-                out[key] = {name: expand(sub) for name, sub in value.items()}
-            else:
-                out[key] = expand(value)
-        return out
-
-    return expand(schema)
-
-
-_SPECS: dict[type, JsonSchemaSpec] = {}
-
-
-def spec_for(model: type[BaseModel]) -> JsonSchemaSpec:
-    """A cached ``JsonSchemaSpec`` for ``model`` (named after the model)."""
-    spec = _SPECS.get(model)
-    if spec is None:
-        spec = JsonSchemaSpec(schema=inline_schema(model), name=model.__name__)
-        _SPECS[model] = spec
-    return spec
-
-
 def parse_model(model: type[BaseModel], response: LLMResponse, stage: str) -> Any:
-    """Read a validated response of ``stage`` through ``model``.
+    """The ``model`` instance that validation built for a response of ``stage``.
 
-    A response whose parsed JSON does not fit the model becomes ``OutputValidationError``
-    carrying the raw text, finish reason and token counts, so the caller can log or retry.
+    The client validated the response once, through the spec's model (``spec_for``); this
+    only hands that instance back. A response that was not validated as ``model`` (a backend
+    called without the client, or a spec built for another model) is an
+    ``OutputValidationError`` carrying the raw text, finish reason and token counts.
     """
-    try:
-        return model.model_validate(response.parsed)
-    except ValidationError as exc:
-        raise OutputValidationError(
-            f"stage {stage!r}: response does not fit {model.__name__}: {exc.errors()[:2]}",
-            text=response.text, finish_reason=response.finish_reason, parsed=response.parsed,
-            prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
-        ) from None
+    if isinstance(response.validated, model):
+        return response.validated
+    raise OutputValidationError(
+        f"stage {stage!r}: the response was not validated as {model.__name__}; "
+        "send the request through the client with spec_for(" + model.__name__ + ")",
+        text=response.text, finish_reason=response.finish_reason, parsed=response.parsed,
+        prompt_tokens=response.prompt_tokens, completion_tokens=response.completion_tokens,
+    )

@@ -37,6 +37,8 @@ from typing import Any, Sequence
 from memcompile_local.errors import DataFormatError, OutputValidationError
 from memcompile_local.fence import header_value, json_quote
 from memcompile_local.llm.interface import LLMRequest, Message, RankingSpec, stable_hash
+from memcompile_local.llm.validate import ranking_problems
+from memcompile_local.protocols import ModelClient
 from memcompile_local.types import SourcePacket
 
 from .prompts import (
@@ -110,33 +112,6 @@ def render_candidate(label: str, packet: SourcePacket, *, max_content_chars: int
     )
 
 
-def ranking_problems(returned: Sequence[Any] | None, labels: Sequence[str], k: int) -> list[str]:
-    """Human-readable reasons why ``returned`` is not a valid ranking (empty list: valid)."""
-    if returned is None:
-        return ['the reply was not a JSON object with a "ranked_candidate_ids" list of labels']
-    items = list(returned)
-    allowed = set(labels)
-    problems: list[str] = []
-    non_strings = [x for x in items if not isinstance(x, str)]
-    if non_strings:
-        problems.append(f"{len(non_strings)} item(s) were not label strings")
-    strings = [x for x in items if isinstance(x, str)]
-    unknown = [x for x in strings if x not in allowed]
-    if unknown:
-        problems.append("unknown labels " + ", ".join(dict.fromkeys(unknown)))
-    seen: set[str] = set()
-    dups: list[str] = []
-    for x in strings:
-        if x in seen and x not in dups:
-            dups.append(x)
-        seen.add(x)
-    if dups:
-        problems.append("duplicates " + ", ".join(dups))
-    if len(items) != k:
-        problems.append(f"count {len(items)} instead of {k}")
-    return problems
-
-
 def _valid_unique(returned: Sequence[Any] | None, labels: Sequence[str]) -> list[str]:
     """Valid labels of ``returned`` in response order, first occurrence only."""
     if not returned:
@@ -169,7 +144,7 @@ def _check_pool(pool: Sequence[SourcePacket]) -> None:
 
 
 def schedule_packets(
-    client: Any,
+    client: ModelClient,
     question: str,
     pool: Sequence[SourcePacket],
     *,
@@ -235,13 +210,15 @@ def schedule_packets(
             cached = False
             try:
                 response = client.complete(request)
-                returned: list[Any] | None = list(response.parsed) if response.parsed is not None else None
+                # The client validated the ranking against the spec (llm.validate.ranking_problems).
+                returned: list[Any] | None = list(response.parsed)
+                problems: list[str] = []
                 text = response.text
-                cached = bool(getattr(response, "cached", False))
+                cached = response.cached
             except OutputValidationError as exc:
                 returned = list(exc.parsed) if isinstance(exc.parsed, (list, tuple)) else None
+                problems = ranking_problems(returned, labels, need)
                 text = exc.text
-            problems = ranking_problems(returned, labels, need)
             final_returned = returned
             trace.append({
                 "round": rounds, "attempt": attempt, "stage": stage, "pool": len(remaining),

@@ -16,6 +16,7 @@ from memcompile_local.llm.interface import (
     OutputSpec,
     RankingSpec,
     TextSpec,
+    spec_for,
     stable_hash,
 )
 from memcompile_local.llm.registry import BACKENDS, EMBEDDERS, load_backend, load_embedder
@@ -32,6 +33,7 @@ __all__ = [
     "OutputSpec",
     "RankingSpec",
     "TextSpec",
+    "spec_for",
     "stable_hash",
     "LLMClient",
     "InMemoryLedger",

@@ -2,13 +2,17 @@
 
 A backend receives a batch of typed ``LLMRequest`` objects and returns one ``LLMResponse``
 per request, in order. Output specs say what shape the text must have; backends turn a spec
-into their own constrained-decoding argument, and the core validates every result anyway.
+into their own constrained-decoding argument, and the core validates every result anyway
+(``llm.validate``). A JSON spec built by :func:`spec_for` carries its pydantic model, and
+validation builds the model instance once (``LLMResponse.validated``).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
@@ -34,18 +38,80 @@ class TextSpec:
 
 @dataclass(frozen=True)
 class JsonSchemaSpec:
-    """A JSON object that must validate against ``schema`` (usually from a pydantic model)."""
+    """A JSON value that must validate against ``schema``.
+
+    ``model`` is the pydantic model the schema came from, when there is one: validation then
+    goes through the model (strict JSON semantics) and hands back its instance. It is not
+    part of the request identity, so the cache key depends on the schema text only. A spec
+    without a model (a hand-written schema) is checked with the ``jsonschema`` library.
+    Pipeline stages build their specs with :func:`spec_for`.
+    """
 
     schema: dict[str, Any]
     name: str = "output"
     kind: Literal["json"] = "json"
+    model: type | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_model(cls, model: type, name: str | None = None) -> "JsonSchemaSpec":
-        return cls(schema=model.model_json_schema(), name=name or model.__name__)
+        """A spec with the model's full schema (titles and descriptions kept) and the model."""
+        return cls(schema=model.model_json_schema(), name=name or model.__name__, model=model)
 
     def identity(self) -> dict[str, Any]:
         return {"kind": "json", "name": self.name, "schema": self.schema}
+
+
+def inline_schema(model: type) -> dict[str, Any]:
+    """A pydantic model's JSON schema with every local ``$ref`` replaced by its definition.
+
+    ``title`` and ``description`` annotations are dropped too: they only cost grammar tokens,
+    and a docstring edit must not change the request identity (and so the cache key). Some
+    grammar compilers handle only a self-contained schema, hence the inlining.
+    """
+    schema = model.model_json_schema()  # type: ignore[attr-defined]
+    defs = schema.pop("$defs", {})
+
+    def expand(node: Any) -> Any:
+        """Expand one schema node (a dict that is a schema, never a ``properties`` map)."""
+        if isinstance(node, list):
+            return [expand(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            target = copy.deepcopy(defs[name])
+            target.update({k: v for k, v in node.items() if k != "$ref"})
+            return expand(target)
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in ("title", "description"):
+                continue
+            if key == "properties" and isinstance(value, dict):
+                out[key] = {name: expand(sub) for name, sub in value.items()}
+            else:
+                out[key] = expand(value)
+        return out
+
+    return expand(schema)
+
+
+_SPECS: dict[tuple[type, str], JsonSchemaSpec] = {}
+_SPECS_LOCK = threading.Lock()
+
+
+def spec_for(model: type, name: str | None = None) -> JsonSchemaSpec:
+    """The shared builder of JSON output specs: ``model``'s inlined schema, carrying ``model``.
+
+    ``name`` defaults to the model's class name. One spec per (model, name) is built and
+    reused; specs are frozen, so threads may share them.
+    """
+    key = (model, name or model.__name__)
+    with _SPECS_LOCK:
+        spec = _SPECS.get(key)
+        if spec is None:
+            spec = JsonSchemaSpec(schema=inline_schema(model), name=key[1], model=model)
+            _SPECS[key] = spec
+    return spec
 
 
 @dataclass(frozen=True)
@@ -116,6 +182,9 @@ class LLMResponse:
     completion_tokens: int = 0
     finish_reason: str = "stop"
     cached: bool = False
+    # The instance of the JSON spec's pydantic model, built by validation (not cached: it is
+    # rebuilt from ``parsed`` whenever a cached response is validated again).
+    validated: Any = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable

@@ -5,22 +5,28 @@ whether or not the backend decoded under a grammar: constrained decoding narrows
 can emit but a truncated generation, a server that ignores ``response_format`` or a grammar
 engine that drops ``uniqueItems`` can still hand back text that does not satisfy the spec.
 
-The JSON-schema check is a small validator for the subset of JSON Schema that pydantic v2
-emits for ordinary models (``type``, ``properties``, ``required``, ``additionalProperties``,
-``enum``, ``const``, ``items``, ``prefixItems``, ``minItems``/``maxItems``, ``uniqueItems``,
-string and number bounds, ``anyOf``/``oneOf``/``allOf`` and local ``$ref`` into ``$defs``).
-``jsonschema`` is not a core dependency, and this subset is all the pipeline's schemas use.
-Keywords outside the subset (``title``, ``description``, ``default``, ``format`` ...) are
-ignored, as JSON Schema itself treats annotations.
+There is one check per spec kind:
+
+* ``JsonSchemaSpec`` with a pydantic model (every spec the pipeline builds, see
+  ``llm.interface.spec_for``): the parsed JSON is validated by the model, with strict JSON
+  semantics, and the instance is handed back in ``LLMResponse.validated`` so no caller
+  validates again. A spec without a model (a hand-written schema) is checked with the
+  ``jsonschema`` library (:func:`schema_errors`).
+* ``RankingSpec``: :func:`ranking_problems`, the rule set the packet scheduler also words its
+  schema-correction message with.
+
+When a provider wraps a requested list in a generic object, or returns the bare list, the
+corresponding schema alias is accepted (:func:`apply_schema_alias`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
-from typing import Any
+from typing import Any, Sequence
+
+from pydantic import ValidationError
 
 from memcompile_local.errors import OutputValidationError
 from memcompile_local.llm.interface import (
@@ -36,6 +42,7 @@ __all__ = [
     "extract_json",
     "schema_errors",
     "apply_schema_alias",
+    "ranking_problems",
 ]
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
@@ -137,7 +144,42 @@ def extract_json(text: str) -> Any:
 
 
 # --------------------------------------------------------------------------------------
-# JSON-schema subset validator
+# Schema checks
+# --------------------------------------------------------------------------------------
+
+
+def _json_path(loc: Sequence[Any]) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+
+
+def model_errors(value: Any, model: type) -> tuple[Any, list[str]]:
+    """(instance, []) when ``value`` is valid for the pydantic ``model``, else (None, errors).
+
+    Strict JSON semantics (``model_validate_json(..., strict=True)``): no "3" for 3 and no
+    1 for True, as a JSON-Schema validator of the model's schema would judge it. Each error
+    line starts with the JSON path of the offending value.
+    """
+    try:
+        return model.model_validate_json(json.dumps(value), strict=True), []  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        return None, [f"{_json_path(e['loc'])}: {e['msg']}" for e in exc.errors()]
+
+
+def schema_errors(value: Any, schema: dict[str, Any]) -> list[str]:
+    """All violations of the hand-written JSON ``schema`` by ``value`` (empty list: valid).
+
+    Checked by the ``jsonschema`` library (the draft the schema names, else 2020-12); each
+    line starts with the JSON path of the offending value.
+    """
+    import jsonschema  # only hand-written schemas need it; model specs validate through pydantic
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    errors = sorted(cls(schema).iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    return [f"{e.json_path}: {e.message}" for e in errors]
+
+
+# --------------------------------------------------------------------------------------
+# Provider wrappings ("schema aliases")
 # --------------------------------------------------------------------------------------
 
 
@@ -163,160 +205,6 @@ def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
         extra = {k: v for k, v in schema.items() if k != "$ref"}
         schema = {**target, **extra} if extra else target
     return schema
-
-
-def _type_matches(value: Any, type_name: str) -> bool:
-    if type_name == "object":
-        return isinstance(value, dict)
-    if type_name == "array":
-        return isinstance(value, list)
-    if type_name == "string":
-        return isinstance(value, str)
-    if type_name == "boolean":
-        return isinstance(value, bool)
-    if type_name == "null":
-        return value is None
-    if isinstance(value, bool):  # bool is an int subclass in Python, not a JSON number
-        return False
-    if type_name == "integer":
-        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if type_name == "number":
-        return isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value))
-    return False
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """Equality in the JSON sense (True != 1, 1 == 1.0)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
-
-
-def _check(value: Any, schema: Any, root: dict[str, Any], path: str, errors: list[str]) -> None:
-    """Append to ``errors`` one line per violation of ``schema`` by ``value`` at ``path``."""
-    if schema is True or schema == {}:
-        return
-    if schema is False:
-        errors.append(f"{path}: no value is allowed here")
-        return
-    if not isinstance(schema, dict):
-        raise ValueError(f"schema at {path} is not an object: {schema!r}")
-    schema = _resolve(schema, root)
-
-    if "anyOf" in schema or "oneOf" in schema:
-        key = "anyOf" if "anyOf" in schema else "oneOf"
-        branches = schema[key]
-        matching = 0
-        branch_errors: list[list[str]] = []
-        for branch in branches:
-            sub: list[str] = []
-            _check(value, branch, root, path, sub)
-            if not sub:
-                matching += 1
-            branch_errors.append(sub)
-        if (key == "anyOf" and matching == 0) or (key == "oneOf" and matching != 1):
-            if key == "oneOf" and matching > 1:
-                errors.append(f"{path}: matches {matching} oneOf branches, expected exactly one")
-            else:
-                best = min(branch_errors, key=len) if branch_errors else []
-                detail = "; ".join(best[:2])
-                errors.append(f"{path}: matches none of the {key} alternatives ({detail})")
-    for branch in schema.get("allOf", ()):
-        _check(value, branch, root, path, errors)
-
-    if "const" in schema and not _json_equal(value, schema["const"]):
-        errors.append(f"{path}: expected the constant {schema['const']!r}, got {value!r}")
-    if "enum" in schema and not any(_json_equal(value, e) for e in schema["enum"]):
-        errors.append(f"{path}: {value!r} is not one of {list(schema['enum'])!r}")
-
-    declared = schema.get("type")
-    if declared is not None:
-        types = [declared] if isinstance(declared, str) else list(declared)
-        if not any(_type_matches(value, t) for t in types):
-            errors.append(f"{path}: expected type {'/'.join(types)}, got {type(value).__name__}")
-            return  # the remaining keywords assume the right type
-
-    if isinstance(value, dict):
-        props: dict[str, Any] = schema.get("properties", {})
-        for name in schema.get("required", ()):
-            if name not in value:
-                errors.append(f"{path}: missing required property {name!r}")
-        additional = schema.get("additionalProperties", True)
-        for name, item in value.items():
-            child = f"{path}.{name}"
-            if name in props:
-                _check(item, props[name], root, child, errors)
-            elif additional is False:
-                errors.append(f"{path}: unexpected property {name!r}")
-            elif isinstance(additional, dict):
-                _check(item, additional, root, child, errors)
-        if "minProperties" in schema and len(value) < schema["minProperties"]:
-            errors.append(f"{path}: fewer than {schema['minProperties']} properties")
-        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-            errors.append(f"{path}: more than {schema['maxProperties']} properties")
-    elif isinstance(value, list):
-        prefix = schema.get("prefixItems")
-        rest_from = 0
-        if prefix is not None:
-            for i, (item, sub) in enumerate(zip(value, prefix)):
-                _check(item, sub, root, f"{path}[{i}]", errors)
-            rest_from = len(prefix)
-        items = schema.get("items")
-        if items is False and len(value) > rest_from:
-            errors.append(f"{path}: at most {rest_from} items allowed, got {len(value)}")
-        elif isinstance(items, dict):
-            for i in range(rest_from, len(value)):
-                _check(value[i], items, root, f"{path}[{i}]", errors)
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            errors.append(f"{path}: expected at least {schema['minItems']} items, got {len(value)}")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errors.append(f"{path}: expected at most {schema['maxItems']} items, got {len(value)}")
-        if schema.get("uniqueItems"):
-            for i in range(len(value)):
-                if any(_json_equal(value[i], value[j]) for j in range(i)):
-                    errors.append(f"{path}[{i}]: duplicate item {value[i]!r}")
-    elif isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            errors.append(f"{path}: shorter than {schema['minLength']} characters")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            errors.append(f"{path}: longer than {schema['maxLength']} characters")
-        if "pattern" in schema and re.search(schema["pattern"], value) is None:
-            errors.append(f"{path}: does not match the pattern {schema['pattern']!r}")
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{path}: {value} is below the minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{path}: {value} is above the maximum {schema['maximum']}")
-        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
-            errors.append(f"{path}: {value} is not above {schema['exclusiveMinimum']}")
-        if "exclusiveMaximum" in schema and value >= schema["exclusiveMaximum"]:
-            errors.append(f"{path}: {value} is not below {schema['exclusiveMaximum']}")
-        if "multipleOf" in schema:
-            q = value / schema["multipleOf"]
-            if not math.isclose(q, round(q), rel_tol=0, abs_tol=1e-9):
-                errors.append(f"{path}: {value} is not a multiple of {schema['multipleOf']}")
-
-
-def schema_errors(value: Any, schema: dict[str, Any]) -> list[str]:
-    """All violations of ``schema`` by ``value`` as readable lines (empty list: valid).
-
-    ``$ref`` pointers resolve against ``schema`` itself. Raises ``ValueError`` for a schema
-    this validator cannot interpret (non-local ``$ref``).
-    """
-    errors: list[str] = []
-    _check(value, schema, schema, "$", errors)
-    return errors
-
-
-# --------------------------------------------------------------------------------------
-# Provider wrappings ("schema aliases")
-# --------------------------------------------------------------------------------------
 
 
 def _accepts_array(schema: Any, root: dict[str, Any]) -> bool:
@@ -404,14 +292,23 @@ def _parse_or_fail(request: LLMRequest, response: LLMResponse) -> Any:
         raise _fail(f"stage {request.stage!r}: output is not JSON ({exc})", response) from None
 
 
-def _validate_json(request: LLMRequest, spec: JsonSchemaSpec, response: LLMResponse) -> Any:
+def _check_json(value: Any, spec: JsonSchemaSpec) -> tuple[Any, list[str]]:
+    if spec.model is not None:
+        return model_errors(value, spec.model)
+    return None, schema_errors(value, spec.schema)
+
+
+def _validate_json(request: LLMRequest, spec: JsonSchemaSpec, response: LLMResponse) -> tuple[Any, Any]:
+    """(parsed JSON value, model instance or None) of a response to a JSON spec."""
     value = _parse_or_fail(request, response)
-    errors = schema_errors(value, spec.schema)
+    instance, errors = _check_json(value, spec)
     if not errors:
-        return value
+        return value, instance
     aliased = apply_schema_alias(value, spec.schema)
-    if aliased is not value and not schema_errors(aliased, spec.schema):
-        return aliased
+    if aliased is not value:
+        instance, alias_errors = _check_json(aliased, spec)
+        if not alias_errors:
+            return aliased, instance
     shown = "; ".join(errors[:_MAX_REPORTED_ERRORS])
     more = f" (+{len(errors) - _MAX_REPORTED_ERRORS} more)" if len(errors) > _MAX_REPORTED_ERRORS else ""
     raise _fail(
@@ -419,6 +316,39 @@ def _validate_json(request: LLMRequest, spec: JsonSchemaSpec, response: LLMRespo
         response,
         parsed=value,
     )
+
+
+def ranking_problems(returned: Sequence[Any] | None, labels: Sequence[str], k: int,
+                     field_name: str = "ranked_candidate_ids") -> list[str]:
+    """Why ``returned`` is not a ranking of exactly ``k`` distinct labels of ``labels`` ([] if it is).
+
+    The one rule set for ``RankingSpec``: :func:`validate_response` reports these problems,
+    and the packet scheduler words its schema-correction message to the model with them.
+    ``returned`` None means the reply held no list at all.
+    """
+    if returned is None:
+        return [f'the reply was not a JSON object with a "{field_name}" list of labels']
+    items = list(returned)
+    allowed = set(labels)
+    problems: list[str] = []
+    non_strings = [x for x in items if not isinstance(x, str)]
+    if non_strings:
+        problems.append(f"{len(non_strings)} item(s) were not label strings")
+    strings = [x for x in items if isinstance(x, str)]
+    unknown = [x for x in strings if x not in allowed]
+    if unknown:
+        problems.append("unknown labels " + ", ".join(dict.fromkeys(unknown)))
+    seen: set[str] = set()
+    dups: list[str] = []
+    for x in strings:
+        if x in seen and x not in dups:
+            dups.append(x)
+        seen.add(x)
+    if dups:
+        problems.append("duplicates " + ", ".join(dups))
+    if len(items) != k:
+        problems.append(f"count {len(items)} instead of {k}")
+    return problems
 
 
 def _ranking_list(value: Any, spec: RankingSpec) -> list[Any] | None:
@@ -436,36 +366,13 @@ def _ranking_list(value: Any, spec: RankingSpec) -> list[Any] | None:
 def _validate_ranking(request: LLMRequest, spec: RankingSpec, response: LLMResponse) -> list[str]:
     value = _parse_or_fail(request, response)
     items = _ranking_list(value, spec)
-    if items is None:
-        raise _fail(
-            f"stage {request.stage!r}: expected a list under {spec.field_name!r}, "
-            f"got {type(value).__name__}",
-            response,
-        )
-    returned = [x for x in items if isinstance(x, str)]
-    problems: list[str] = []
-    if len(returned) != len(items):
-        problems.append(f"{len(items) - len(returned)} non-string item(s)")
-    allowed = set(spec.labels)
-    unknown = [x for x in returned if x not in allowed]
-    if unknown:
-        problems.append(f"unknown label(s) {unknown[:_MAX_REPORTED_ERRORS]!r}")
-    seen: set[str] = set()
-    duplicates: list[str] = []
-    for x in returned:
-        if x in seen and x not in duplicates:
-            duplicates.append(x)
-        seen.add(x)
-    if duplicates:
-        problems.append(f"duplicate label(s) {duplicates[:_MAX_REPORTED_ERRORS]!r}")
-    if len(items) != spec.k:
-        problems.append(f"expected exactly {spec.k} labels, got {len(items)}")
-    if problems:
-        # parsed carries the strings in the order given so the caller can keep the valid,
-        # first-seen labels and ask again only for the missing ones.
-        raise _fail(f"stage {request.stage!r}: invalid ranking: " + "; ".join(problems), response,
-                    parsed=returned)
-    return returned
+    problems = ranking_problems(items, spec.labels, spec.k, spec.field_name)
+    if not problems:
+        return list(items)  # type: ignore[arg-type]
+    # parsed carries the strings in the order given so the caller can keep the valid,
+    # first-seen labels and ask again only for the missing ones.
+    returned = None if items is None else [x for x in items if isinstance(x, str)]
+    raise _fail(f"stage {request.stage!r}: invalid ranking: " + "; ".join(problems), response, parsed=returned)
 
 
 def validate_response(request: LLMRequest, response: LLMResponse) -> LLMResponse:
@@ -473,13 +380,15 @@ def validate_response(request: LLMRequest, response: LLMResponse) -> LLMResponse
 
     - ``TextSpec``: ``parsed`` is the stripped text; empty text is an error.
     - ``JsonSchemaSpec``: ``parsed`` is the JSON value (dict for object schemas), after
-      :func:`extract_json` and, if needed, :func:`apply_schema_alias`.
+      :func:`extract_json` and, if needed, :func:`apply_schema_alias`; ``validated`` is the
+      spec model's instance when the spec carries a model.
     - ``RankingSpec``: ``parsed`` is the list of exactly ``k`` distinct known labels.
 
     Raises ``OutputValidationError`` carrying the text, finish reason, token counts and
     whatever could be parsed (for rankings, the list of returned strings in order).
     """
     spec = request.output
+    validated: Any = None
     if isinstance(spec, TextSpec):
         stripped = (response.text or "").strip()
         if not stripped:
@@ -487,9 +396,9 @@ def validate_response(request: LLMRequest, response: LLMResponse) -> LLMResponse
             raise _fail(f"stage {request.stage!r}: empty response{reason}", response)
         parsed: Any = stripped
     elif isinstance(spec, JsonSchemaSpec):
-        parsed = _validate_json(request, spec, response)
+        parsed, validated = _validate_json(request, spec, response)
     elif isinstance(spec, RankingSpec):
         parsed = _validate_ranking(request, spec, response)
     else:
         raise TypeError(f"unknown output spec {type(spec).__name__}")
-    return dataclasses.replace(response, parsed=parsed)
+    return dataclasses.replace(response, parsed=parsed, validated=validated)
