@@ -97,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("forget", help="delete everything of a namespace from the store")
     p.add_argument("namespace")
+    p.add_argument("--wait", type=float, default=5.0,
+                   help="seconds to wait for other connections (default 5); exit code 3 when readers "
+                        "kept the scrub of the file bytes from finishing (run `scrub` later)")
+    _add_store(p)
+
+    p = sub.add_parser("scrub", help="finish removing forgotten data from the file bytes (after forget exit 3)")
+    p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for other connections (default 5)")
     _add_store(p)
 
     p = sub.add_parser("stats", help="namespaces, packets, descriptors, cells and tokens in a store")
@@ -220,9 +227,26 @@ def cmd_ask(args) -> int:
 def cmd_forget(args) -> int:
     from .store import MemoryStore
 
-    with MemoryStore(args.store) as store:
+    with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
         deleted = store.forget(args.namespace)
     print(f"forgot {args.namespace}: " + ", ".join(f"{k}={v}" for k, v in deleted.items()))
+    if not deleted.scrub_complete:
+        print(f"scrub pending: the rows are deleted, but another connection kept old copies in "
+              f"{args.store} busy; run `memcompile-local scrub --store {args.store}` later", file=sys.stderr)
+        return 3
+    return 0
+
+
+def cmd_scrub(args) -> int:
+    from .store import MemoryStore
+
+    with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
+        done = store.scrub()
+    if not done:
+        print(f"scrub pending: another connection still holds old snapshots of {args.store}; retry later",
+              file=sys.stderr)
+        return 3
+    print(f"scrubbed {args.store}: no copies of forgotten data remain")
     return 0
 
 
@@ -280,7 +304,7 @@ def cmd_demo(args) -> int:
 
 COMMANDS = {
     "ingest": cmd_ingest, "build": cmd_build, "ask": cmd_ask, "eval": cmd_eval, "compare": cmd_compare,
-    "forget": cmd_forget, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
+    "forget": cmd_forget, "scrub": cmd_scrub, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
     **SERVICE_COMMANDS,
 }
 

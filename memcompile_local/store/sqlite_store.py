@@ -22,15 +22,18 @@ under a re-entrant lock; concurrency between processes is SQLite's file locking 
 
 Privacy
 -------
-``secure_delete=ON`` overwrites deleted content in place; :meth:`MemoryStore.forget` additionally
-checkpoints and truncates the WAL and rebuilds the file with VACUUM so that the forgotten text does
-not remain in free pages or old WAL frames.
+``secure_delete=ON`` overwrites deleted content in place; :meth:`MemoryStore.forget` deletes in one
+short transaction and then scrubs: it rebuilds the file with VACUUM and checkpoints and truncates
+the WAL so that the forgotten text does not remain in free pages or old WAL frames. The scrub waits
+a bounded time for readers and never while holding the write lock; one that could not finish is
+recorded (``stats()["scrub_pending"]``) and finished by a later :meth:`MemoryStore.scrub`.
 
 The row codecs live in :mod:`.codecs`, the request cache and usage ledger in :mod:`.ledger`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -65,7 +68,34 @@ from .schema import APPLICATION_ID, SCHEMA_SQL, SCHEMA_VERSION, create_schema, i
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["APPLICATION_ID", "SCHEMA_SQL", "SCHEMA_VERSION", "IngestResult", "MemoryStore"]
+__all__ = ["APPLICATION_ID", "DEFAULT_FORGET_WAIT_S", "SCHEMA_SQL", "SCHEMA_VERSION", "ForgetResult",
+           "IngestResult", "MemoryStore"]
+
+
+_SCRUB_STEP_MS = 50  # busy timeout of one scrub attempt; attempts repeat until the deadline
+
+DEFAULT_FORGET_WAIT_S = 5.0
+"""Default bound, in seconds, on how long :meth:`MemoryStore.forget` waits for other connections."""
+
+
+class ForgetResult(dict):
+    """Rows deleted per table by :meth:`MemoryStore.forget` (a plain ``dict`` of counts), plus
+    the scrub's outcome.
+
+    ``scrub_complete`` is ``True`` when no copy of the deleted data remains in the file or its WAL;
+    ``False`` means the rows are gone but their bytes are not yet (``scrub_pending``): another
+    connection held an old read snapshot for the whole wait, and a later ``scrub``/``forget``
+    finishes the job.
+    """
+
+    def __init__(self, counts: dict[str, int], *, namespace: str, scrub_complete: bool):
+        super().__init__(counts)
+        self.namespace = namespace
+        self.scrub_complete = bool(scrub_complete)
+
+    @property
+    def scrub_pending(self) -> bool:
+        return not self.scrub_complete
 
 
 @dataclass(frozen=True)
@@ -87,7 +117,8 @@ class MemoryStore(StoreConnection, RequestLedger):
     ``":memory:"`` gives a private in-memory store for tests). ``read_only=True`` opens an
     existing store with ``mode=ro``: every read works, every write raises :class:`StoreError`,
     and nothing in or beside the file is changed. ``busy_timeout_ms`` is how long a write waits
-    for another process holding the write lock before failing with :class:`StoreError`.
+    for another process holding the write lock before failing with :class:`StoreError`;
+    ``forget_wait_s`` bounds the total wait of :meth:`forget` (see there).
 
     Every method that takes a ``namespace`` validates it (see
     :func:`~memcompile_local.store.namespace.validate_namespace`); ``None`` or ``""`` raises
@@ -101,8 +132,11 @@ class MemoryStore(StoreConnection, RequestLedger):
         busy_timeout_ms: int = 30_000,
         read_only: bool = False,
         create: bool = True,
+        forget_wait_s: float = DEFAULT_FORGET_WAIT_S,
     ):
         busy_timeout_ms = require_int(busy_timeout_ms, "busy_timeout_ms", minimum=0)
+        self.forget_wait_s = DEFAULT_FORGET_WAIT_S
+        self.forget_wait_s = self._wait_budget(forget_wait_s)
         super().__init__(path, busy_timeout_ms=busy_timeout_ms, read_only=read_only, create=create)
         try:
             self._prepare()
@@ -483,72 +517,162 @@ class MemoryStore(StoreConnection, RequestLedger):
 
     # ---------------------------------------------------------------- housekeeping
 
-    def forget(self, namespace: str) -> dict[str, int]:
-        """Delete everything stored for ``namespace`` and scrub it from the file.
+    def forget(self, namespace: str, *, wait_s: float | None = None) -> ForgetResult:
+        """Delete everything stored for ``namespace``, then scrub it from the file bytes.
 
         Removes packets, descriptors, extraction markers, cells, embeddings, meta, waste rows,
-        request-cache entries cached under the namespace and the run_calls that point at them, in
-        one transaction; other namespaces are untouched. Then checkpoints and truncates the WAL and
-        VACUUMs so the deleted text is gone from the file bytes. Returns rows deleted per table.
+        request-cache entries cached under the namespace and the run_calls that point at them, and
+        the namespace's generation, in one short write transaction; other namespaces are untouched.
+        The rows are gone when this returns. Then the scrub (:meth:`scrub`) rebuilds the file and
+        empties the WAL so that no copy of the deleted text remains.
+
+        The whole call waits at most ``wait_s`` seconds (default: the store's ``forget_wait_s``)
+        for other connections: for the write lock (when it cannot be had, :class:`StoreError` is
+        raised and nothing was deleted), and for readers holding old snapshots, which it never
+        waits for while holding the write lock. When readers keep the scrub from finishing in
+        time, the result says so (``scrub_complete`` False), ``stats()["scrub_pending"]`` is true,
+        and a later :meth:`scrub` or ``forget`` finishes it. Returns rows deleted per table.
         """
         ns = validate_namespace(namespace)
+        budget = self._wait_budget(wait_s)
+        deadline = time.monotonic() + budget
         counts: dict[str, int] = {}
-        with self._write() as c:
-            # Children before parents, so that each count is what that table lost (no cascades).
-            steps = (
-                ("run_calls", "DELETE FROM run_calls WHERE key IN "
-                              "(SELECT key FROM request_cache WHERE namespace = ?)"),
-                ("request_cache", "DELETE FROM request_cache WHERE namespace = ?"),
-                ("descriptors", "DELETE FROM descriptors WHERE namespace = ?"),
-                ("extraction_markers", "DELETE FROM extraction_markers WHERE namespace = ?"),
-                ("packets", "DELETE FROM packets WHERE namespace = ?"),
-                ("cells", "DELETE FROM cells WHERE namespace = ?"),
-                ("embeddings", "DELETE FROM embeddings WHERE namespace = ?"),
-                ("meta", "DELETE FROM meta WHERE namespace = ?"),
-                ("waste", "DELETE FROM waste WHERE namespace = ?"),
-                ("namespaces", "DELETE FROM namespaces WHERE namespace = ?"),
-                ("generations", "DELETE FROM generations WHERE namespace = ?"),
+        # A bounded wait for the write lock; the transaction itself is a handful of range deletes.
+        with self._busy_timeout(int(budget * 1000)):
+            try:
+                with self._write() as c:
+                    # Children before parents, so that each count is what that table lost (no cascades).
+                    steps = (
+                        ("run_calls", "DELETE FROM run_calls WHERE key IN "
+                                      "(SELECT key FROM request_cache WHERE namespace = ?)"),
+                        ("request_cache", "DELETE FROM request_cache WHERE namespace = ?"),
+                        ("descriptors", "DELETE FROM descriptors WHERE namespace = ?"),
+                        ("extraction_markers", "DELETE FROM extraction_markers WHERE namespace = ?"),
+                        ("packets", "DELETE FROM packets WHERE namespace = ?"),
+                        ("cells", "DELETE FROM cells WHERE namespace = ?"),
+                        ("embeddings", "DELETE FROM embeddings WHERE namespace = ?"),
+                        ("meta", "DELETE FROM meta WHERE namespace = ?"),
+                        ("waste", "DELETE FROM waste WHERE namespace = ?"),
+                        ("namespaces", "DELETE FROM namespaces WHERE namespace = ?"),
+                        ("generations", "DELETE FROM generations WHERE namespace = ?"),
+                    )
+                    for table, sql in steps:
+                        counts[table] = c.execute(sql, (ns,)).rowcount
+                    # The name leaves the file with its data; the counter still moves past every
+                    # generation the namespace had, so generation() never repeats an old value.
+                    c.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
+                    # Recorded in the same transaction: until the scrub is done, copies remain.
+                    c.execute("INSERT OR REPLACE INTO counters (name, value) VALUES ('scrub_pending', 1)")
+            except StoreError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, sqlite3.OperationalError) and ("locked" in str(cause) or "busy" in str(cause))):
+                    raise
+                raise StoreError(
+                    f"{self.path}: forget {ns!r}: nothing was deleted; the write lock was not free "
+                    f"within {budget:g} s ({cause})"
+                ) from exc
+        complete = self._scrub(deadline)
+        logger.info("forgot namespace %s: %s (scrub %s)", ns, counts, "complete" if complete else "pending")
+        return ForgetResult(counts, namespace=ns, scrub_complete=complete)
+
+    def scrub(self, *, wait_s: float | None = None) -> bool:
+        """Finish removing deleted data from the file bytes; ``True`` when nothing is pending.
+
+        Rebuilds the file (VACUUM) and checkpoints and truncates the WAL, waiting at most
+        ``wait_s`` seconds (default ``forget_wait_s``) for other connections' read snapshots. Safe
+        to call at any time; with no pending scrub it still compacts the file.
+        """
+        return self._scrub(time.monotonic() + self._wait_budget(wait_s))
+
+    def scrub_pending(self) -> bool:
+        """Whether a forget's deleted data may still have copies in the file or its WAL."""
+        rows = self._query("SELECT value FROM counters WHERE name = 'scrub_pending'", table="counters")
+        return bool(rows and rows[0][0])
+
+    def _wait_budget(self, wait_s: float | None) -> float:
+        budget = self.forget_wait_s if wait_s is None else wait_s
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
+            raise StoreError(f"wait_s must be a number of seconds >= 0, got {budget!r}")
+        return float(budget)
+
+    def _scrub(self, deadline: float) -> bool:
+        """VACUUM, then checkpoint(TRUNCATE) until the WAL is empty or ``deadline`` passes.
+
+        Each attempt runs with a short busy timeout (the checkpoint with none), so the write lock
+        is never held while waiting for a reader; between attempts the lock is free for others.
+        """
+        if self.read_only:
+            raise StoreError(f"{self.path}: the store was opened read-only; a scrub writes")
+        if self._memory:
+            with self._lock:
+                self._check_open()
+                self._conn.execute("VACUUM")
+                self._conn.execute("DELETE FROM counters WHERE name = 'scrub_pending'")
+            return True
+        vacuumed = self._attempt_until(deadline, self._vacuum_once)
+        emptied = vacuumed and self._attempt_until(deadline, self._checkpoint_once)
+        if not emptied:
+            logger.warning(
+                "%s: the scrub is incomplete: other connections kept old snapshots open, so copies of "
+                "deleted data may remain until `memcompile-local scrub` (or another forget) finishes it",
+                self.path,
             )
-            for table, sql in steps:
-                counts[table] = c.execute(sql, (ns,)).rowcount
-            # The name leaves the file with its data; the counter still moves past every
-            # generation the namespace had, so generation() never repeats an old value.
-            c.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
-        self._scrub()
-        logger.info("forgot namespace %s: %s", ns, counts)
-        return counts
+            return False
+        # Clear the mark; the frame that write adds to the WAL holds only the counters page.
+        if not self._attempt_until(deadline, self._clear_pending_once):
+            return False
+        self._attempt_until(time.monotonic() + 0.2, self._checkpoint_once)
+        return True
 
-    def _scrub(self) -> None:
-        """Move everything into the main file, rebuild it without free pages, and empty the WAL."""
-        with self._lock:
-            self._check_open()
-            c = self._conn
-            if self._memory:
-                c.execute("VACUUM")
-                return
-            self._checkpoint_truncate()
-            c.execute("VACUUM")  # in WAL mode the rebuilt pages go to the WAL ...
-            if not self._checkpoint_truncate():  # ... so copy them back and truncate it again
-                logger.warning(
-                    "%s: another connection kept the WAL busy; deleted data may remain in %s-wal "
-                    "until the next checkpoint",
-                    self.path,
-                    self.path,
-                )
-
-    def _checkpoint_truncate(self, attempts: int = 20) -> bool:
-        for i in range(attempts):
-            busy, _log, _done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            if busy == 0:
+    def _attempt_until(self, deadline: float, attempt) -> bool:
+        pause = 0.01
+        while True:
+            with self._lock:
+                self._check_open()
+                done = attempt()
+            if done:
                 return True
-            time.sleep(0.05 * (i + 1))
-        return False
+            if time.monotonic() + pause > deadline:
+                return False
+            time.sleep(pause)  # the connection's locks are free while we wait
+            pause = min(pause * 2, 0.2)
+
+    def _vacuum_once(self) -> bool:
+        with self._busy_timeout(_SCRUB_STEP_MS):
+            try:
+                self._conn.execute("VACUUM")  # in WAL mode the rebuilt pages go to the WAL
+                return True
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return False
+                raise StoreError(f"{self.path}: VACUUM failed ({exc})") from exc
+
+    def _checkpoint_once(self) -> bool:
+        # No busy handler: a checkpoint that must wait for a reader returns at once (busy=1)
+        # instead of holding the write lock while it waits.
+        with self._busy_timeout(0):
+            try:
+                busy, _log, _done = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return False
+                raise StoreError(f"{self.path}: WAL checkpoint failed ({exc})") from exc
+        return busy == 0
+
+    def _clear_pending_once(self) -> bool:
+        with self._busy_timeout(_SCRUB_STEP_MS):
+            try:
+                with self._write() as c:
+                    c.execute("DELETE FROM counters WHERE name = 'scrub_pending'")
+                return True
+            except StoreError:
+                return False
 
     def stats(self, namespace: str | None = None) -> dict:
         """Counts for the CLI ``stats`` command.
 
         Returns ``{"path", "schema_version", "file_bytes", "namespaces": {ns: {...}}, "cache": {...},
-        "waste": {...}}``. Each namespace entry has ``packets``, ``sessions``, ``descriptors`` and
+        "waste": {...}, "scrub_pending"}``. Each namespace entry has ``packets``, ``sessions``, ``descriptors`` and
         ``extracted_packets`` (both per descriptor set), ``cells`` (per layout), ``embeddings`` (per
         model), ``meta``, ``cache_entries`` and ``tokens`` (``{"prompt", "completion"}`` of its cache
         entries). With ``namespace`` only that namespace is listed and ``cache``/``waste`` are
@@ -595,6 +719,7 @@ class MemoryStore(StoreConnection, RequestLedger):
                 "FROM waste" + cache_where,
                 cache_params,
             ).fetchone()
+            pending = c.execute("SELECT value FROM counters WHERE name = 'scrub_pending'").fetchone()
         file_bytes = 0
         if not self._memory:
             for suffix in ("", "-wal"):
@@ -613,6 +738,7 @@ class MemoryStore(StoreConnection, RequestLedger):
                 "tokens": {"prompt": cr[1], "completion": cr[2]},
             },
             "waste": {"calls": wr[0], "prompt": wr[1], "completion": wr[2]},
+            "scrub_pending": bool(pending and pending[0]),
         }
 
     @staticmethod
@@ -625,3 +751,85 @@ class MemoryStore(StoreConnection, RequestLedger):
                 (ns,),
             )
         }
+
+    def delete_packet(self, namespace: str, packet_id: str, *, wait_s: float | None = None) -> ForgetResult:
+        """Delete one packet and what was derived from it, then scrub the file as ``forget`` does.
+
+        In one transaction: the packet; its descriptors and extraction markers (every descriptor
+        set); the descriptors and markers of the next packet in dialogue order (it was extracted
+        with the deleted one as context, so it is extracted again); the namespace's Cells (their
+        titles and keywords came from the descriptors; a build places them again); the
+        embeddings of the packet and of its in-session neighbours (their context documents quoted
+        it; a build embeds them again); every request-cache entry of the namespace whose request
+        or response quotes a line of the packet's text or caption or one of its claims, and the
+        run_calls that point at those; the packet's id in the rule-fallback lists of ``meta``.
+        The generation moves. Then the file is scrubbed as :meth:`forget` scrubs it (``wait_s``
+        bounds the wait for readers). Returns rows deleted per table with the scrub's outcome;
+        ``StoreError`` when there is no such packet.
+        Written by the Memory-API owner for ``Memory.delete_turn``.
+        """
+        ns = validate_namespace(namespace)
+        pid = require_str(packet_id, "packet_id")
+        counts: dict[str, int] = {}
+        with self._write() as c:
+            row = c.execute(
+                "SELECT ordinal, session_index, content, image_caption FROM packets "
+                "WHERE namespace = ? AND packet_id = ?", (ns, pid)).fetchone()
+            if row is None:
+                raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r}")
+            ordinal, session, content, caption = row
+            claims = [r[0] for r in c.execute(
+                "SELECT text FROM descriptors WHERE namespace = ? AND packet_id = ?", (ns, pid))]
+            nxt = c.execute("SELECT packet_id FROM packets WHERE namespace = ? AND ordinal > ? "
+                            "ORDER BY ordinal LIMIT 1", (ns, ordinal)).fetchone()
+            before = c.execute("SELECT packet_id FROM packets WHERE namespace = ? AND session_index = ? "
+                               "AND ordinal < ? ORDER BY ordinal DESC LIMIT 1", (ns, session, ordinal)).fetchone()
+            after = c.execute("SELECT packet_id FROM packets WHERE namespace = ? AND session_index = ? "
+                              "AND ordinal > ? ORDER BY ordinal LIMIT 1", (ns, session, ordinal)).fetchone()
+            # Cache rows store their request and response as JSON, so look for each line as JSON
+            # escapes it. Short lines match more rows than needed; a cache entry is only a cost.
+            needles = {json.dumps(line.strip(), ensure_ascii=False)[1:-1]
+                       for text in (content, caption or "", *claims) for line in text.splitlines()
+                       if line.strip()}
+            keys: set[str] = set()
+            for needle in needles:
+                keys.update(r[0] for r in c.execute(
+                    "SELECT key FROM request_cache WHERE namespace = ? AND "
+                    "(instr(identity_json, ?) > 0 OR instr(response_json, ?) > 0)", (ns, needle, needle)))
+            counts["run_calls"] = counts["request_cache"] = 0
+            for part in chunks(sorted(keys)):
+                marks = ",".join("?" * len(part))
+                counts["run_calls"] += c.execute(f"DELETE FROM run_calls WHERE key IN ({marks})", part).rowcount
+                counts["request_cache"] += c.execute(
+                    f"DELETE FROM request_cache WHERE key IN ({marks})", part).rowcount
+            redo = [pid] + ([nxt[0]] if nxt else [])
+            marks = ",".join("?" * len(redo))
+            counts["descriptors"] = c.execute(
+                f"DELETE FROM descriptors WHERE namespace = ? AND packet_id IN ({marks})", (ns, *redo)).rowcount
+            counts["extraction_markers"] = c.execute(
+                f"DELETE FROM extraction_markers WHERE namespace = ? AND packet_id IN ({marks})",
+                (ns, *redo)).rowcount
+            counts["cells"] = c.execute("DELETE FROM cells WHERE namespace = ?", (ns,)).rowcount
+            counts["embeddings"] = 0
+            for owner in [pid] + [r[0] for r in (before, after) if r]:
+                # Embedding keys are "<packet id>|<document hash>".
+                counts["embeddings"] += c.execute(
+                    "DELETE FROM embeddings WHERE namespace = ? AND substr(key, 1, ?) = ?",
+                    (ns, len(owner) + 1, owner + "|")).rowcount
+            counts["meta"] = 0
+            for key, value in c.execute("SELECT key, value FROM meta WHERE namespace = ? AND key LIKE 'fallback:%'",
+                                        (ns,)).fetchall():
+                ids = json.loads(value)
+                if pid in ids:
+                    c.execute("UPDATE meta SET value = ? WHERE namespace = ? AND key = ?",
+                              (json.dumps([i for i in ids if i != pid]), ns, key))
+                    counts["meta"] += 1
+            counts["packets"] = c.execute("DELETE FROM packets WHERE namespace = ? AND packet_id = ?",
+                                          (ns, pid)).rowcount
+            self._bump(c, ns)
+            # As in forget: until the scrub is done, copies of the deleted text remain.
+            c.execute("INSERT OR REPLACE INTO counters (name, value) VALUES ('scrub_pending', 1)")
+        complete = self.scrub(wait_s=wait_s)
+        logger.info("deleted packet %s of namespace %s: %s (scrub %s)", pid, ns, counts,
+                    "complete" if complete else "pending")
+        return ForgetResult(counts, namespace=ns, scrub_complete=complete)
