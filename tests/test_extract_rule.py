@@ -226,6 +226,65 @@ def test_unknown_addressee_keeps_you_and_prefixes_speaker():
     assert d.text == "Caroline said: You should visit the aquarium."
 
 
+def test_a_first_person_speaker_label_keeps_its_pronouns():
+    """Issue 16.9: a log that records its user as "me" read "Remind me that me's manager ..."."""
+    helper = packet("D1:1", "helper", "Good luck on Monday! Anything I can do for you?")
+    ds = extract("Remind me that my manager is called Ines and that the office is on Vester Street.",
+                 speaker="me", prev=helper)
+    assert [d.text for d in ds] == [
+        "I asked helper: Remind me that my manager is called Ines and that the office is on Vester Street."]
+    assert ds[0].people[:2] == ("me", "helper") and "Ines" in ds[0].people
+    ds = extract("I'm moving to Tromsø in June and my sister lent us her van. The van is mine until July; "
+                 "I packed it myself. We leave early.", speaker="me", prev=None)
+    texts = [d.text for d in ds]
+    assert texts == ["I'm moving to Tromsø in June and my sister lent us her van.",
+                     "The van is mine until July; I packed it myself.", "We leave early."]
+    assert not any("me's" in t or "me is" in t or "me and others" in t for t in texts)
+    (d,) = extract("The ferry was late again.", speaker="Me", prev=None)
+    assert d.text == "I said: The ferry was late again."
+    (d,) = extract("Here is the harbour.", speaker="me", prev=None, caption="a photo of a red lighthouse")[1:]
+    assert d.text == "I shared a photo of a red lighthouse."
+
+
+def test_you_addressed_to_a_first_person_label_stays_you():
+    me = packet("D1:1", "me", "My badge stopped working.")
+    ds = extract("You should ask your manager for a new badge. Are you bringing the spare charger to the office?",
+                 speaker="helper", prev=me)
+    assert [d.text for d in ds] == ["helper said: You should ask your manager for a new badge.",
+                                    "helper asked me: Are you bringing the spare charger to the office?"]
+
+
+def test_a_request_about_the_speaker_says_who_asked_whom():
+    (d,) = extract("Remind me that my dentist appointment is on Friday.")
+    assert d.text == "Caroline asked Melanie: Remind Caroline that Caroline's dentist appointment is on Friday."
+    assert d.people == ("Caroline", "Melanie")
+    (d,) = extract("Please send me the photos from our kayak trip.")
+    assert d.text == "Caroline asked Melanie: Please send Caroline the photos from Caroline's kayak trip."
+    # The addressee is the subject of a request, so a "you" in it is left for the prefix to name.
+    (d,) = extract("Tell me what you thought of the jazz concert.")
+    assert d.text == "Caroline asked Melanie: Tell Caroline what you thought of the jazz concert."
+    (d,) = extract("Don't tell my brother about the surprise party.", prev=None)
+    assert d.text == "Caroline asked: Don't tell Caroline's brother about the surprise party."
+    # Not requests: no reference to the speaker, an elliptical "(I) love", an offer with "let".
+    (d,) = extract("Keep practising the cello scales.")
+    assert d.text == "Caroline said: Keep practising the cello scales."
+    (d,) = extract("Love the colours in my new painting.")
+    assert d.text == "Love the colours in Caroline's new painting."
+    (d,) = extract("Let me show you my sketchbook.")
+    assert d.text == "Let Caroline show Melanie Caroline's sketchbook."
+
+
+def test_object_and_reflexive_pronouns_of_a_named_speaker_still_resolve():
+    """The first-person-label rule leaves named speakers as they were."""
+    r = resolve_references("Give me a call, the tickets are mine and I made a copy for myself.", "Sam", "Alex")
+    assert r.text == "Give Sam a call, the tickets are Sam's and Sam made a copy for Sam."
+    r = resolve_references("They invited us to our old school.", "Sam", None)
+    assert r.text == "They invited Sam and others to Sam's old school."
+    # Capitals that are not pronouns stay: "ME" (Maine), "US" (the country).
+    r = resolve_references("We moved from ME to the US.", "Sam", None)
+    assert r.text == "Sam and others moved from ME to the US."
+
+
 def test_prefix_policy_without_pronouns():
     (d,) = extract("The museum reopened after the renovation.")
     assert d.text == "Caroline said: The museum reopened after the renovation."

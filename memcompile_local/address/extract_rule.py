@@ -16,8 +16,15 @@ implementation is :mod:`memcompile_local.address.extract_llm`). For one turn it
    ("I am" -> "Caroline is", "Are you" -> "Is Melanie", "I love" -> "Caroline loves").
    A sentence with no resolvable first/second-person reference is prefixed with
    "<speaker> said: " so the claim still names its source; a question with content becomes
-   "<speaker> asked <addressee>: <question>";
-3. adds one claim per image caption: "<speaker> shared a photo of <caption>";
+   "<speaker> asked <addressee>: <question>", and so does a request that refers to the
+   speaker ("Remind me that my manager is called Ines" -> "Ana asked Ben: Remind Ana that
+   Ana's manager is called Ines"), whose subject is the addressee, not the speaker.
+   A speaker or addressee recorded under a first-person label rather than a name ("me",
+   as a personal assistant's log writes its user) is never put into a pronoun's place:
+   the speaker's first-person words stay as written ("my manager", not "me's manager"),
+   prefixes say "I said:" / "I asked ...:", and "you" addressed to such a label stays "you";
+3. adds one claim per image caption: "<speaker> shared a photo of <caption>" ("I shared
+   ..." for a first-person label);
 4. attaches metadata: people (speaker, addressee when referred to, capitalized names),
    up to ``max_keywords`` keyword phrases (maximal runs of content words between
    stopwords, punctuation and time expressions, longest first then earliest), the event time
@@ -52,6 +59,9 @@ __all__ = [
     "split_sentences",
     "has_negation",
     "resolve_references",
+    "is_request",
+    "is_first_person_label",
+    "speaker_subject",
     "classify_event_type",
     "predicate_lemma",
     "is_low_value",
@@ -62,7 +72,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RULE_EXTRACTOR_VERSION = "rule-v3"
+# v4: requests that refer to the speaker are "<speaker> asked <addressee>: ..." claims, and
+# first-person speaker labels ("me") keep the speaker's pronouns (no "me's manager").
+RULE_EXTRACTOR_VERSION = "rule-v4"
 EVENT_TYPES: tuple[str, ...] = ("occurrence", "plan", "state", "preference", "relationship")
 POLARITIES: tuple[str, ...] = ("positive", "negative", "neutral", "unknown")
 
@@ -152,6 +164,38 @@ _AUX_BLOCK = frozenset(
 )
 
 
+# Speaker labels that are a first-person pronoun rather than a name.
+_FIRST_PERSON_LABELS = frozenset({"me", "i", "myself"})
+# The speaker's own first-person words ("we" words included): kept as written for such a label.
+_FIRST_PERSON_WORDS = frozenset(
+    "i i'm i've i'll i'd me my mine myself we us our ours ourselves we're we've we'll we'd".split()
+)
+# Verbs that open a request to the addressee ("Remind me ...", "Please send me ..."). Verbs
+# that open an elliptical first-person statement as often ("Love it", "Hope you ...",
+# "Miss you") and "let" ("Let me show you" is an offer) are left out.
+_REQUEST_VERBS = frozenset(
+    """remind tell send show give call text email message ping note save write add book schedule
+    ask bring get find check keep make take pick buy put set help teach sign join meet wake
+    forward share""".split()
+)
+_REQUEST_LEAD = re.compile(
+    r"^\s*(?P<please>(?:(?:please|pls|kindly|just|and|also|so|now)\s*,?\s+)*)"
+    r"(?:(?:do\s+not|don't|never)\s+)?(?P<verb>[A-Za-z]+)\b", re.IGNORECASE,
+)
+
+
+def is_request(sentence: str) -> bool:
+    """True when a sentence opens like a request to the addressee: a request verb first
+    ("Remind me ...", "Don't tell anyone"), or "please" and then any verb-like word."""
+    m = _REQUEST_LEAD.match(normalize_apostrophes(sentence))
+    if m is None:
+        return False
+    verb = m.group("verb").lower()
+    if verb in _REQUEST_VERBS:
+        return True
+    return "please" in m.group("please").lower() and verb not in STOPWORDS
+
+
 def _third_person(verb: str) -> str:
     v = verb.lower()
     if v == "have":
@@ -186,14 +230,30 @@ class ResolvedSentence:
     second_person: bool
 
 
+def is_first_person_label(name: str | None) -> bool:
+    """True when a speaker is recorded as "me", "I" or "myself" instead of by name."""
+    return normalize_name(name or "") in _FIRST_PERSON_LABELS
+
+
+def speaker_subject(speaker: str) -> str:
+    """How a claim prefix names the speaker: the name, or "I" for a first-person label."""
+    return "I" if is_first_person_label(speaker) else speaker
+
+
 def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
                        resolve_second: bool = True) -> ResolvedSentence:
     """Rewrite first/second-person references of ``sentence`` to names (see module doc).
 
-    ``addressee=None`` leaves "you"/"your" as written. "we" always becomes
-    "<speaker> and others" and "our" "<speaker>'s". ``resolve_second=False`` leaves "you" alone even with a known
-    addressee (questions keep "you" because the caller names the addressee in a prefix).
+    ``addressee=None`` leaves "you"/"your" as written. "we" becomes "<speaker> and others"
+    and "our" "<speaker>'s". ``resolve_second=False`` leaves "you" alone even with a known
+    addressee (questions and requests keep "you" because the caller names the addressee in
+    a prefix). A first-person speaker label ("me") keeps the speaker's first-person words
+    as written (they are still reported as ``first_person``); a first-person addressee
+    label leaves "you" as written.
     """
+    keep_first = is_first_person_label(speaker)
+    if is_first_person_label(addressee):
+        addressee = None
     s = normalize_apostrophes(sentence)
     toks = _TOKEN_SPLIT.findall(s)
     out = list(toks)
@@ -243,6 +303,9 @@ def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
         lw = w.lower()
         if (i > 0 and toks[i - 1] == "-") or (i + 1 < len(toks) and toks[i + 1] == "-"):
             continue  # part of a compound such as "me-time"
+        if keep_first and lw in _FIRST_PERSON_WORDS and (w == "I" or lw != "i") and w not in ("ME", "US"):
+            first = True  # the label is no name to put in the pronoun's place: keep the pronoun
+            continue
         if lw == "i" and w == "I":
             out[i] = speaker
             first = True
@@ -532,17 +595,24 @@ class RuleExtractor:
                 continue
             question = sentence.rstrip(" \"')").endswith("?")
             names = proper_names(sentence, known)
-            if question:
+            asked = f"{speaker_subject(speaker)} asked {addressee}: " if addressee else \
+                f"{speaker_subject(speaker)} asked: "
+            res = resolve_references(sentence, speaker, addressee, resolve_second=not question)
+            if not question and res.first_person and is_request(sentence):
+                # "Remind me that ...": the addressee is the subject, so no "you" is resolved
+                # and the claim says who asked whom.
+                question_like = True
                 res = resolve_references(sentence, speaker, addressee, resolve_second=False)
-                lead = f"{speaker} asked {addressee}: " if addressee else f"{speaker} asked: "
-                text = lead + res.text
+            else:
+                question_like = question
+            if question_like:
+                text = asked + res.text
                 people = [speaker] + ([addressee] if addressee else [])
             else:
-                res = resolve_references(sentence, speaker, addressee)
                 if res.first_person or res.second_person:
                     text = res.text
                 else:
-                    text = f"{speaker} said: {res.text}"
+                    text = f"{speaker_subject(speaker)} said: {res.text}"
                 people = [speaker]
                 if res.second_person and addressee:
                     people.append(addressee)
@@ -556,7 +626,7 @@ class RuleExtractor:
                 if packet.image_query and packet.image_query.strip():
                     extra = (" ".join(packet.image_query.lower().split()),)
                 claims.append(_Claim(
-                    f"{speaker} shared a photo of {body}.", body,
+                    f"{speaker_subject(speaker)} shared a photo of {body}.", body,
                     _dedupe_names([speaker] + proper_names(body, known)), False, True, extra,
                 ))
         return claims
