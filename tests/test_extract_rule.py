@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import pytest
 
 from memcompile_local.address.extract_rule import (
     RuleExtractor,
-    has_negation,
     is_low_value,
     resolve_references,
     split_sentences,
 )
 from memcompile_local.config import ExtractionConfig
 from memcompile_local.language.names import proper_names
+from memcompile_local.language.negation import has_negation
 from memcompile_local.language.phrases import keyword_phrases
 from memcompile_local.language.timeparse import (
     find_time_mentions,

@@ -32,7 +32,7 @@ import math
 import re
 from typing import Any, Sequence
 
-from memcompile_local.address.extract_rule import descriptor_id, has_negation
+from memcompile_local.address.extract_rule import descriptor_id
 from memcompile_local.address.prompts import (
     COMBINED_PROMPT_VERSION,
     COMBINED_SYSTEM,
@@ -54,6 +54,7 @@ from memcompile_local.address.schemas import (
 from memcompile_local.config import ExtractionConfig
 from memcompile_local.errors import ModelError, PacketExtractionError, PacketFailure
 from memcompile_local.language.cleaning import clean_people, clean_phrases
+from memcompile_local.language.negation import has_negation
 from memcompile_local.language.timecues import is_time_phrase
 from memcompile_local.language.timeparse import find_time_mentions, normalize_time, parse_session_time, session_date
 from memcompile_local.language.tokens import count_tokens, normalize_name, words

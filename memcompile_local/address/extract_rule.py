@@ -47,6 +47,7 @@ from memcompile_local.config import ExtractionConfig
 from memcompile_local.language.lemmas import lemma
 from memcompile_local.language.lexicon import COMMON_VERBS, FILLER, IRREGULAR_VERBS, PRESENT_VERBS, TIME_WORDS
 from memcompile_local.language.names import known_name, name_tokens, proper_names
+from memcompile_local.language.negation import has_negation
 from memcompile_local.language.phrases import keyword_phrases
 from memcompile_local.language.timeparse import find_time_mentions, parse_session_time, session_date
 from memcompile_local.language.tokens import STOPWORDS, count_tokens, normalize_apostrophes, normalize_name, words
@@ -57,7 +58,6 @@ __all__ = [
     "RuleExtractor",
     "ResolvedSentence",
     "split_sentences",
-    "has_negation",
     "resolve_references",
     "is_request",
     "is_first_person_label",
@@ -87,12 +87,6 @@ def descriptor_id(namespace: str, packet_id: str, claim_index: int) -> str:
     """The stable descriptor id ``"<namespace>:<packet_id>:<claim_index>"``."""
     return f"{namespace}:{packet_id}:{claim_index}"
 
-
-# ----------------------------------------------------------------------------- negation
-
-_NEGATION = re.compile(
-    r"\b(?:not|no|never|nobody|nothing|none|neither|nor|nowhere|cannot)\b|n't\b", re.IGNORECASE
-)
 
 # --------------------------------------------------------------------------- sentence splitting
 
@@ -130,11 +124,6 @@ def split_sentences(text: str) -> list[str]:
     if tail:
         out.append(tail)
     return out
-
-
-def has_negation(text: str) -> bool:
-    """True when the text contains a negation marker (not, no, never, n't, nothing, ...)."""
-    return _NEGATION.search(normalize_apostrophes(text)) is not None
 
 
 # --------------------------------------------------------------------------- reference resolution

@@ -9,6 +9,7 @@ One home for what reading English text needs, so that extractors keep extraction
 * :mod:`~memcompile_local.language.names`: person names and nicknames;
 * :mod:`~memcompile_local.language.cleaning`: cleaning phrase and name lists a model wrote;
 * :mod:`~memcompile_local.language.phrases`: keyword phrases of a text;
+* :mod:`~memcompile_local.language.negation`: the negation flag of a claim;
 * :mod:`~memcompile_local.language.timeparse`: session times and time expressions;
 * :mod:`~memcompile_local.language.timecues`: temporal questions and bare time phrases.
 
@@ -17,6 +18,7 @@ Every helper is a pure function (per-thread state at most), safe for question th
 
 from memcompile_local.language.cleaning import clean_people, clean_phrases
 from memcompile_local.language.names import known_name, name_tokens, proper_names
+from memcompile_local.language.negation import has_negation
 from memcompile_local.language.phrases import keyword_phrases
 from memcompile_local.language.stemming import stem_terms, stem_words
 from memcompile_local.language.timecues import is_temporal_question, is_time_phrase
@@ -46,6 +48,7 @@ __all__ = [
     "clean_phrases",
     "count_tokens",
     "find_time_mentions",
+    "has_negation",
     "is_temporal_question",
     "is_time_phrase",
     "jaccard",
