@@ -1,4 +1,5 @@
-"""Aggregation into benchmark metrics, the token table, Markdown reports and the plot."""
+"""Aggregation into benchmark metrics and the token table (bench.aggregate), their Markdown
+(bench.report) and the plots."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from memcompile_local.bench import aggregate as A
 from memcompile_local.bench import report as R
 from memcompile_local.errors import DataFormatError
 
@@ -36,7 +38,7 @@ def _locomo_rows():
 
 def test_locomo_metrics_hand_worked():
     pytest.importorskip("nltk")
-    m = R.locomo_metrics(_locomo_rows())
+    m = A.locomo_metrics(_locomo_rows())
     assert m["benchmark"] == "locomo"
     assert m["count"] == 4 and m["excluded_category5"] == 1
     assert m["stages"] == ["selected", "pool_top10", "final"]
@@ -71,12 +73,12 @@ def test_locomo_metrics_hand_worked():
 def test_locomo_metrics_without_judge_and_bad_rows():
     pytest.importorskip("nltk")
     rows = [{"question_id": "x", "category": 2, "gold": "2022", "prediction": "2022"}]
-    m = R.locomo_metrics(rows)
+    m = A.locomo_metrics(rows)
     assert m["overall"]["judge"]["accuracy"] is None and m["stages"] == []
     with pytest.raises(DataFormatError):
-        R.locomo_metrics([{"question_id": "x", "category": 9, "gold": "a", "prediction": "a"}])
+        A.locomo_metrics([{"question_id": "x", "category": 9, "gold": "a", "prediction": "a"}])
     with pytest.raises(DataFormatError):
-        R.locomo_metrics([{"question_id": "x", "category": 2, "gold": "a", "prediction": "a",
+        A.locomo_metrics([{"question_id": "x", "category": 2, "gold": "a", "prediction": "a",
                            "judge_label": "RIGHT"}])
 
 
@@ -90,7 +92,7 @@ def test_locomo_metrics_on_gold_answers(path):
             rows.append({"question_id": f"{conv['sample_id']}:{i}", "category": qa["category"],
                          "gold": qa.get("answer"), "prediction": qa.get("answer"),
                          "gold_evidence": qa.get("evidence", []), "selected_ids": qa.get("evidence", [])})
-    m = R.locomo_metrics(rows)
+    m = A.locomo_metrics(rows)
     n5 = sum(1 for r in rows if r["category"] == 5)
     assert m["excluded_category5"] == n5 and m["count"] == len(rows) - n5
     # The gold answer scores 1 against itself in the mem0 convention.
@@ -118,7 +120,7 @@ def _lme_rows():
 
 
 def test_longmemeval_metrics_hand_worked():
-    m = R.longmemeval_metrics(_lme_rows())
+    m = A.longmemeval_metrics(_lme_rows())
     assert m["benchmark"] == "longmemeval" and m["count"] == 5
     assert m["per_type"]["single-session-user"]["judge"]["accuracy"] == 0.5
     assert m["per_type"]["temporal-reasoning"]["judge"] == {"n": 2, "correct": 1, "errors": 1, "accuracy": 0.5}
@@ -135,13 +137,13 @@ def test_longmemeval_metrics_hand_worked():
     # mem0 F1 over answerable rows: u1 0, t1 {19, days} vs {18, days} -> 0.5, t2 1, k1 1
     assert m["mem0_f1"] == pytest.approx((0 + 0.5 + 1 + 1) / 4)
     with pytest.raises(DataFormatError):
-        R.longmemeval_metrics([{"question_id": "z", "question_type": "open-domain"}])
+        A.longmemeval_metrics([{"question_id": "z", "question_type": "open-domain"}])
 
 
 def test_token_table_layout_and_arithmetic():
     totals = {"fact": 100, "metadata": 300, "intent": {"prompt": 40, "completion": 10, "calls": 2},
               "schedule": 200, "frontier": 150, "answer": 200, "judge": 500, "embedding": 77}
-    t = R.token_table(totals, 10)
+    t = A.token_table(totals, 10)
     labels = [r["label"] for r in t["rows"]]
     assert labels == ["Fact extraction", "Metadata extraction", "Cold-build subtotal", "Query intent",
                       "Packet scheduler", "Frontier", "Answer generation", "Serving subtotal",
@@ -161,25 +163,25 @@ def test_token_table_layout_and_arithmetic():
 
 
 def test_token_table_combined_mode_and_other_stages():
-    t = R.token_table({"extract": 300, "intent": 100, "pursuit": 100}, 4)
+    t = A.token_table({"extract": 300, "intent": 100, "pursuit": 100}, 4)
     labels = [r["label"] for r in t["rows"]]
     assert labels[:2] == ["Combined extraction", "Cold-build subtotal"]
     assert "Other (pursuit)" in labels and "Fact extraction" not in labels
     by = {r["key"]: r for r in t["rows"]}
     assert by["cold_build"]["share"] == pytest.approx(0.6)
     assert t["non_judge_total"] == 500 and by["pursuit"]["per_question"] == 25
-    empty = R.token_table({}, 0)
+    empty = A.token_table({}, 0)
     assert empty["non_judge_per_question"] is None and empty["rows"][0]["share"] is None
     with pytest.raises(DataFormatError):
-        R.token_table({"fact": -1}, 1)
+        A.token_table({"fact": -1}, 1)
     with pytest.raises(DataFormatError):
-        R.token_table({"fact": "many"}, 1)
+        A.token_table({"fact": "many"}, 1)
 
 
 def test_markdown_report_states_definitions(tmp_path):
     pytest.importorskip("nltk")
-    m = R.locomo_metrics(_locomo_rows())
-    table = R.token_table({"fact": 100, "metadata": 300, "answer": 600, "judge": 50}, 4)
+    m = A.locomo_metrics(_locomo_rows())
+    table = A.token_table({"fact": 100, "metadata": 300, "answer": 600, "judge": 50}, 4)
     path = R.write_markdown_report(tmp_path / "out" / "report.md", m,
                                    {"model": "smollm2", "evidence": {"k0": 10}}, table,
                                    {"Custom score": "A definition supplied by the runner."})
@@ -199,7 +201,7 @@ def test_markdown_report_states_definitions(tmp_path):
     assert "|P∩G|/|P|" in defs and "Porter" in defs and "Tokenizer in this run:" in defs
     assert "**Session recall**" not in defs  # only the benchmark's own metrics are defined
 
-    lme = R.write_markdown_report(tmp_path / "lme.md", R.longmemeval_metrics(_lme_rows()), "plain text config")
+    lme = R.write_markdown_report(tmp_path / "lme.md", A.longmemeval_metrics(_lme_rows()), "plain text config")
     body = lme.read_text(encoding="utf-8")
     assert "# LongMemEval benchmark report" in body and "plain text config" in body
     assert "Task-averaged accuracy: 66.67." in body and "| abstention (_abs) | 1 | 100.00 | 0 |" in body
@@ -214,18 +216,19 @@ def test_markdown_report_states_definitions(tmp_path):
 
 def test_compare_table_and_run_point():
     pytest.importorskip("nltk")
-    m = R.locomo_metrics(_locomo_rows())
+    m = A.locomo_metrics(_locomo_rows())
     runs = [
-        {"name": "full", "metrics": m, "token_table": R.token_table({"answer": 800}, 4)},
-        {"name": "lme", "metrics": R.longmemeval_metrics(_lme_rows()), "tokens_per_question": 50},
+        {"name": "full", "metrics": m, "token_table": A.token_table({"answer": 800}, 4),
+         "judge": {"backend": "openai", "model": "gpt-4o-mini", "prompt_version": "locomo-judge-v1"}},
+        {"name": "lme", "metrics": A.longmemeval_metrics(_lme_rows()), "tokens_per_question": 50},
     ]
     md = R.compare_table(runs)
-    assert "| full | 4 |" in md and "| final | 100.00 | 3/3 | 200 |" in md
-    assert "| lme | 5 | 66.67 | 60.00 | 100.00 | selected | 75.00 | 50.00 | 50 |" in md
-    assert R.run_point(runs[0]) == ("full", 200.0, 0.5, "Judge")
-    assert R.run_point(runs[1]) == ("lme", 50.0, pytest.approx(2 / 3), "Judge (task-averaged)")
-    unjudged = R.locomo_metrics([{"question_id": "x", "category": 2, "gold": "a b", "prediction": "a"}])
-    assert R.run_point({"name": "u", "metrics": unjudged})[2:] == (pytest.approx(2 / 3), "F1 (mem0)")
+    assert "| full | 4 |" in md and "| openai/gpt-4o-mini (locomo-judge-v1) | final | 100.00 | 3/3 | 200 |" in md
+    assert "| lme | 5 | 66.67 | 60.00 | 100.00 | none | selected | 75.00 | 50.00 | 50 |" in md
+    assert A.run_point(runs[0]) == ("full", 200.0, 0.5, "Judge")
+    assert A.run_point(runs[1]) == ("lme", 50.0, pytest.approx(2 / 3), "Judge (task-averaged)")
+    unjudged = A.locomo_metrics([{"question_id": "x", "category": 2, "gold": "a b", "prediction": "a"}])
+    assert A.run_point({"name": "u", "metrics": unjudged})[2:] == (pytest.approx(2 / 3), "F1 (mem0)")
     with pytest.raises(DataFormatError):
         R.compare_table([{"name": "?", "metrics": {"benchmark": "other"}}])
 
@@ -235,7 +238,7 @@ def test_quality_vs_tokens_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     from memcompile_local.bench.plots import quality_vs_tokens_plot
 
-    m = R.locomo_metrics(_locomo_rows())
+    m = A.locomo_metrics(_locomo_rows())
     runs = [{"name": "a", "metrics": m, "tokens_per_question": 100},
             {"name": "b", "metrics": m, "tokens_per_question": 300},
             {"name": "no tokens", "metrics": m}]
@@ -252,7 +255,7 @@ def test_plot_without_matplotlib_raises_missing_extra(monkeypatch, tmp_path):
     from memcompile_local.bench.plots import quality_vs_tokens_plot
     from memcompile_local.errors import MissingExtraError
 
-    metrics = R.longmemeval_metrics(_lme_rows())  # needs no nltk
+    metrics = A.longmemeval_metrics(_lme_rows())  # needs no nltk
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(MissingExtraError) as info:
         quality_vs_tokens_plot([{"name": "a", "metrics": metrics, "tokens_per_question": 1}], tmp_path / "x.png")

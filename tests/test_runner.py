@@ -10,11 +10,16 @@ from pathlib import Path
 import pytest
 
 from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
+from memcompile_local.bench.health import ServerDownError, check_server
+from memcompile_local.bench.judge_model import resolve_judge
 from memcompile_local.bench.runner import EvalRunner, EvalSpec, read_jsonl
-from memcompile_local.config import PipelineConfig
+from memcompile_local.config import JudgeConfig, ModelConfig, PipelineConfig
+from memcompile_local.errors import ConfigError, TransportError
 from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.llm.registry import load_backend
 
 from _data_paths import LOCOMO_MINI, LONGMEMEVAL_MINI
+from _fake_openai import FakeOpenAIServer, Reply, chat_body, closed_port
 from test_pipeline_e2e import responder
 
 DEV = LOCOMO_MINI
@@ -54,7 +59,9 @@ def spec(tmp_path: Path, name: str, store: str) -> EvalSpec:
 
 def cfg() -> PipelineConfig:
     # A1 (LLM anchors, no frontier) keeps the scripted run small; rule extraction keeps it fast.
-    return apply_preset("A1", PipelineConfig()).replace(extraction={"extractor": "rule"})
+    # The scripted backend also judges: a self-judge the tests accept explicitly.
+    return apply_preset("A1", PipelineConfig()).replace(extraction={"extractor": "rule"},
+                                                        judge={"allow_self_judge": True})
 
 
 def test_run_folder_contents_and_resume_after_interrupt(tmp_path):
@@ -69,8 +76,16 @@ def test_run_folder_contents_and_resume_after_interrupt(tmp_path):
         EvalRunner(s, cfg(), backend=Interrupting(4), embedder=emb, echo=lambda s: None).run()
     done = read_jsonl(Path(s.out) / "answers.jsonl")
     assert 0 < len(done) < 6
+    first_attempt = read_jsonl(Path(s.out) / "attempts.jsonl")
+    assert [a["completed"] for a in first_attempt] == [False] and first_attempt[0]["total_s"] > 0
     second = ScriptedBackend(judge_and_answer)
     out = EvalRunner(s, cfg(), backend=second, embedder=emb, echo=lambda s: None).run()
+    # Regression: the resumed run reported only its own seconds as the wall time.
+    attempts = read_jsonl(Path(s.out) / "attempts.jsonl")
+    assert [a["completed"] for a in attempts] == [False, True] and out["attempts"] == 2
+    assert out["wall_s"] == pytest.approx(sum(a["total_s"] for a in attempts), abs=0.02)
+    assert out["wall_s"] > out["phases_s"]["total_s"]
+    assert "over 2 attempt(s)" in (Path(s.out) / "report.md").read_text()
     # Answered questions were not asked again.
     answered_again = [r for r in second.requests if r.stage == "answer"
                       and any(d["question"] in r.messages[-1].content for d in done)]
@@ -110,13 +125,138 @@ def test_retrieval_only_model_free_run_makes_no_model_call(tmp_path):
                         echo=lambda s: None).run()
     assert result["tokens_by_stage"] == {}
     rec = result["metrics"]["overall"]["recall"]["final"]
-    assert rec["n"] == 10 and 0 <= rec["recall"] <= 1
+    assert rec["n"] == 10 and 0.3 < rec["recall"] <= 1
+    # Regression: the report named the default backend and model although none ran.
+    report = (tmp_path / "mf" / "report.md").read_text()
+    assert "- `backend`: none (no model call)" in report and "- `model`: none" in report
+    assert "llamacpp" not in report and "smollm2" not in report
+    assert "- `judge`: none (not judged)" in report
+    config = json.loads((tmp_path / "mf" / "config.json").read_text())
+    assert config["model_identity"] is None and config["judge"] is None
+
+
+def test_plan_is_printed_before_the_run_and_bounds_the_calls(tmp_path):
+    lines: list[str] = []
+    backend = ScriptedBackend(judge_and_answer)
+    result = EvalRunner(spec(tmp_path, "plan", "p.sqlite"), cfg(), backend=backend, embedder=HashEmbedder(dim=64),
+                        echo=lines.append).run()
+    text = "\n".join(lines)
+    assert "plan: build 2 memories (60 turns to extract: rule extractor, no model call)" in text
+    assert "answer 6 questions (per question: " in text and "judge 6 answers" in text
+    config = json.loads((tmp_path / "plan" / "config.json").read_text())
+    planned = config["plan"]["model_calls"]
+    assert f"at most {planned} new model calls" in text
+    made = len(backend.requests)
+    assert 0 < made <= planned  # an upper bound of what the run really asked
+    assert text.index("plan:") < text.index("wrote ")
+    assert result["questions"] == 6
+    # A second run of the same folder plans nothing new to build or answer.
+    again: list[str] = []
+    EvalRunner(spec(tmp_path, "plan", "p.sqlite"), cfg(), backend=ScriptedBackend(judge_and_answer),
+               embedder=HashEmbedder(dim=64), echo=again.append).run()
+    assert "build nothing new; 2 already built" in "\n".join(again) and "answer 0 questions" in "\n".join(again)
+
+
+class FailingAnswers:
+    """Scripted replies, except that every answer call fails like a server that went away."""
+
+    def __init__(self):
+        self.inner = ScriptedBackend(self.reply)
+
+    @staticmethod
+    def reply(req):
+        if req.stage == "answer":
+            return TransportError("connection refused", retryable=True)
+        return judge_and_answer(req)
+
+    def identity(self):
+        return self.inner.identity()
+
+    def generate(self, requests):
+        return self.inner.generate(requests)
+
+
+def test_failed_questions_are_reported_and_their_waste_counted(tmp_path):
+    """Regression: every question failing made the summary raise TypeError, and the waste
+    table was empty because failed calls are logged under the questions' child run ids."""
+    lines: list[str] = []
+    s = spec(tmp_path, "fail", "f.sqlite")
+    result = EvalRunner(s, cfg(), backend=FailingAnswers(), embedder=HashEmbedder(dim=64), echo=lines.append).run()
+    assert len(result["failed_questions"]) == 6 and result["questions"] == 0
+    assert result["waste_by_stage"]["answer"]["calls"] == 6
+    assert "6 questions failed with model errors (0 of 6 answered)" in "\n".join(lines)
+    assert "non-judge tokens per question: n/a" in "\n".join(lines)
+    assert "- `wasted calls`: answer 6" in (Path(s.out) / "report.md").read_text()
+
+
+def test_a_self_judge_is_refused_unless_allowed(tmp_path):
+    s = spec(tmp_path, "self", "s.sqlite")
+    plain = apply_preset("A1", PipelineConfig()).replace(extraction={"extractor": "rule"})
+    with pytest.raises(ConfigError, match="the judge would be the answer model itself .*--allow-self-judge"):
+        EvalRunner(s, plain, backend=ScriptedBackend(judge_and_answer), embedder=HashEmbedder(dim=64),
+                   echo=lambda s: None).run()
+    assert not Path(s.out).exists()  # refused before any work
+    # A judge with a model of its own: named in config.json, report.md and metrics.json.
+    judge = ScriptedBackend(judge_and_answer)
+    answerer = ScriptedBackend(judge_and_answer)
+    result = EvalRunner(s, plain, backend=answerer, judge_backend=judge, embedder=HashEmbedder(dim=64),
+                        echo=lambda s: None).run()
+    assert {r.stage for r in judge.requests} == {"judge"} and "judge" not in {r.stage for r in answerer.requests}
+    info = json.loads((Path(s.out) / "config.json").read_text())["judge"]
+    assert info["prompt_version"] == "locomo-judge-v1" and info["self_judge"] is False
+    assert result["judge"] == info
+    assert "- `judge`: scripted" in (Path(s.out) / "report.md").read_text()
+    # Allowed explicitly, the report says that the answer model judged itself.
+    s2 = spec(tmp_path, "self2", "s.sqlite")
+    EvalRunner(s2, cfg(), backend=ScriptedBackend(judge_and_answer), embedder=HashEmbedder(dim=64),
+               echo=lambda s: None).run()
+    assert "the answer model judging itself, allowed explicitly" in (Path(s2.out) / "report.md").read_text()
+
+
+def test_judge_section_resolution():
+    answer = ModelConfig(backend="openai", model="Qwen/Qwen2.5-7B-Instruct", base_url="http://127.0.0.1:8000/v1",
+                         options={"server_kind": "vllm"})
+    judge = resolve_judge(answer, JudgeConfig(model="gpt-4o-mini"))
+    # The judge does not inherit the answer model's server, key variable or server options.
+    assert (judge.backend, judge.model, judge.base_url, judge.api_key_env) == (
+        "openai", "gpt-4o-mini", None, "OPENAI_API_KEY")
+    assert judge.options == {"server_kind": "vllm"}  # same backend: its options carry over
+    other = resolve_judge(answer, JudgeConfig(backend="llamacpp", model="qwen2.5-1.5b"))
+    assert other.options == {} and other.base_url is None
+    with pytest.raises(ConfigError, match="judge would be the answer model itself"):
+        resolve_judge(answer, JudgeConfig())
+    with pytest.raises(ConfigError):  # same backend, model and server named again is still itself
+        resolve_judge(answer, JudgeConfig(model=answer.model, base_url=answer.base_url))
+    assert resolve_judge(answer, JudgeConfig(allow_self_judge=True)) == answer
+
+
+def test_a_server_that_is_down_stops_the_run_before_any_question(tmp_path):
+    pytest.importorskip("openai")
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    c = cfg().replace(model={"backend": "openai", "model": "m", "base_url": url, "options": {"max_retries": 0}},
+                      judge={"allow_self_judge": True})
+    s = spec(tmp_path, "down", "d.sqlite")
+    with pytest.raises(ServerDownError, match=f"answer model server at {url}"):
+        EvalRunner(s, c, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    assert not (Path(s.out) / "answers.jsonl").exists()
+    # A live server passes the one-token check (and only that one call is made here).
+    seen = []
+
+    def reply(path, body, hit):
+        seen.append(body)
+        return Reply(body=chat_body("OK", prompt_tokens=5, completion_tokens=1))
+
+    with FakeOpenAIServer(reply) as srv:
+        backend = load_backend("openai", model="m", base_url=srv.base_url, max_retries=0)
+        assert check_server(backend, role="judge") == srv.base_url
+    assert len(seen) == 1 and seen[0]["max_tokens"] == 1
+    assert check_server(ScriptedBackend(judge_and_answer), role="answer model") is None  # not a server
 
 
 def test_a_run_folder_of_another_configuration_or_code_version_is_not_resumed(tmp_path, monkeypatch):
     from memcompile_local.address import extract_rule
     from memcompile_local.bench import runner as R
-    from memcompile_local.errors import ConfigError
 
     s = EvalSpec(benchmark="locomo", data=str(DEV), store=str(tmp_path / "m.sqlite"), out=str(tmp_path / "mf"),
                  limit=2, progress=False, answer=False)

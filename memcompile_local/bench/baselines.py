@@ -13,16 +13,19 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..address.lexical import LexicalIndex
+from ..build import embedding_model_id
 from ..config import PipelineConfig
 from ..errors import ConfigError
+from ..evidence.views import render_raw_packets
+from ..language.stemming import stem_terms
+from ..language.tokens import count_tokens
 from ..types import SourcePacket
 
 BASELINES = ("full-context", "bm25", "dense")
 
 
 def render_raw(packets: Sequence[SourcePacket]) -> str:
-    from ..evidence.views import render_raw_packets
-
     return render_raw_packets(packets)
 
 
@@ -41,8 +44,6 @@ def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: Pi
     packets = mem.store.packets(namespace)
     k = cfg.evidence.k0
     if kind == "full-context":
-        from ..language.tokens import count_tokens
-
         text = render_raw(packets)
         window = cfg.model.context_window
         if window is not None and count_tokens(text) > window:
@@ -50,9 +51,6 @@ def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: Pi
                               f"configured context_window {window}")
         return [p.packet_id for p in packets], text
     if kind == "bm25":
-        from ..address.lexical import LexicalIndex
-        from ..language.stemming import stem_terms
-
         index = _cached(cache, ("bm25", namespace, len(packets)),
                         lambda: LexicalIndex([stem_terms(_raw_text(p)) for p in packets],
                                              k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b))
@@ -77,8 +75,6 @@ def _cached(cache: dict, key: tuple, make):
 
 def _raw_matrix(mem: Any, namespace: str, packets: Sequence[SourcePacket]) -> np.ndarray:
     """Raw-turn embeddings, stored in the memory store like the packet documents."""
-    from ..build import embedding_model_id
-
     model_id = embedding_model_id(mem.embedder)
     keys = [f"raw|{p.packet_id}|{hashlib.sha256(_raw_text(p).encode()).hexdigest()[:16]}" for p in packets]
     have = mem.store.embeddings(namespace, model_id, keys)

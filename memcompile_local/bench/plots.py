@@ -8,13 +8,15 @@ drawn, with the non-interactive Agg backend so that plotting works without a dis
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from memcompile_local.bench.report import run_point
+from memcompile_local.bench.aggregate import QUALITY_METRICS, quality_size, quality_value, tokens_per_question
 from memcompile_local.errors import DataFormatError, MissingExtraError
 
-__all__ = ["ablation_plot", "quality_vs_tokens_plot"]
+__all__ = ["PlotPoint", "ablation_plot", "plot_points", "quality_vs_tokens_plot"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,50 +40,113 @@ def _save_png(fig: Any, path: str | Path) -> Path:
     return out
 
 
-def quality_vs_tokens_plot(runs: Sequence[Mapping[str, Any]], path: str | Path, *,
-                           title: str = "Quality vs. non-judge tokens per question") -> Path:
-    """Write a PNG scatter: one labelled point per run, quality (%) against tokens per question.
+_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
+            "tab:olive", "tab:cyan", "tab:gray")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
-    Runs are those of ``report.run_point``: quality is judge accuracy when every plotted run
-    was judged, else mem0 F1 for all of them (one y axis must hold one metric). Runs without
-    a token figure or a quality value are left out with a log message; at least one must
-    remain. Returns the path written.
+
+@dataclass(frozen=True)
+class PlotPoint:
+    """One run as the quality plot draws it: colour encodes the backbone, marker the preset."""
+
+    name: str
+    backbone: str
+    preset: str
+    tokens: float
+    quality: float  # a fraction in [0, 1]
+    n: int  # questions behind the quality figure
+    colour: str
+    marker: str
+
+
+def _pick_metric(runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first quality metric every run with a token figure has (one y axis, one metric)."""
+    with_tokens = [r for r in runs if tokens_per_question(r) is not None]
+    for key, _, _ in QUALITY_METRICS:
+        if with_tokens and all(quality_value(r["metrics"], key) is not None for r in with_tokens):
+            return key
+    # No metric common to all: the best one most runs have.
+    counts = {key: sum(quality_value(r["metrics"], key) is not None for r in with_tokens)
+              for key, _, _ in QUALITY_METRICS}
+    best = max(counts.values(), default=0)
+    return next((k for k, _, _ in QUALITY_METRICS if counts[k] == best), None) if best else None
+
+
+def plot_points(runs: Sequence[Mapping[str, Any]]) -> tuple[list[PlotPoint], str]:
+    """The points of :func:`quality_vs_tokens_plot` and the y-axis label.
+
+    A run is ``{"name", "metrics", "token_table" | "tokens_per_question"}`` plus optional
+    ``backbone`` and ``preset`` (a compare grid sets them; otherwise the name is the backbone).
+    Colours follow the backbones and markers the presets, each in first-seen order. Runs
+    without a token figure or without the chosen metric are left out with a log message.
     """
-    points = [run_point(run) for run in runs]
-    usable = [p for p in points if p[1] is not None and p[2] is not None]
-    for name, tokens, quality, _ in points:
-        if tokens is None or quality is None:
-            logger.info("run %r has no token figure or quality value; not plotted", name)
-    if not usable:
+    metric = _pick_metric(runs)
+    if metric is None:
         raise DataFormatError("<runs>", "token_table / metrics",
                               "at least one run with tokens per question and a quality value")
-    metric_names = {p[3] for p in usable}
-    if len(metric_names) > 1:
-        # Mixed judged/unjudged runs: fall back to F1, which every LoCoMo run has.
-        fallback = []
-        for run in runs:
-            metrics = run["metrics"]
-            f1 = metrics.get("mem0_f1") if metrics.get("benchmark") == "longmemeval" else metrics["overall"]["mem0_f1"]
-            name, tokens, _, _ = run_point(run)
-            if tokens is not None and f1 is not None:
-                fallback.append((name, tokens, f1, "F1 (mem0)"))
-        usable = fallback
-        if not usable:
-            raise DataFormatError("<runs>", "metrics", "a common quality metric across runs")
-    y_name = usable[0][3]
+    backbones: dict[str, str] = {}
+    presets: dict[str, str] = {}
+    points = []
+    lme = False
+    for run in runs:
+        name = str(run.get("name", "run"))
+        tokens = tokens_per_question(run)
+        value = quality_value(run["metrics"], metric)
+        if tokens is None or value is None:
+            logger.info("run %r has no token figure or no %s value; not plotted", name, metric)
+            continue
+        lme = lme or run["metrics"].get("benchmark") == "longmemeval"
+        backbone = str(run.get("backbone") or name)
+        preset = str(run.get("preset") or "")
+        colour = backbones.setdefault(backbone, _COLOURS[len(backbones) % len(_COLOURS)])
+        marker = presets.setdefault(preset, _MARKERS[len(presets) % len(_MARKERS)])
+        points.append(PlotPoint(name, backbone, preset, float(tokens), float(value),
+                                quality_size(run["metrics"], metric), colour, marker))
+    label = next(lab_lme if lme else lab for key, lab, lab_lme in QUALITY_METRICS if key == metric)
+    return points, label
 
+
+def quality_vs_tokens_plot(runs: Sequence[Mapping[str, Any]], path: str | Path, *,
+                           title: str = "Quality vs. non-judge tokens per question") -> Path:
+    """Write a PNG scatter of quality (%) against non-judge tokens per question, one point per run.
+
+    Colour encodes the backbone and marker the preset (two legends); each point is labelled
+    with its N (questions behind the figure), and judge accuracies carry a 95% binomial
+    interval so that a difference smaller than the noise reads as one. The y axis always
+    spans 0-100% and the x axis starts at 0: the axes are never zoomed onto the points.
+    The metric is the first of judge, F1, final-stage recall that every plotted run has.
+    Returns the path written.
+    """
+    points, y_name = plot_points(runs)
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    fig, ax = plt.subplots(figsize=(7.2, 4.8), dpi=120)
     try:
-        xs = [p[1] for p in usable]
-        ys = [100 * p[2] for p in usable]
-        ax.scatter(xs, ys, s=36, color="tab:blue", zorder=3)
-        for name, x, y in zip((p[0] for p in usable), xs, ys):
-            ax.annotate(name, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        judge = y_name.startswith("Judge")
+        for p in points:
+            y = 100 * p.quality
+            if judge and p.n:
+                half = 100 * 1.96 * math.sqrt(max(p.quality * (1 - p.quality), 0.0) / p.n)
+                ax.errorbar([p.tokens], [y], yerr=[[min(half, y)], [min(half, 100 - y)]], fmt="none",
+                            ecolor=p.colour, elinewidth=1, capsize=3, alpha=0.7, zorder=2)
+            ax.scatter([p.tokens], [y], s=48, color=p.colour, marker=p.marker, edgecolors="black",
+                       linewidths=0.5, zorder=3)
+            ax.annotate(f"N={p.n}", (p.tokens, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
+        xmax = max((p.tokens for p in points), default=0.0)
+        ax.set_xlim(0, xmax * 1.15 if xmax > 0 else 1.0)
+        ax.set_ylim(0, 100)
         ax.set_xlabel("Non-judge tokens per question")
         ax.set_ylabel(f"{y_name} (%)")
-        ax.set_title(title)
+        ax.set_title(title + (" (bars: 95% interval)" if judge else ""), fontsize=10)
         ax.grid(True, alpha=0.3, zorder=0)
+        backbone_handles = {p.backbone: ax.scatter([], [], color=p.colour, marker="o", s=36) for p in points}
+        preset_handles = {p.preset: ax.scatter([], [], color="white", edgecolors="black", marker=p.marker, s=36)
+                          for p in points if p.preset}
+        first = ax.legend(list(backbone_handles.values()), list(backbone_handles), title="backbone",
+                          loc="upper left", fontsize=7, title_fontsize=7)
+        if preset_handles:
+            ax.add_artist(first)
+            ax.legend(list(preset_handles.values()), list(preset_handles), title="preset",
+                      loc="upper right", fontsize=7, title_fontsize=7)
         return _save_png(fig, path)
     finally:
         plt.close(fig)

@@ -1,38 +1,19 @@
-"""Aggregate per-question results into benchmark metrics, token tables and Markdown reports.
+"""Render benchmark results as Markdown: a run's ``report.md``, the compare table of a grid,
+the aliasing section and the short console summary.
 
-Input rows are per-question mappings, the lines of a run's ``predictions.jsonl``:
-
-``question_id``, ``category`` (LoCoMo int 1-5; LongMemEval rows may use ``question_type``),
-``question``, ``gold``, ``prediction``, ``selected_ids`` (packet/turn ids handed to the
-reader), ``gold_evidence`` (gold packet ids; LongMemEval: ``has_answer`` turn ids),
-``answer_session_ids`` (LongMemEval), ``recall_stages`` (``{stage name: [ids]}``, e.g.
-``{"pool_top10": [...], "a0": [...], "final": [...]}``), ``tokens`` (``{stage: n}``),
-``judge_label`` ("CORRECT" / "WRONG" / None) and ``judge_error`` (text of a failed judge
-call, else None or absent).
-
-Rates are fractions in [0, 1] in every returned dict; Markdown renders them as percentages
-with two decimals, as the paper's tables do. Judge accuracy counts a failed judge call as
-not correct and reports the number of such calls next to it; it is None when no row of a
-group was judged at all.
+The numbers come from ``bench/aggregate.py`` (``locomo_metrics``, ``longmemeval_metrics``,
+``token_table``); nothing here computes a metric. Rates arrive as fractions in [0, 1] and
+are rendered as percentages with two decimals, as the paper's tables do.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from memcompile_local.bench.coverage import gold_recall, session_recall, turn_recall
+from memcompile_local.bench.aggregate import final_stage, tokens_per_question
 from memcompile_local.bench.judge import LONGMEMEVAL_TYPES
-from memcompile_local.bench.metrics import (
-    LOCOMO_CATEGORY_NAMES,
-    SCORED_LOCOMO_CATEGORIES,
-    locomo_category,
-    locomo_f1,
-    mem0_bleu1,
-    mem0_f1,
-)
+from memcompile_local.bench.metrics import bleu_tokenizer_name
 from memcompile_local.errors import DataFormatError
 
 __all__ = [
@@ -40,321 +21,16 @@ __all__ = [
     "DEFAULT_DEFINITIONS",
     "LOCOMO_DEFINITIONS",
     "LONGMEMEVAL_DEFINITIONS",
-    "score_locomo_row",
-    "locomo_metrics",
-    "longmemeval_metrics",
-    "token_table",
     "token_table_markdown",
     "metrics_markdown",
     "write_markdown_report",
-    "run_point",
     "compare_table",
+    "aliasing_markdown",
+    "summary_text",
 ]
-
-logger = logging.getLogger(__name__)
 
 # The column order of the paper's Table 1.
 LOCOMO_DISPLAY_ORDER: tuple[int, ...] = (4, 1, 2, 3)
-_JUDGED = ("CORRECT", "WRONG")
-
-
-# --------------------------------------------------------------------------------------
-# Shared helpers
-# --------------------------------------------------------------------------------------
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    """Mean of the values that are not None (None when there are none: e.g. a retrieval-only run)."""
-    kept = [v for v in values if v is not None]
-    return (sum(kept) / len(kept)) if kept else None
-
-
-def _judge_status(row: Mapping[str, Any]) -> str | None:
-    """"correct", "wrong", "error", or None when the row was not judged."""
-    if row.get("judge_error"):
-        return "error"
-    label = row.get("judge_label")
-    if label is None:
-        return None
-    if label not in _JUDGED:
-        raise DataFormatError("<prediction rows>", f"question {row.get('question_id')!r}.judge_label",
-                              "CORRECT, WRONG or null", f"got {label!r}")
-    return "correct" if label == "CORRECT" else "wrong"
-
-
-def _judge_block(statuses: Sequence[str | None]) -> dict[str, Any]:
-    judged = [s for s in statuses if s is not None]
-    correct = sum(1 for s in judged if s == "correct")
-    errors = sum(1 for s in judged if s == "error")
-    return {"n": len(judged), "correct": correct, "errors": errors,
-            "accuracy": (correct / len(judged)) if judged else None}
-
-
-def _stage_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``selected`` (when rows carry selected_ids) then recall_stages keys in first-seen order."""
-    names: list[str] = []
-    if any("selected_ids" in r for r in rows):
-        names.append("selected")
-    for row in rows:
-        for stage in (row.get("recall_stages") or {}):
-            if stage not in names:
-                names.append(stage)
-    return names
-
-
-def _stage_ids(row: Mapping[str, Any], stage: str) -> Sequence[Any] | None:
-    """The ids of ``stage`` for this row, or None when the row lacks that stage."""
-    if stage == "selected" and "selected_ids" in row and "selected" not in (row.get("recall_stages") or {}):
-        return row.get("selected_ids") or ()
-    stages = row.get("recall_stages") or {}
-    if stage in stages:
-        return stages[stage] or ()
-    return None
-
-
-def _recall_block(pairs: Sequence[tuple[Sequence[Any], Sequence[Any]]], recall_fn=gold_recall) -> dict[str, Any]:
-    """Mean recall and full coverage over (selected, gold) pairs that have gold."""
-    recalls: list[float] = []
-    full = 0
-    for selected, gold in pairs:
-        value = recall_fn(selected, gold)
-        if value is None:
-            continue
-        recalls.append(value)
-        full += 1 if value == 1.0 else 0  # exactly 1.0 iff every gold id was selected
-    n = len(recalls)
-    return {"n": n, "recall": _mean(recalls), "fully_covered": full,
-            "full_coverage_rate": (full / n) if n else None}
-
-
-# --------------------------------------------------------------------------------------
-# LoCoMo
-# --------------------------------------------------------------------------------------
-
-def score_locomo_row(row: Mapping[str, Any]) -> dict[str, float]:
-    """``{"mem0_f1", "mem0_bleu1", "locomo_f1"}`` of one LoCoMo row of category 1-4.
-
-    A row without a prediction (a retrieval-only run) scores None, not zero.
-    """
-    cat = locomo_category(row.get("category"), f"question {row.get('question_id')!r}.category")
-    prediction, gold = row.get("prediction"), row.get("gold")
-    if prediction is None:
-        return {"mem0_f1": None, "mem0_bleu1": None, "locomo_f1": None}
-    return {
-        "mem0_f1": mem0_f1(prediction, gold),
-        "mem0_bleu1": mem0_bleu1(prediction, gold),
-        "locomo_f1": locomo_f1(prediction, gold, cat),
-    }
-
-
-def _locomo_group(name: str, items: list[tuple[Mapping[str, Any], dict[str, float]]],
-                  stages: Sequence[str]) -> dict[str, Any]:
-    recall: dict[str, Any] = {}
-    for stage in stages:
-        pairs = []
-        for row, _ in items:
-            ids = _stage_ids(row, stage)
-            if ids is not None:
-                pairs.append((ids, row.get("gold_evidence") or ()))
-        recall[stage] = _recall_block(pairs)
-    return {
-        "name": name,
-        "count": len(items),
-        "mem0_f1": _mean([s["mem0_f1"] for _, s in items]),
-        "mem0_bleu1": _mean([s["mem0_bleu1"] for _, s in items]),
-        "locomo_f1": _mean([s["locomo_f1"] for _, s in items]),
-        "judge": _judge_block([_judge_status(r) for r, _ in items]),
-        "recall": recall,
-    }
-
-
-def locomo_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """LoCoMo metrics over categories 1-4; category 5 rows are counted and left out.
-
-    Returns ``{"benchmark": "locomo", "count", "excluded_category5", "stages",
-    "per_category": {"1".."4": group}, "per_category_name": {"multi-hop": group, ...},
-    "overall": group, "overall_without_open_domain": group}``. A group holds ``name``,
-    ``count``, the means of ``mem0_f1``, ``mem0_bleu1`` and ``locomo_f1``, ``judge``
-    (``n``, ``correct``, ``errors``, ``accuracy``) and ``recall`` (per stage: ``n`` questions
-    with gold evidence, mean ``recall``, ``fully_covered`` count and rate).
-    """
-    rows = list(rows)
-    stages = _stage_names(rows)
-    scored: dict[int, list[tuple[Mapping[str, Any], dict[str, float]]]] = {c: [] for c in SCORED_LOCOMO_CATEGORIES}
-    excluded = 0
-    for row in rows:
-        cat = locomo_category(row.get("category"), f"question {row.get('question_id')!r}.category")
-        if cat == 5:
-            excluded += 1
-            continue
-        scored[cat].append((row, score_locomo_row(row)))
-    per_category = {str(c): _locomo_group(LOCOMO_CATEGORY_NAMES[c], scored[c], stages)
-                    for c in SCORED_LOCOMO_CATEGORIES}
-    everything = [item for c in SCORED_LOCOMO_CATEGORIES for item in scored[c]]
-    without_open = [item for c in SCORED_LOCOMO_CATEGORIES if c != 3 for item in scored[c]]
-    return {
-        "benchmark": "locomo",
-        "count": len(everything),
-        "excluded_category5": excluded,
-        "stages": stages,
-        "per_category": per_category,
-        "per_category_name": {g["name"]: g for g in per_category.values()},
-        "overall": _locomo_group("overall", everything, stages),
-        "overall_without_open_domain": _locomo_group("overall without open-domain", without_open, stages),
-    }
-
-
-# --------------------------------------------------------------------------------------
-# LongMemEval
-# --------------------------------------------------------------------------------------
-
-def _lme_type(row: Mapping[str, Any]) -> str:
-    qtype = row.get("question_type", row.get("category"))
-    if qtype not in LONGMEMEVAL_TYPES:
-        raise DataFormatError("<prediction rows>", f"question {row.get('question_id')!r}.question_type",
-                              f"one of {', '.join(LONGMEMEVAL_TYPES)}", f"got {qtype!r}")
-    return str(qtype)
-
-
-def _is_abstention(row: Mapping[str, Any]) -> bool:
-    return "_abs" in str(row.get("question_id", ""))
-
-
-def longmemeval_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """LongMemEval metrics: judge accuracy per type, task-averaged, overall and on abstention.
-
-    ``task_averaged_accuracy`` is the mean of the per-type accuracies of the six official
-    types (over the types that have judged questions; ``types_missing`` lists the others).
-    ``overall_accuracy`` is over all judged questions. Abstention questions (id containing
-    ``_abs``) count in their type and overall, and are also reported apart. Evidence recall
-    (per stage: ``session`` = share of answer sessions with a selected turn, ``turn`` =
-    recall of ``has_answer`` turns) is computed over non-abstention questions, since an
-    unanswerable question has no evidence to find. ``mem0_f1`` is the mean set F1 over
-    non-abstention questions, a judge-free fallback.
-    """
-    rows = list(rows)
-    stages = _stage_names(rows)
-    by_type: dict[str, list[Mapping[str, Any]]] = {t: [] for t in LONGMEMEVAL_TYPES}
-    for row in rows:
-        by_type[_lme_type(row)].append(row)
-    per_type = {}
-    for qtype in LONGMEMEVAL_TYPES:
-        group = by_type[qtype]
-        per_type[qtype] = {"count": len(group), "judge": _judge_block([_judge_status(r) for r in group])}
-    accuracies = [per_type[t]["judge"]["accuracy"] for t in LONGMEMEVAL_TYPES
-                  if per_type[t]["judge"]["accuracy"] is not None]
-    missing = [t for t in LONGMEMEVAL_TYPES if per_type[t]["judge"]["accuracy"] is None]
-    overall = _judge_block([_judge_status(r) for r in rows])
-    abstention_rows = [r for r in rows if _is_abstention(r)]
-    answerable = [r for r in rows if not _is_abstention(r)]
-    recall: dict[str, Any] = {}
-    for stage in stages:
-        session_pairs, turn_pairs = [], []
-        for row in answerable:
-            ids = _stage_ids(row, stage)
-            if ids is None:
-                continue
-            session_pairs.append((ids, row.get("answer_session_ids") or ()))
-            turn_pairs.append((ids, row.get("gold_evidence") or ()))
-        recall[stage] = {"session": _recall_block(session_pairs, session_recall),
-                         "turn": _recall_block(turn_pairs, turn_recall)}
-    return {
-        "benchmark": "longmemeval",
-        "count": len(rows),
-        "stages": stages,
-        "per_type": per_type,
-        "task_averaged_accuracy": _mean(accuracies),
-        "types_missing": missing,
-        "overall_accuracy": overall["accuracy"],
-        "overall_judge": overall,
-        "abstention": {"count": len(abstention_rows),
-                       "judge": _judge_block([_judge_status(r) for r in abstention_rows])},
-        "mem0_f1": _mean([mem0_f1(r.get("prediction"), r.get("gold")) for r in answerable]),
-        "recall": recall,
-    }
-
-
-# --------------------------------------------------------------------------------------
-# Token accounting (seed 000, Appendix E, Table 8)
-# --------------------------------------------------------------------------------------
-
-_COLD_STAGES = (("fact", "Fact extraction"), ("metadata", "Metadata extraction"),
-                ("extract", "Combined extraction"))
-_SERVING_STAGES = (("intent", "Query intent"), ("schedule", "Packet scheduler"),
-                   ("frontier", "Frontier"), ("answer", "Answer generation"))
-_EMBEDDING_KEYS = ("embedding", "embeddings", "embed")
-
-
-def _stage_total(value: Any, stage: str) -> int:
-    """An int, or a ``{"prompt", "completion"[, "calls"]}`` / ``{"tokens"}`` mapping."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < 0 or (isinstance(value, float) and not math.isfinite(value)):
-            raise DataFormatError("<token totals>", stage, "a non-negative token count", f"got {value!r}")
-        return int(value)
-    if isinstance(value, Mapping):
-        if "tokens" in value:
-            return _stage_total(value["tokens"], stage)
-        return _stage_total(value.get("prompt", 0), stage) + _stage_total(value.get("completion", 0), stage)
-    raise DataFormatError("<token totals>", stage, "a token count or a prompt/completion mapping",
-                          f"got {value!r}")
-
-
-def token_table(totals_by_stage: Mapping[str, Any], n_questions: int) -> dict[str, Any]:
-    """Generation-token accounting laid out like the paper's Table 8.
-
-    ``totals_by_stage`` maps stage -> tokens (an int, or the client's
-    ``{"prompt", "completion", "calls"}`` row, summed). Rows, in order: fact and metadata
-    extraction (and the combined ``extract`` stage when present), the cold-build subtotal,
-    query intent, packet scheduler, frontier, answer generation, any other non-judge stage,
-    the serving subtotal and the non-judge end-to-end total; then judge and embeddings,
-    which are kept out of every subtotal. Each row has ``total``, ``per_question``
-    (total / ``n_questions``) and ``share`` of the non-judge total (None for the excluded
-    rows). Also returns ``non_judge_total`` and ``non_judge_per_question``.
-    """
-    if not isinstance(n_questions, int) or n_questions < 0:
-        raise DataFormatError("<token table>", "n_questions", "a non-negative int", f"got {n_questions!r}")
-    totals = {str(k): _stage_total(v, str(k)) for k, v in totals_by_stage.items()}
-    known = {k for k, _ in _COLD_STAGES} | {k for k, _ in _SERVING_STAGES} | {"judge"} | set(_EMBEDDING_KEYS)
-    others = sorted(k for k in totals if k not in known)
-
-    cold_keys = [k for k, _ in _COLD_STAGES if k in totals]
-    if "extract" not in totals:  # the two-call layout shows both rows even when zero
-        cold_keys = ["fact", "metadata"]
-    cold_rows = [(k, label) for k, label in _COLD_STAGES if k in cold_keys]
-    serving_rows = list(_SERVING_STAGES) + [(k, f"Other ({k})") for k in others]
-
-    cold_total = sum(totals.get(k, 0) for k, _ in cold_rows)
-    serving_total = sum(totals.get(k, 0) for k, _ in serving_rows)
-    non_judge = cold_total + serving_total
-    judge_total = totals.get("judge", 0)
-    embedding_total = sum(totals.get(k, 0) for k in _EMBEDDING_KEYS)
-
-    def row(key: str, label: str, kind: str, total: int) -> dict[str, Any]:
-        return {
-            "key": key,
-            "label": label,
-            "kind": kind,
-            "total": total,
-            "per_question": (total / n_questions) if n_questions else None,
-            "share": (total / non_judge if non_judge else None) if kind != "excluded" else None,
-        }
-
-    rows = [row(k, label, "stage", totals.get(k, 0)) for k, label in cold_rows]
-    rows.append(row("cold_build", "Cold-build subtotal", "subtotal", cold_total))
-    rows += [row(k, label, "stage", totals.get(k, 0)) for k, label in serving_rows]
-    rows.append(row("serving", "Serving subtotal", "subtotal", serving_total))
-    rows.append(row("non_judge", "Non-judge end-to-end", "total", non_judge))
-    rows.append(row("judge", "Judge (excluded)", "excluded", judge_total))
-    rows.append(row("embedding", "Embeddings (excluded)", "excluded", embedding_total))
-    return {
-        "n_questions": n_questions,
-        "rows": rows,
-        "cold_build_total": cold_total,
-        "serving_total": serving_total,
-        "non_judge_total": non_judge,
-        "non_judge_per_question": (non_judge / n_questions) if n_questions else None,
-        "judge_total": judge_total,
-        "embedding_total": embedding_total,
-    }
 
 
 def _int(value: float | None) -> str:
@@ -538,8 +214,6 @@ def _config_lines(config: Any, prefix: str = "") -> list[str]:
 
 def _bleu_tokenizer_note() -> str | None:
     try:
-        from memcompile_local.bench.metrics import bleu_tokenizer_name
-
         return bleu_tokenizer_name()
     except ImportError:  # MissingExtraError is an ImportError: nltk not installed
         return None
@@ -581,48 +255,23 @@ def write_markdown_report(path: str | Path, metrics: Mapping[str, Any], config_s
 # Grids of runs
 # --------------------------------------------------------------------------------------
 
-def _tokens_per_question(run: Mapping[str, Any]) -> float | None:
-    if run.get("tokens_per_question") is not None:
-        return float(run["tokens_per_question"])
-    table = run.get("token_table")
-    if table and table.get("non_judge_per_question") is not None:
-        return float(table["non_judge_per_question"])
-    return None
-
-
-def run_point(run: Mapping[str, Any]) -> tuple[str, float | None, float | None, str]:
-    """(name, non-judge tokens per question, quality, quality name) of one run.
-
-    A run is ``{"name", "metrics", "token_table" | "tokens_per_question"}``. Quality is the
-    judge accuracy (LongMemEval: task-averaged) when the run was judged, else the mem0 F1.
-    """
-    metrics = run["metrics"]
-    name = str(run.get("name", "run"))
-    tokens = _tokens_per_question(run)
-    if metrics.get("benchmark") == "longmemeval":
-        if metrics.get("task_averaged_accuracy") is not None:
-            return name, tokens, metrics["task_averaged_accuracy"], "Judge (task-averaged)"
-        return name, tokens, metrics.get("mem0_f1"), "F1 (mem0)"
-    overall = metrics["overall"]
-    if overall["judge"]["accuracy"] is not None:
-        return name, tokens, overall["judge"]["accuracy"], "Judge"
-    return name, tokens, overall["mem0_f1"], "F1 (mem0)"
-
-
-def _final_stage(metrics: Mapping[str, Any]) -> str | None:
-    stages = metrics.get("stages") or []
-    if "final" in stages:
-        return "final"
-    return stages[-1] if stages else None
+def _judge_name(run: Mapping[str, Any]) -> str:
+    """``backend/model (prompt version)`` of the run's judge, ``none`` when it was not judged."""
+    judge = run.get("judge")
+    if not judge:
+        return "none"
+    text = f"{judge.get('backend')}/{judge.get('model')}"
+    return f"{text} ({judge['prompt_version']})" if judge.get("prompt_version") else text
 
 
 def compare_table(runs: Sequence[Mapping[str, Any]]) -> str:
     """A Markdown table comparing runs, one table per benchmark present.
 
-    LoCoMo columns: overall count, F1 (mem0), BLEU-1 (mem0), F1 (LoCoMo), judge accuracy,
-    gold recall and fully covered of the ``final`` stage (else the last stage), non-judge
-    tokens per question. LongMemEval columns: count, task-averaged and overall accuracy,
-    abstention accuracy, session and turn recall, tokens per question.
+    LoCoMo columns: overall count, F1 (mem0), BLEU-1 (mem0), F1 (LoCoMo), judge accuracy and
+    the judge that gave it (``run["judge"]``: backend, model, prompt version), gold recall and
+    fully covered of the ``final`` stage (else the last stage), non-judge tokens per question.
+    LongMemEval columns: count, task-averaged and overall accuracy, abstention accuracy, the
+    judge, session and turn recall, tokens per question.
     """
     tables: list[str] = []
     locomo = [r for r in runs if r["metrics"].get("benchmark") == "locomo"]
@@ -630,29 +279,79 @@ def compare_table(runs: Sequence[Mapping[str, Any]]) -> str:
     if len(locomo) + len(lme) != len(runs):
         raise DataFormatError("<runs>", "metrics.benchmark", "'locomo' or 'longmemeval' for every run")
     if locomo:
-        lines = ["| Run | N | F1 (mem0) | BLEU-1 (mem0) | F1 (LoCoMo) | Judge | Recall stage | "
+        lines = ["| Run | N | F1 (mem0) | BLEU-1 (mem0) | F1 (LoCoMo) | Judge | Judged by | Recall stage | "
                  "Gold recall | Fully covered | Tokens/question |",
-                 "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+                 "|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
         for run in locomo:
             m = run["metrics"]
             o = m["overall"]
-            stage = _final_stage(m)
+            stage = final_stage(m)
             recall, full = _recall_cells(o["recall"][stage]) if stage else ("n/a", "n/a")
             lines.append(f"| {run.get('name', 'run')} | {o['count']} | {_pct(o['mem0_f1'])} | "
                          f"{_pct(o['mem0_bleu1'])} | {_pct(o['locomo_f1'])} | {_pct(o['judge']['accuracy'])} | "
-                         f"{stage or 'n/a'} | {recall} | {full} | {_int(_tokens_per_question(run))} |")
+                         f"{_judge_name(run)} | {stage or 'n/a'} | {recall} | {full} | "
+                         f"{_int(tokens_per_question(run))} |")
         tables.append("\n".join(lines))
     if lme:
-        lines = ["| Run | N | Task-averaged | Overall | Abstention | Recall stage | Session recall | "
+        lines = ["| Run | N | Task-averaged | Overall | Abstention | Judged by | Recall stage | Session recall | "
                  "Turn recall | Tokens/question |",
-                 "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+                 "|---|---:|---:|---:|---:|---|---|---:|---:|---:|"]
         for run in lme:
             m = run["metrics"]
-            stage = _final_stage(m)
+            stage = final_stage(m)
             s_recall = _pct(m["recall"][stage]["session"]["recall"]) if stage else "n/a"
             t_recall = _pct(m["recall"][stage]["turn"]["recall"]) if stage else "n/a"
             lines.append(f"| {run.get('name', 'run')} | {m['count']} | {_pct(m['task_averaged_accuracy'])} | "
                          f"{_pct(m['overall_accuracy'])} | {_pct(m['abstention']['judge']['accuracy'])} | "
-                         f"{stage or 'n/a'} | {s_recall} | {t_recall} | {_int(_tokens_per_question(run))} |")
+                         f"{_judge_name(run)} | {stage or 'n/a'} | {s_recall} | {t_recall} | "
+                         f"{_int(tokens_per_question(run))} |")
         tables.append("\n".join(lines))
     return "\n\n".join(tables)
+
+
+# --------------------------------------------------------------------------------------
+# Run extras: the aliasing audit section and the console summary
+# --------------------------------------------------------------------------------------
+
+def aliasing_markdown(aliasing: Mapping[str, Mapping[str, Any]]) -> str:
+    """The report section of ``bench.coverage.aliasing_audit`` results (depth -> figures)."""
+    lines = ["## Source aliasing before normalization", "",
+             "Address hits (claims) in candidate order, before they are collapsed to packets "
+             "(seed 000, Appendix A.4). Eligible: questions with at least that many hits. DBR: share of "
+             "slots holding a packet already seen higher in the list. Affected: share of eligible questions "
+             "with such a slot. Max-source: slots held by the most repeated packet (mean / p95 / max).", "",
+             "| Depth | Eligible | Unique packets | DBR | Affected | Max-source mean/p95/max |",
+             "|---:|---:|---:|---:|---:|---|"]
+    for depth, a in aliasing.items():
+        if not a.get("eligible"):
+            lines.append(f"| {depth} | 0 | n/a | n/a | n/a | n/a |")
+            continue
+        lines.append(f"| {depth} | {a['eligible']} | {a['unique_mean']:.2f} | {100 * a['dbr']:.2f}% | "
+                     f"{100 * a['affected']:.2f}% | {a['max_source_mean']:.2f}/{a['max_source_p95']}/{a['max_source_max']} |")
+    return "\n".join(lines)
+
+
+def _pct6(x: float | None) -> str:
+    return "   n/a" if x is None else f"{100 * x:6.2f}"
+
+
+def summary_text(metrics: Mapping[str, Any], table: Mapping[str, Any], wall_s: float | None) -> str:
+    """The few lines ``eval`` prints at the end: scores per category (LoCoMo) or the judge
+    accuracies (LongMemEval), tokens per question and wall time. Missing figures (no
+    question answered, no judge) print as n/a."""
+    lines = []
+    if metrics.get("benchmark") == "locomo":
+        lines.append(f"{'category':14s} {'n':>4s} {'F1':>6s} {'B1':>6s} {'LoCoMo-F1':>9s} {'Judge':>6s} {'Recall':>6s}")
+        groups = [(v.get("name", k), v) for k, v in metrics["per_category"].items()] + [("overall", metrics["overall"])]
+        for name, g in groups:
+            judge = g.get("judge", {}).get("accuracy")
+            rec = (g.get("recall", {}).get("final") or {}).get("recall")
+            lines.append(f"{name:14s} {g['count']:4d} {_pct6(g.get('mem0_f1'))} {_pct6(g.get('mem0_bleu1'))} "
+                         f"{_pct6(g.get('locomo_f1')):>9s} {_pct6(judge)} {_pct6(rec)}")
+    else:
+        lines.append(f"task-averaged accuracy {_pct6(metrics.get('task_averaged_accuracy'))}, "
+                     f"overall {_pct6(metrics.get('overall_accuracy'))}")
+    per_q = table.get("non_judge_per_question")
+    lines.append(f"non-judge tokens per question: {'n/a' if per_q is None else f'{per_q:.0f}'}; "
+                 f"wall time {'n/a' if wall_s is None else f'{wall_s:.1f}'} s")
+    return "\n".join(lines)

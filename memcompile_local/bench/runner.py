@@ -1,42 +1,72 @@
 """``memcompile-local eval``: one benchmark end to end into a resumable run folder.
 
-Phases: build every memory once (cached in the store), answer every question (one line per
-question appended to ``answers.jsonl`` as it finishes), judge (``judgments.jsonl``), then
-score and write ``predictions.jsonl``, ``metrics.json`` and ``report.md``. Rerunning the
-same command continues where an interrupted run stopped; the request cache answers every
-call made before, and the ledger (marks per run id) reports the same token totals as an
-uninterrupted run.
+Phases: ingest every conversation, say what the run will do (``bench/plan.py``), check that
+a server backend answers (``bench/health.py``), build every memory once (cached in the
+store), answer every question (one line per question appended to ``answers.jsonl`` as it
+finishes), judge (``judgments.jsonl``), then score and write ``predictions.jsonl``,
+``metrics.json`` and ``report.md``. Rerunning the same command continues where an
+interrupted run stopped; the request cache answers every call made before, and the ledger
+(marks per run id) reports the same token totals as an uninterrupted run. Each attempt's
+phase times are appended to ``attempts.jsonl``, so the reported wall time is that of all
+attempts together, not of the last one.
+
+The judge is a model of its own (``JudgeConfig``, ``bench/judge_model.py``); a run whose
+judge would be its answer model is refused unless the judge section allows it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import os
 import platform
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .. import __version__
-from ..config import PipelineConfig
+from ..address import extract_rule
+from ..address import prompts as address_prompts
+from ..config import ModelConfig, PipelineConfig, config_needs_llm
+from ..data import count_dataset, load_locomo, load_longmemeval
+from ..data.hf import is_hf_source, resolve_hf_source
 from ..errors import ConfigError, DataFormatError, ModelError
+from ..evidence import prompts as evidence_prompts
+from ..evidence.answer import answer_question, use_temporal_prompt
+from ..language.tokens import count_tokens
+from ..llm.batching import MicroBatcher
+from ..llm.client import LLMClient, NoModelBackend
 from ..llm.interface import stable_hash
+from ..llm.registry import backend_kwargs, load_backend
+from ..memory import Memory
 from ..progress import bar
+from ..store import MemoryStore
 from ..types import Conversation, QAItem
+from . import judge as judge_module
+from .aggregate import add_judge_totals, locomo_metrics, longmemeval_metrics, token_table
+from .baselines import baseline_context
+from .coverage import aliasing_audit
+from .health import check_server
+from .judge import judge_locomo_many, judge_longmemeval_many, judge_prompt_version
+from .judge_model import is_self_judge, judge_description, resolve_judge
+from .plan import RunPlan, question_calls, turn_calls
+from .report import aliasing_markdown, summary_text, write_markdown_report
+from .runfiles import JsonlAppender, atomic_write, file_sha256, read_jsonl
 
 log = logging.getLogger(__name__)
 
 LOCOMO_SCORED = (1, 2, 3, 4)
+_SERVER_BACKENDS = ("openai", "vllm", "transformers")  # backends that serve concurrent questions
 
 
 @dataclass(frozen=True)
 class EvalSpec:
+    """What to run: benchmark and data (a file, or ``hf:ORG/NAME[:FILE]``), store, run
+    folder and selection. The judge model is the ``judge`` section of the pipeline config."""
+
     benchmark: str  # "locomo" | "longmemeval"
     data: str
     store: str
@@ -44,63 +74,22 @@ class EvalSpec:
     limit: int | None = None
     conversations: tuple[str, ...] | None = None
     judge: bool = True
-    judge_backend: str | None = None
-    judge_model: str | None = None
     baseline: str | None = None  # "full-context" | "bm25" | "dense"
     preset: str | None = None
     progress: bool = True
     answer: bool = True  # False: retrieval only (evidence recall, no answer and no judge)
 
+    @property
+    def judging(self) -> bool:
+        return self.judge and self.answer
+
 
 # ---------------------------------------------------------------------------- helpers
 
-def _file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Read complete lines; a torn last line (killed mid-write) is cut off the file."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data):
-        with open(path, "r+b") as fh:
-            fh.truncate(end)
-        data = data[:end]
-    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
-
-
-class JsonlAppender:
-    """Appends one JSON object per line, flushed and fsynced, from several threads."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._lock = threading.Lock()
-
-    def append(self, obj: dict) -> None:
-        line = json.dumps(obj, ensure_ascii=False, sort_keys=True) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _versions() -> dict[str, str]:
-    from importlib import metadata
-
     out = {"memcompile-local": __version__, "python": platform.python_version()}
-    for pkg in ("numpy", "bm25s", "torch", "sentence-transformers", "llama-cpp-python", "outlines", "vllm", "openai"):
+    for pkg in ("numpy", "bm25s", "torch", "sentence-transformers", "llama-cpp-python", "outlines", "vllm", "openai",
+                "datasets"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -110,20 +99,14 @@ def _versions() -> dict[str, str]:
 
 def prompt_versions() -> dict[str, str]:
     """Every versioned prompt of the package (part of the cache identity of each call)."""
-    import importlib
-
     versions: dict[str, str] = {}
-    for mod in ("memcompile_local.address.prompts", "memcompile_local.evidence.prompts", "memcompile_local.bench.judge"):
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:  # pragma: no cover
-            continue
-        for name in dir(m):
-            value = getattr(m, name)
+    for label, module in (("address", address_prompts), ("evidence", evidence_prompts), ("bench", judge_module)):
+        for name in dir(module):
+            value = getattr(module, name)
             if name.endswith("VERSION") and isinstance(value, str):
-                versions[f"{mod.rsplit('.', 2)[-2]}.{name}"] = value
+                versions[f"{label}.{name}"] = value
             elif hasattr(value, "version") and isinstance(getattr(value, "version"), str) and name.isupper():
-                versions[f"{mod.rsplit('.', 2)[-2]}.{name}"] = value.version
+                versions[f"{label}.{name}"] = value.version
     return versions
 
 
@@ -139,32 +122,38 @@ def select_questions(benchmark: str, convs: Sequence[Conversation], limit: int |
     return out
 
 
-def load_benchmark(spec: EvalSpec) -> list[Conversation]:
-    from ..data import count_dataset, load_locomo, load_longmemeval
+def data_file(spec: EvalSpec) -> str:
+    """The local file of the benchmark data: the path itself, or the file an ``hf:`` source
+    resolves to (downloaded or exported into the Hugging Face cache)."""
+    if is_hf_source(spec.data):
+        return str(resolve_hf_source(spec.data, benchmark=spec.benchmark))
+    return spec.data
 
+
+def load_benchmark(spec: EvalSpec, path: str | None = None) -> list[Conversation]:
+    """The conversations of the run's data file (``path``, else :func:`data_file`)."""
+    path = path or data_file(spec)
     if spec.benchmark == "locomo":
-        convs = load_locomo(spec.data, conversations=spec.conversations)
+        convs = load_locomo(path, conversations=spec.conversations)
     elif spec.benchmark == "longmemeval":
-        convs = load_longmemeval(spec.data, limit=spec.limit)
+        convs = load_longmemeval(path, limit=spec.limit)
     else:
         raise ConfigError(f"unknown benchmark {spec.benchmark!r}; expected locomo or longmemeval")
-    c = count_dataset(convs)
-    log.info("loaded %s: %s", spec.data, c)
+    log.info("loaded %s: %s", spec.data, count_dataset(convs))
     return convs
 
 
 def run_identity(spec: EvalSpec, cfg: PipelineConfig, data_sha: str) -> str:
-    """The run id: data, configuration and every versioned stage of the code.
+    """The run id: data, configuration (judge included) and every versioned stage of the code.
 
     The prompt and rule-extractor versions are part of it so that a run folder written by an
     older package is never resumed (and silently mixed) by a newer one.
     """
-    from ..address.extract_rule import RULE_EXTRACTOR_VERSION
-
     ident = {
         "benchmark": spec.benchmark, "data": data_sha, "config": cfg.to_dict(), "limit": spec.limit,
         "conversations": list(spec.conversations or []), "baseline": spec.baseline,
-        "code": {"package": __version__, "prompts": prompt_versions(), "rule_extractor": RULE_EXTRACTOR_VERSION},
+        "code": {"package": __version__, "prompts": prompt_versions(),
+                 "rule_extractor": extract_rule.RULE_EXTRACTOR_VERSION},
     }
     return "eval-" + stable_hash(ident)[:16]
 
@@ -183,10 +172,46 @@ def check_run_folder(out: Path, run_id: str) -> None:
                           f"version differs); choose another --out or remove that folder")
 
 
+def child_run_ids(run_id: str, convs: Sequence[Conversation], items: Sequence[tuple[Conversation, QAItem]],
+                  baseline: str | None) -> list[str]:
+    """The run ids the run's clients log under: the run itself, each build and each question."""
+    ids = [run_id]
+    if baseline is None:
+        ids += [f"{run_id}/build/{c.namespace}" for c in convs]
+    ids += [f"{run_id}/q/{q.question_id}" for _, q in items]
+    return ids
+
+
+def run_waste(store: MemoryStore, run_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Wasted calls per stage over several run ids.
+
+    Failed attempts are logged under the id of the client that made them, a child id such as
+    ``<run>/q/<question>``, so the run's own id alone finds none of them.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for rid in run_ids:
+        for stage, row in store.waste_totals(run_id=rid).items():
+            acc = out.setdefault(stage, {"prompt": 0, "completion": 0, "calls": 0})
+            for key in acc:
+                acc[key] += int(row.get(key, 0))
+    return {stage: out[stage] for stage in sorted(out)}
+
+
+def _attempts_wall(out: Path) -> tuple[float, int]:
+    """Total seconds and number of the attempts recorded in ``attempts.jsonl``."""
+    attempts = read_jsonl(out / "attempts.jsonl")
+    return sum(float(a.get("total_s", 0.0)) for a in attempts), len(attempts)
+
+
 # ---------------------------------------------------------------------------- runner
 
 class EvalRunner:
-    """Runs one benchmark configuration; see the module docstring for the phases."""
+    """Runs one benchmark configuration; see the module docstring for the phases.
+
+    ``backend``/``judge_backend``/``embedder`` replace the ones the configuration names
+    (tests pass scripted ones). An injected ``judge_backend`` is a judge of its own; without
+    one the judge comes from ``cfg.judge`` and a self-judge is refused unless allowed.
+    """
 
     def __init__(self, spec: EvalSpec, cfg: PipelineConfig, *, backend: Any = None, embedder: Any = None,
                  judge_backend: Any = None, echo: Callable[[str], None] = print):
@@ -199,66 +224,80 @@ class EvalRunner:
         self._baseline_cache: dict = {}  # baseline indexes per namespace, shared by the questions
 
     # -- setup
-    def _make_backend(self, name: str, model: str | None) -> Any:
-        from ..llm.batching import MicroBatcher
-        from ..llm.registry import backend_kwargs, load_backend
-
-        mcfg = dataclasses.replace(self.cfg.model, backend=name, model=model or self.cfg.model.model)
-        backend = load_backend(name, **backend_kwargs(mcfg))
-        if name in ("vllm", "transformers") and self.cfg.model.concurrency > 1:
+    def _make_backend(self, mcfg: ModelConfig) -> Any:
+        backend = load_backend(mcfg.backend, **backend_kwargs(mcfg))
+        if mcfg.backend in ("vllm", "transformers") and mcfg.concurrency > 1:
             backend = MicroBatcher(backend)  # questions run in threads; merge their calls
         return backend
 
-    def run(self) -> dict[str, Any]:
-        from ..llm.client import LLMClient
-        from ..config import config_needs_llm
-        from ..memory import Memory
-        from ..store import MemoryStore
+    def _judge_model(self) -> tuple[ModelConfig | None, bool]:
+        """(the judge's model section, whether it is the answer model); (None, False) when
+        the run does not judge or an injected judge backend is used."""
+        if not self.spec.judging or self._judge_backend is not None:
+            return None, False
+        judge = resolve_judge(self.cfg.model, self.cfg.judge)
+        return judge, is_self_judge(self.cfg.model, judge)
 
+    def run(self) -> dict[str, Any]:
         spec, cfg = self.spec, self.cfg
         t_start = time.perf_counter()
-        convs = load_benchmark(spec)
+        path = data_file(spec)
+        convs = load_benchmark(spec, path)
         items = select_questions(spec.benchmark, convs, spec.limit)
         if not items:
             raise ConfigError(f"{spec.data}: no questions selected")
-        data_sha = _file_sha256(spec.data)
+        data_sha = file_sha256(path)
         run_id = run_identity(spec, cfg, data_sha)
         out = Path(spec.out or Path("runs") / f"{spec.benchmark}-{spec.baseline or spec.preset or 'custom'}-{run_id[-8:]}")
         check_run_folder(out, run_id)
-        out.mkdir(parents=True, exist_ok=True)
-        self.echo(f"run {run_id}: {len(convs)} conversations, {len(items)} questions -> {out}")
+        judge_cfg, self_judge = self._judge_model()  # a refused self-judge stops here, before any work
 
         store = MemoryStore(spec.store)
+        phases: dict[str, float] = {}
+        completed = False
         try:
-            if spec.answer or config_needs_llm(cfg):
-                backend = self._backend or self._make_backend(cfg.model.backend, None)
-            else:  # retrieval only on the model-free path: no model is loaded at all
-                from ..llm.client import NoModelBackend
-
-                backend = NoModelBackend()
+            uses_model = spec.answer or (config_needs_llm(cfg) and spec.baseline is None)
+            backend = (self._backend or self._make_backend(cfg.model)) if uses_model else NoModelBackend()
             client = LLMClient(backend, store, run_id=run_id)
             mem = Memory(store, cfg, client=client, embedder=self._embedder, run_id=run_id,
                          progress=spec.progress)
-            self._write_config(out, run_id, data_sha, client, mem)
-            phases: dict[str, float] = {}
+            for conv in convs:
+                mem.add(conv.namespace, conv)
 
-            # Phase 1: ingest and build every memory once.
+            answers_path, judgments_path = out / "answers.jsonl", out / "judgments.jsonl"
+            done = {r["question_id"]: r for r in read_jsonl(answers_path)}
+            todo = [(c, q) for c, q in items if q.question_id not in done]
+            judged = {r["question_id"] for r in read_jsonl(judgments_path)}
+            plan = self._plan(mem, client, convs, items, todo, judged)
+            self.echo(f"run {run_id}: {len(convs)} conversations, {len(items)} questions -> {out}")
+            self.echo(plan.describe())
+
+            judge_backend = None
+            if spec.judging and len(judged) < len(items):
+                # A self-judge (allowed explicitly) is the answer backend itself: never load it twice.
+                judge_backend = self._judge_backend or (backend if self_judge else self._make_backend(judge_cfg))
+            if uses_model and (todo or plan.build_calls):
+                check_server(backend, role="answer model")
+            if judge_backend is not None and judge_backend is not backend:
+                check_server(judge_backend, role="judge")
+
+            out.mkdir(parents=True, exist_ok=True)
+            judge_info = self._judge_info(judge_cfg, self_judge, judge_backend)
+            self._write_config(out, run_id, data_sha, client, mem, plan, judge_info, uses_model)
+
+            # Phase 1: build every memory once.
             t0 = time.perf_counter()
-            with bar(total=len(convs), desc="build", unit="memory", enabled=spec.progress) as pb:
-                for conv in convs:
-                    mem.add(conv.namespace, conv)
-                    if spec.baseline is None:
+            if spec.baseline is None:
+                with bar(total=len(convs), desc="build", unit="memory", enabled=spec.progress) as pb:
+                    for conv in convs:
                         mem.build(conv.namespace, client=client.child(f"{run_id}/build/{conv.namespace}"))
-                    pb.update(1)
+                        pb.update(1)
             phases["build_s"] = time.perf_counter() - t0
 
             # Phase 2: answer the questions not answered yet.
             t0 = time.perf_counter()
-            answers_path = out / "answers.jsonl"
-            done = {r["question_id"]: r for r in read_jsonl(answers_path)}
-            todo = [(c, q) for c, q in items if q.question_id not in done]
             appender = JsonlAppender(answers_path)
-            workers = max(1, cfg.model.concurrency) if cfg.model.backend in ("openai", "vllm", "transformers") else 1
+            workers = max(1, cfg.model.concurrency) if cfg.model.backend in _SERVER_BACKENDS else 1
             errors: list[str] = []
 
             def work(pair: tuple[Conversation, QAItem]) -> None:
@@ -287,28 +326,53 @@ class EvalRunner:
             # Phase 3: judge.
             t0 = time.perf_counter()
             judge_totals: dict[str, dict[str, int]] = {}
-            if spec.judge and spec.answer:
-                judge_totals = self._judge(out, ordered, store, run_id)
+            judge_waste: dict[str, dict[str, int]] = {}
+            if spec.judging:
+                judge_totals, judge_waste = self._judge(out, ordered, store, run_id, judge_backend)
             phases["judge_s"] = time.perf_counter() - t0
 
             # Phase 4: score and write.
-            totals = client.totals()
-            metrics = self._finish(out, ordered, totals, judge_totals, client.waste_totals(), phases,
-                                   t_start, errors, run_id)
-            return metrics
+            waste = run_waste(store, child_run_ids(run_id, convs, items, spec.baseline))
+            phases["total_s"] = time.perf_counter() - t_start
+            result = self._finish(out, ordered, client.totals(), judge_totals, waste, judge_waste, phases,
+                                  errors, run_id, judge_info, uses_model, len(items))
+            completed = True
+            return result
         finally:
             store.close()
+            if out.exists():
+                # Every attempt, interrupted or not, adds its time to the run's wall time.
+                phases.setdefault("total_s", time.perf_counter() - t_start)
+                JsonlAppender(out / "attempts.jsonl").append({
+                    "started_unix": round(time.time() - phases["total_s"], 3), "completed": completed,
+                    **{k: round(v, 3) for k, v in phases.items()}})
+
+    # -- plan
+    def _plan(self, mem: Memory, client: LLMClient, convs: Sequence[Conversation],
+              items: Sequence[tuple[Conversation, QAItem]], todo: Sequence[tuple[Conversation, QAItem]],
+              judged: set[str]) -> RunPlan:
+        to_build: dict[str, int] = {}
+        built = 0
+        if self.spec.baseline is None:
+            descriptor_set = mem.extractor(client).descriptor_set
+            for conv in convs:
+                left = len(mem.store.packets(conv.namespace)) - len(
+                    mem.store.extracted_packet_ids(conv.namespace, descriptor_set))
+                if left > 0:
+                    to_build[conv.namespace] = left
+                else:
+                    built += 1
+        to_judge = sum(1 for _, q in items if q.question_id not in judged) if self.spec.judging else 0
+        return RunPlan(to_build=to_build, built=built, turn_calls=turn_calls(self.cfg), questions=len(todo),
+                       per_question=question_calls(self.cfg, baseline=self.spec.baseline, answer=self.spec.answer),
+                       judged=to_judge)
 
     # -- one question
-    def _answer_one(self, mem: Any, client: Any, run_id: str, conv: Conversation, q: QAItem) -> dict[str, Any]:
-        from ..evidence.answer import answer_question, use_temporal_prompt
-
+    def _answer_one(self, mem: Memory, client: LLMClient, run_id: str, conv: Conversation, q: QAItem) -> dict[str, Any]:
         qclient = client.child(f"{run_id}/q/{q.question_id}")
         t0 = time.perf_counter()
         candidate_packets: list[str] = []
         if self.spec.baseline:
-            from .baselines import baseline_context
-
             packet_ids, text = baseline_context(self.spec.baseline, mem, conv.namespace, q.question, self.cfg,
                                                 cache=self._baseline_cache)
             stages = {"final": list(packet_ids)}
@@ -344,7 +408,7 @@ class EvalRunner:
             "gold_evidence": list(q.evidence),
             "recall_stages": stages,
             "tokens": tokens,
-            "context_tokens": _count(text),
+            "context_tokens": count_tokens(text),
             "timings_ms": {k: round(v, 2) for k, v in timings.items()},
             "candidate_packets": candidate_packets,
             "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
@@ -356,21 +420,27 @@ class EvalRunner:
         return row
 
     # -- judge
-    def _judge(self, out: Path, rows: list[dict], store: Any, run_id: str) -> dict[str, dict[str, int]]:
-        from ..llm.client import LLMClient
-        from .judge import judge_locomo_many, judge_longmemeval_many
+    def _judge_info(self, judge_cfg: ModelConfig | None, self_judge: bool, judge_backend: Any) -> dict | None:
+        if not self.spec.judging:
+            return None
+        version = judge_prompt_version(self.spec.benchmark)
+        identity = judge_backend.identity() if judge_backend is not None else None
+        if judge_cfg is None:  # an injected judge backend: name it by its identity
+            ident = identity or {}
+            judge_cfg = dataclasses.replace(self.cfg.model, backend=str(ident.get("backend", "custom")),
+                                            model=str(ident.get("model", "?")), base_url=ident.get("base_url"))
+        return judge_description(judge_cfg, version, self_judge=self_judge, identity=identity)
 
+    def _judge(self, out: Path, rows: list[dict], store: MemoryStore, run_id: str, judge_backend: Any
+               ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
         spec = self.spec
         path = out / "judgments.jsonl"
         have = {r["question_id"] for r in read_jsonl(path)}
         todo = [r for r in rows if r["question_id"] not in have]
-        if self._judge_backend is not None:
-            jb = self._judge_backend
-        elif spec.judge_backend or spec.judge_model:
-            jb = self._make_backend(spec.judge_backend or self.cfg.model.backend, spec.judge_model or self.cfg.model.model)
-        else:
-            jb = self._backend or self._make_backend(self.cfg.model.backend, None)
-        jclient = LLMClient(jb, store, run_id=f"{run_id}/judge")
+        judge_id = f"{run_id}/judge"
+        if judge_backend is None:  # everything was judged by an earlier attempt
+            return store.token_totals(run_id=judge_id), store.waste_totals(run_id=judge_id)
+        jclient = LLMClient(judge_backend, store, run_id=judge_id)
         appender = JsonlAppender(path)
         chunk = 32
         with bar(total=len(todo), desc="judge", unit="q", enabled=spec.progress) as pb:
@@ -386,63 +456,68 @@ class EvalRunner:
                     appender.append({"question_id": r["question_id"], "judge_label": res.label,
                                      "judge_error": res.error})
                 pb.update(len(part))
-        return jclient.totals()
+        return jclient.totals(), jclient.waste_totals()
 
     # -- scoring and files
-    def _finish(self, out: Path, rows: list[dict], totals: dict, judge_totals: dict, waste: dict,
-                phases: dict, t_start: float, errors: list[str], run_id: str) -> dict[str, Any]:
-        from .report import locomo_metrics, longmemeval_metrics, token_table, write_markdown_report
-
+    def _finish(self, out: Path, rows: list[dict], totals: dict, judge_totals: dict, waste: dict, judge_waste: dict,
+                phases: dict, errors: list[str], run_id: str, judge_info: dict | None,
+                uses_model: bool, n_selected: int) -> dict[str, Any]:
         judged = {r["question_id"]: r for r in read_jsonl(out / "judgments.jsonl")}
         merged = []
         for r in rows:
             j = judged.get(r["question_id"], {})
             merged.append({**r, "judge_label": j.get("judge_label"), "judge_error": j.get("judge_error")})
-        _atomic_write(out / "predictions.jsonl",
-                      "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in merged))
+        atomic_write(out / "predictions.jsonl",
+                     "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in merged))
         metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
-        from .coverage import aliasing_audit
-
         audited = [r["candidate_packets"] for r in merged if r.get("candidate_packets")]
         aliasing = {str(k): v for k, v in aliasing_audit(audited).items()} if audited else {}
-        stage_totals = {k: v for k, v in totals.items()}
-        if judge_totals:
-            judge_sum = {"prompt": 0, "completion": 0, "calls": 0}
-            for v in judge_totals.values():
-                for key in judge_sum:
-                    judge_sum[key] += v.get(key, 0)
-            stage_totals["judge"] = judge_sum
+        stage_totals = add_judge_totals(totals, judge_totals)
         table = token_table(stage_totals, len(merged))
-        phases["total_s"] = time.perf_counter() - t_start
+        earlier_s, earlier_n = _attempts_wall(out)
+        wall_s = earlier_s + phases["total_s"]
         result = {
             "run_id": run_id,
             "metrics": metrics,
             "token_table": table,
             "tokens_by_stage": stage_totals,
             "waste_by_stage": waste,
+            "judge_waste_by_stage": judge_waste,
             "phases_s": {k: round(v, 2) for k, v in phases.items()},
+            "wall_s": round(wall_s, 2),
+            "attempts": earlier_n + 1,
             "questions": len(merged),
             "failed_questions": errors,
             "aliasing_audit": aliasing,
+            "judge": judge_info,
         }
-        _atomic_write(out / "metrics.json", json.dumps(result, indent=2, sort_keys=True, default=str))
-        summary = json.loads((out / "config.json").read_text(encoding="utf-8"))
-        write_markdown_report(out / "report.md", metrics, {
+        atomic_write(out / "metrics.json", json.dumps(result, indent=2, sort_keys=True, default=str))
+        model = self.cfg.model
+        summary = {
             "run": run_id, "benchmark": self.spec.benchmark, "data": self.spec.data,
             "preset": self.spec.preset or "(custom)", "baseline": self.spec.baseline or "none",
-            "backend": summary["config"]["model"]["backend"], "model": summary["config"]["model"]["model"],
-            "embedder": f"{summary['config']['model']['embedder']} {summary['config']['model']['embed_model']}",
-            "wall time (s)": round(phases["total_s"], 1),
-        }, table)
+            # A retrieval-only run on the model-free path loads no model: say so, not the config's default.
+            "backend": model.backend if uses_model else "none (no model call)",
+            "model": model.model if uses_model else "none",
+            "embedder": f"{model.embedder} {model.embed_model}",
+            "judge": _judge_line(judge_info),
+            "wall time (s)": f"{wall_s:.1f} over {earlier_n + 1} attempt(s)",
+        }
+        if waste:
+            summary["wasted calls"] = ", ".join(f"{k} {v['calls']}" for k, v in waste.items())
+        write_markdown_report(out / "report.md", metrics, summary, table)
         if aliasing:
-            _append_aliasing(out / "report.md", aliasing)
-        self.echo(_summary_text(metrics, table, phases))
+            with open(out / "report.md", "a", encoding="utf-8") as fh:
+                fh.write("\n" + aliasing_markdown(aliasing) + "\n")
+        self.echo(summary_text(metrics, table, wall_s))
         self.echo(f"wrote {out}/predictions.jsonl, metrics.json, report.md")
         if errors:
-            self.echo(f"{len(errors)} questions failed with model errors; rerun to retry them")
+            self.echo(f"{len(errors)} questions failed with model errors ({len(merged)} of {n_selected} "
+                      "answered); rerun to retry them")
         return result
 
-    def _write_config(self, out: Path, run_id: str, data_sha: str, client: Any, mem: Any) -> None:
+    def _write_config(self, out: Path, run_id: str, data_sha: str, client: LLMClient, mem: Memory, plan: RunPlan,
+                      judge_info: dict | None, uses_model: bool) -> None:
         try:
             embed_identity = mem.embedder.identity()
         except Exception as exc:  # noqa: BLE001 - an embedder that cannot load is reported later
@@ -456,65 +531,45 @@ class EvalRunner:
             "config": self.cfg.to_dict(),
             "versions": _versions(),
             "prompt_versions": prompt_versions(),
-            "model_identity": client._backend_identity,
+            "model_identity": client._backend_identity if uses_model else None,
             "embedder_identity": embed_identity,
+            "judge": judge_info,
+            "plan": plan.to_dict(),
         }
-        _atomic_write(out / "config.json", json.dumps(cfg_doc, indent=2, sort_keys=True, default=str))
+        atomic_write(out / "config.json", json.dumps(cfg_doc, indent=2, sort_keys=True, default=str))
 
 
-def _append_aliasing(path: Path, aliasing: dict) -> None:
-    lines = ["", "## Source aliasing before normalization", "",
-             "Address hits (claims) in candidate order, before they are collapsed to packets "
-             "(seed 000, Appendix A.4). Eligible: questions with at least that many hits. DBR: share of "
-             "slots holding a packet already seen higher in the list. Affected: share of eligible questions "
-             "with such a slot. Max-source: slots held by the most repeated packet (mean / p95 / max).", "",
-             "| Depth | Eligible | Unique packets | DBR | Affected | Max-source mean/p95/max |",
-             "|---:|---:|---:|---:|---:|---|"]
-    for depth, a in aliasing.items():
-        if not a.get("eligible"):
-            lines.append(f"| {depth} | 0 | n/a | n/a | n/a | n/a |")
-            continue
-        lines.append(f"| {depth} | {a['eligible']} | {a['unique_mean']:.2f} | {100 * a['dbr']:.2f}% | "
-                     f"{100 * a['affected']:.2f}% | {a['max_source_mean']:.2f}/{a['max_source_p95']}/{a['max_source_max']} |")
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
+def _judge_line(judge_info: dict | None) -> str:
+    if not judge_info:
+        return "none (not judged)"
+    line = f"{judge_info['backend']} {judge_info['model']}, prompt {judge_info['prompt_version']}"
+    if judge_info.get("base_url"):
+        line += f", at {judge_info['base_url']}"
+    if judge_info.get("self_judge"):
+        line += " (the answer model judging itself, allowed explicitly)"
+    return line
 
 
-def _count(text: str) -> int:
-    from ..language.tokens import count_tokens
-
-    return count_tokens(text)
-
-
-def _summary_text(metrics: dict, table: dict, phases: dict) -> str:
-    lines = []
-    if metrics.get("benchmark") == "locomo":
-        lines.append(f"{'category':14s} {'n':>4s} {'F1':>6s} {'B1':>6s} {'LoCoMo-F1':>9s} {'Judge':>6s} {'Recall':>6s}")
-        groups = [(v.get("name", k), v) for k, v in metrics["per_category"].items()] + [("overall", metrics["overall"])]
-        for name, g in groups:
-            judge = g.get("judge", {}).get("accuracy")
-            rec = (g.get("recall", {}).get("final") or {}).get("recall")
-            lines.append(f"{name:14s} {g['count']:4d} {_pct(g.get('mem0_f1'))} {_pct(g.get('mem0_bleu1'))} "
-                         f"{_pct(g.get('locomo_f1')):>9s} {_pct(judge)} {_pct(rec)}")
-    else:
-        lines.append(f"task-averaged accuracy {_pct(metrics.get('task_averaged_accuracy'))}, "
-                     f"overall {_pct(metrics.get('overall_accuracy'))}")
-    lines.append(f"non-judge tokens per question: {table.get('non_judge_per_question', 0):.0f}; "
-                 f"wall time {phases.get('total_s', 0):.1f} s")
-    return "\n".join(lines)
-
-
-def _pct(x: float | None) -> str:
-    return "   n/a" if x is None else f"{100 * x:6.2f}"
+def judge_section_from_args(args: Any, cfg: PipelineConfig) -> PipelineConfig:
+    """``cfg`` with the ``--judge-*`` flags written into its judge section (flags win)."""
+    changes = {}
+    for flag, field_name in (("judge_backend", "backend"), ("judge_model", "model"),
+                             ("judge_base_url", "base_url"), ("judge_api_key_env", "api_key_env")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[field_name] = value
+    if getattr(args, "allow_self_judge", False):
+        changes["allow_self_judge"] = True
+    return cfg.replace(judge=changes) if changes else cfg
 
 
 def run_eval_from_args(args: Any, cfg: PipelineConfig) -> int:
+    """``eval``'s command: 0 when every question was answered, 1 when some failed."""
     spec = EvalSpec(
         benchmark=args.benchmark, data=args.data, store=args.store, out=args.out, limit=args.limit,
         conversations=tuple(c.strip() for c in args.conversations.split(",")) if args.conversations else None,
-        judge=not args.no_judge, judge_backend=args.judge_backend, judge_model=args.judge_model,
-        baseline=args.baseline, preset=args.preset, progress=not args.quiet,
+        judge=not args.no_judge, baseline=args.baseline, preset=args.preset, progress=not args.quiet,
         answer=not args.retrieval_only,
     )
-    EvalRunner(spec, cfg).run()
-    return 0
+    result = EvalRunner(spec, judge_section_from_args(args, cfg)).run()
+    return 1 if result["failed_questions"] else 0
