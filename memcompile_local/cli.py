@@ -81,9 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="run folder (default: runs/<benchmark>-<preset>-<hash>)")
     p.add_argument("--limit", type=int, help="only the first N questions (per conversation for LoCoMo)")
     p.add_argument("--conversations", help="comma-separated LoCoMo sample ids")
-    p.add_argument("--judge-backend", help="backend of the judge (default: the answer backend)")
-    p.add_argument("--judge-model", help="judge model name or path")
-    p.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
+    g = p.add_argument_group("judge (a model of its own; the config's judge: section sets the same)")
+    g.add_argument("--judge-backend", help="backend of the judge (default: the answer backend)")
+    g.add_argument("--judge-model", help="judge model name or path (default: the answer model)")
+    g.add_argument("--judge-base-url", help="base URL of the judge's OpenAI-compatible server (never inherited "
+                                            "from --base-url)")
+    g.add_argument("--judge-api-key-env", help="environment variable holding the judge's API key "
+                                               "(default OPENAI_API_KEY)")
+    g.add_argument("--allow-self-judge", action="store_true",
+                   help="let the answer model judge its own answers (refused otherwise; the report says so)")
+    g.add_argument("--no-judge", action="store_true", help="skip the LLM judge")
     p.add_argument("--retrieval-only", action="store_true",
                    help="measure evidence recall only: no answer, no judge (zero model calls on the model-free path)")
     p.add_argument("--baseline", choices=["full-context", "bm25", "dense"],
@@ -93,7 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="run a grid of backbones x presets from a YAML spec")
     p.add_argument("spec")
     p.add_argument("--out", help="output folder")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the runs, their judges and the memory builds they share; run nothing")
     _add_quiet(p)
+
+    p = sub.add_parser("export", help="write a run's predictions as a dataset file (one row per question)")
+    p.add_argument("run_dir", help="an eval run folder (holding config.json and predictions.jsonl)")
+    p.add_argument("--format", default="parquet", choices=["parquet", "jsonl"],
+                   help="parquet (needs the hf extra: datasets) or jsonl (default: %(default)s)")
+    p.add_argument("--out", help="output file (default: RUN_DIR/predictions.<format>)")
 
     p = sub.add_parser("forget", help="delete everything of a namespace from the store")
     p.add_argument("namespace")
@@ -292,8 +307,14 @@ def cmd_eval(args) -> int:
 def cmd_compare(args) -> int:
     from .bench.compare import run_compare
 
-    run_compare(args.spec, out=args.out, progress=not args.quiet)
+    run_compare(args.spec, out=args.out, progress=not args.quiet, dry_run=args.dry_run)
     return 0
+
+
+def cmd_export(args) -> int:
+    from .bench.export import export_from_args
+
+    return export_from_args(args)
 
 
 def cmd_demo(args) -> int:
@@ -303,7 +324,7 @@ def cmd_demo(args) -> int:
 
 
 COMMANDS = {
-    "ingest": cmd_ingest, "build": cmd_build, "ask": cmd_ask, "eval": cmd_eval, "compare": cmd_compare,
+    "ingest": cmd_ingest, "build": cmd_build, "ask": cmd_ask, "eval": cmd_eval, "compare": cmd_compare, "export": cmd_export,
     "forget": cmd_forget, "scrub": cmd_scrub, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
     **SERVICE_COMMANDS,
 }

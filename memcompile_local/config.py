@@ -7,90 +7,115 @@ and Appendix C give the Evidence Plane constants; seed 001 gives MemPursuit's ta
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Mapping
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+
+from .errors import ConfigError
+
+# Value ranges the method fixes: counts and capacities are positive or non-negative, weights
+# and costs are non-negative, and Jaccard weights, BM25's b and the routing fractions lie in
+# [0, 1]. Fields without such a constraint (e.g. the fused selector's weights) take any value
+# of their type. ``PipelineConfig.from_dict`` and ``validate_config`` check them.
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+NonNeg = Annotated[float, Field(ge=0)]
+Positive = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+# Every section rejects unknown fields when validated (pydantic reads this class attribute).
+_STRICT_FIELDS = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)
 class PlacementConfig:
     """Bounded Cell placement (Appendix B.2, Eqs. 3-4 and 17-21)."""
 
+    __pydantic_config__ = _STRICT_FIELDS
+
     layout: Literal["bounded", "flat", "sequential", "session", "entity"] = "bounded"
-    token_cap: int = 360  # B_C
-    item_cap: int = 12  # M_C
-    beta: float = 1.4  # weight of coherence C
-    gamma: float = 1.0  # weight of inconsistency X
-    eta: float = 0.45  # weight of expansion pressure E
-    coherence_keyword: float = 0.45
-    coherence_person: float = 0.35
-    coherence_time: float = 0.20
-    time_in_span: float = 1.0
-    time_out_of_span: float = 0.25
-    inconsistency_penalty: float = 0.45
-    session_span_weight: float = 0.2  # in H(c)
-    entropy_delta_weight: float = 0.4  # Delta_H weight in E
-    fill_weight: float = 0.25
-    entropy_excess_weight: float = 0.25
-    entropy_threshold: float = 1.8
-    new_cell_coherence: float = 0.55
-    new_cell_pressure: float = 0.65
-    block_size: int = 12  # fixed-length blocks of the sequential/session/entity layouts (= M_C)
+    token_cap: PosInt = 360  # B_C
+    item_cap: PosInt = 12  # M_C
+    beta: NonNeg = 1.4  # weight of coherence C
+    gamma: NonNeg = 1.0  # weight of inconsistency X
+    eta: NonNeg = 0.45  # weight of expansion pressure E
+    coherence_keyword: NonNeg = 0.45
+    coherence_person: NonNeg = 0.35
+    coherence_time: NonNeg = 0.20
+    time_in_span: NonNeg = 1.0
+    time_out_of_span: NonNeg = 0.25
+    inconsistency_penalty: NonNeg = 0.45
+    session_span_weight: NonNeg = 0.2  # in H(c)
+    entropy_delta_weight: NonNeg = 0.4  # Delta_H weight in E
+    fill_weight: NonNeg = 0.25
+    entropy_excess_weight: NonNeg = 0.25
+    entropy_threshold: NonNeg = 1.8
+    new_cell_coherence: NonNeg = 0.55
+    new_cell_pressure: NonNeg = 0.65
+    block_size: PosInt = 12  # fixed-length blocks of the sequential/session/entity layouts (= M_C)
 
 
 @dataclass(frozen=True)
 class RoutingConfig:
     """Diminishing-benefit Cell routing and the candidate union (Appendix B.3, Eqs. 5-7, 22-23)."""
 
-    w_keywords: float = 2.0
-    w_people: float = 2.2
-    w_title: float = 0.7
-    temporal_bonus: float = 0.25  # T_q(c)
-    w_density: float = 0.03
-    admission: float = 0.08
-    cell_budget: int = 6  # B_cell: maximum opened Cells
-    min_cells: int = 1
-    pool_floor: int = 12  # pool = max(12, 6 * B_cell) = 36
-    pool_per_cell: int = 6
-    redundancy: float = 0.45  # lambda_R
-    open_cost: float = 0.02
-    token_cost: float = 0.0005
-    relative_floor: float = 0.68
-    cumulative_top_p: float = 0.90
+    __pydantic_config__ = _STRICT_FIELDS
+
+    w_keywords: NonNeg = 2.0
+    w_people: NonNeg = 2.2
+    w_title: NonNeg = 0.7
+    temporal_bonus: NonNeg = 0.25  # T_q(c)
+    w_density: NonNeg = 0.03
+    admission: NonNeg = 0.08
+    cell_budget: NonNegInt = 6  # B_cell: maximum opened Cells
+    min_cells: NonNegInt = 1
+    pool_floor: NonNegInt = 12  # pool = max(12, 6 * B_cell) = 36
+    pool_per_cell: NonNegInt = 6
+    redundancy: Fraction = 0.45  # lambda_R
+    open_cost: NonNeg = 0.02
+    token_cost: NonNeg = 0.0005
+    relative_floor: Fraction = 0.68
+    cumulative_top_p: Fraction = 0.90
     channels: Literal["both", "cells", "bm25"] = "both"  # A4 Cell-only, A5 BM25-only ablations
-    bm25_k1: float = 1.5
-    bm25_b: float = 0.75
-    bm25_top: int = 96
-    bm25_map_scale: float = 2.0  # b_i = 2 log(1 + s_i) / log(1 + s_max)
-    seeds: int = 8
-    alpha_f: float = 2.0
-    alpha_k: float = 1.6
-    alpha_p: float = 2.4
-    alpha_t: float = 0.3
-    alpha_b: float = 0.45
-    mmr_support: float = 0.10
-    mmr_overlap: float = 0.58
-    mmr_same_cell: float = 0.08
-    mmr_k: int = 10
+    bm25_k1: NonNeg = 1.5
+    bm25_b: Fraction = 0.75
+    bm25_top: NonNegInt = 96
+    bm25_map_scale: NonNeg = 2.0  # b_i = 2 log(1 + s_i) / log(1 + s_max)
+    seeds: NonNegInt = 8
+    alpha_f: NonNeg = 2.0
+    alpha_k: NonNeg = 1.6
+    alpha_p: NonNeg = 2.4
+    alpha_t: NonNeg = 0.3
+    alpha_b: NonNeg = 0.45
+    mmr_support: NonNeg = 0.10
+    mmr_overlap: NonNeg = 0.58
+    mmr_same_cell: NonNeg = 0.08
+    mmr_k: NonNegInt = 10
 
 
 @dataclass(frozen=True)
 class EvidenceConfig:
     """Evidence Plane (Section 3.4, Appendix C.2)."""
 
-    k0: int = 10  # initial SourcePackets
-    k_dense: int = 40  # K_D, dense packet proposals
-    k_rank: int = 5  # K_R, frontier rank cutoff
-    k_append: int = 2  # K_Delta, frontier append cap
-    max_retries: int = 3  # scheduler schema-correction retries (Appendix A.2)
+    __pydantic_config__ = _STRICT_FIELDS
+
+    k0: PosInt = 10  # initial SourcePackets
+    k_dense: NonNegInt = 40  # K_D, dense packet proposals
+    k_rank: NonNegInt = 5  # K_R, frontier rank cutoff
+    k_append: NonNegInt = 2  # K_Delta, frontier append cap
+    max_retries: NonNegInt = 3  # scheduler schema-correction retries (Appendix A.2)
     anchor_selector: Literal["llm", "mmr", "normalized", "pursuit", "dense", "fused"] = "llm"
     frontier: Literal["llm", "pursuit", "none"] = "llm"
     view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
-    pursuit_tau: float = 1e-5  # MemPursuit adaptive stop (seed 001)
-    pursuit_pool: int = 200  # P: MemPursuit candidates (normalized pool, then dense proposals)
+    pursuit_tau: NonNeg = 1e-5  # MemPursuit adaptive stop (seed 001)
+    pursuit_pool: PosInt = 200  # P: MemPursuit candidates (normalized pool, then dense proposals)
     # For models with a small context window (not in the paper, which sends the whole pool):
     # the scheduler sees at most this many candidates (pool order) and this many characters of each.
-    max_schedule_pool: int | None = None
-    max_candidate_chars: int | None = None
+    max_schedule_pool: PosInt | None = None
+    max_candidate_chars: PosInt | None = None
 
 
 @dataclass(frozen=True)
@@ -100,39 +125,43 @@ class FusionConfig:
     Weights were set on the two development conversations (see README, "Model-free path").
     """
 
+    __pydantic_config__ = _STRICT_FIELDS
+
     lexical_weight: float = 1.0
     packet_weight: float = 1.0
     speaker_weight: float = 0.3
     temporal_weight: float = 0.2
     neighbor_context: bool = True  # lexical documents take in the in-session neighbours
     dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
-    bm25_k1: float = 1.5
-    bm25_b: float = 0.75
+    bm25_k1: NonNeg = 1.5
+    bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).
     time_match_weight: float = 0.0  # bonus for turns dated in the period the question names
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
     complement: Literal["none", "mmr", "pursuit"] = "none"  # complementary selection over the fused top-P
     complement_scope: Literal["list", "all"] = "list"  # list questions only, or every question
-    complement_pool: int = 30  # P
-    complement_keep: int = 6  # first slots kept in fused order
+    complement_pool: NonNegInt = 30  # P
+    complement_keep: NonNegInt = 6  # first slots kept in fused order
     mmr_lambda: float = 0.3
-    second_round_slots: int = 0  # last slots filled by the evidence-conditioned second round
-    second_round_read: int = 3  # top packets whose names/keywords re-query the lexical channel
+    second_round_slots: NonNegInt = 0  # last slots filled by the evidence-conditioned second round
+    second_round_read: NonNegInt = 3  # top packets whose names/keywords re-query the lexical channel
     second_round_weight: float = 0.5
     # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
     schedule_pool: Literal["normalized", "fused"] = "normalized"
-    schedule_pool_size: int = 100  # N for the fused pool
+    schedule_pool_size: PosInt = 100  # N for the fused pool
 
 
 @dataclass(frozen=True)
 class ExtractionConfig:
     """Descriptor extraction (Appendix B.1)."""
 
+    __pydantic_config__ = _STRICT_FIELDS
+
     extractor: Literal["llm", "rule"] = "llm"
     combined_call: bool = False  # facts and metadata in one call per turn
     on_failure: Literal["error", "rule"] = "error"  # a turn the model fails on: stop, or rule-extract it
-    max_keywords: int = 5
+    max_keywords: NonNegInt = 5
     use_intent: bool = True  # query intent (ablation A6 turns it off)
     intent_source: Literal["llm", "rule"] = "llm"  # the model-free path uses the rule-based intent
 
@@ -141,14 +170,16 @@ class ExtractionConfig:
 class ModelConfig:
     """Which backend and model serve LLM calls, and which embedder serves dense retrieval."""
 
+    __pydantic_config__ = _STRICT_FIELDS
+
     backend: str = "llamacpp"
     model: str = "smollm2-135m"
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    max_tokens: int = 2048  # every stage decodes greedily: temperature 0, seed 0 (LLMRequest defaults)
-    concurrency: int = 4
-    timeout_s: float = 120.0
-    context_window: int | None = None  # tokens; checked by the full-context baseline when set
+    max_tokens: PosInt = 2048  # every stage decodes greedily: temperature 0, seed 0 (LLMRequest defaults)
+    concurrency: PosInt = 4
+    timeout_s: Positive = 120.0
+    context_window: PosInt | None = None  # tokens; checked by the full-context baseline when set
     embedder: str = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"
     options: dict[str, Any] = field(default_factory=dict)
@@ -164,6 +195,8 @@ class JudgeConfig:
     ``allow_self_judge`` (a model grading its own answers is lenient with them).
     """
 
+    __pydantic_config__ = _STRICT_FIELDS
+
     backend: str | None = None
     model: str | None = None
     base_url: str | None = None
@@ -173,6 +206,10 @@ class JudgeConfig:
 
 @dataclass(frozen=True)
 class PipelineConfig:
+    """Every setting of a memory's build and query path, one section per stage."""
+
+    __pydantic_config__ = _STRICT_FIELDS
+
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
@@ -185,38 +222,86 @@ class PipelineConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PipelineConfig":
-        """Build from a (possibly partial) nested dict; unknown keys are an error."""
-        from .errors import ConfigError
+    def from_dict(cls, data: Mapping[str, Any] | None, *, source: str | None = None) -> "PipelineConfig":
+        """Build from a (possibly partial) nested mapping such as a parsed config file.
 
-        parts = {}
-        sub = {
-            "extraction": ExtractionConfig,
-            "placement": PlacementConfig,
-            "routing": RoutingConfig,
-            "evidence": EvidenceConfig,
-            "model": ModelConfig,
-            "fusion": FusionConfig,
-            "judge": JudgeConfig,
-        }
-        for key, value in (data or {}).items():
-            if key not in sub:
-                raise ConfigError(f"unknown config section {key!r}; expected one of {sorted(sub)}")
-            if not isinstance(value, dict):
-                raise ConfigError(f"config section {key!r} must be a mapping, got {type(value).__name__}")
-            names = {f.name for f in dataclasses.fields(sub[key])}
-            unknown = set(value) - names
-            if unknown:
-                raise ConfigError(f"unknown field(s) {sorted(unknown)} in config section {key!r}")
-            parts[key] = sub[key](**value)
-        return cls(**parts)
+        Every value is checked against its field's type, allowed values and range, with
+        JSON's strictness (no "10" for 10, no 1 for true); unknown sections and fields are
+        errors. Raises ``ConfigError`` naming ``source`` (e.g. the file), each bad field's
+        path such as ``evidence.anchor_selector``, what it allows and what it got.
+        """
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{_where(source)}expected a mapping of config sections, got {type(data).__name__}")
+        return _validated(data, source)
 
     def replace(self, **sections: Any) -> "PipelineConfig":
-        """Return a copy with some fields of some sections replaced: replace(evidence={'k0': 5})."""
+        """Return a copy with some fields of some sections replaced: replace(evidence={'k0': 5}).
+
+        The result is validated like ``from_dict`` (``ConfigError`` on a bad value).
+        """
         current = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for name, changes in sections.items():
+            if name not in current:
+                raise ConfigError(f"unknown config section {name!r}; expected one of {sorted(current)}")
             current[name] = dataclasses.replace(current[name], **changes)
-        return PipelineConfig(**current)
+        return validate_config(PipelineConfig(**current))
+
+
+@functools.cache
+def _adapter() -> TypeAdapter:
+    # Built on first use: constructing the validator costs a few milliseconds.
+    return TypeAdapter(PipelineConfig)
+
+
+def _where(source: str | None) -> str:
+    return f"{source}: " if source else ""
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the config section at ``loc`` (() is the top level)."""
+    cls: Any = PipelineConfig
+    for part in loc:
+        match = [f for f in dataclasses.fields(cls) if f.name == part]
+        if not match or not dataclasses.is_dataclass(match[0].default_factory):  # type: ignore[arg-type]
+            return []
+        cls = match[0].default_factory
+    return sorted(f.name for f in dataclasses.fields(cls))
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    loc = tuple(error["loc"])
+    path = ".".join(str(p) for p in loc) or "<config>"
+    if error["type"] == "unexpected_keyword_argument":
+        parent = loc[:-1]
+        kind = "section" if not parent else "field"
+        where = f" of {'.'.join(map(str, parent))}" if parent else ""
+        return f"{path}: unknown config {kind}{where}; expected one of {_fields_at(parent)}"
+    return f"{path}: {error['msg']} (got {error['input']!r})"
+
+
+def _validated(data: Mapping[str, Any], source: str | None) -> PipelineConfig:
+    try:
+        # A config file is JSON-shaped; a value JSON cannot hold (a YAML date) is checked as text.
+        text = json.dumps(data, default=str)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{_where(source)}the config is not a JSON-like mapping ({exc})") from None
+    try:
+        return _adapter().validate_json(text, strict=True)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(e) for e in exc.errors())
+        raise ConfigError(f"{_where(source)}invalid config: {problems}") from None
+
+
+def validate_config(cfg: PipelineConfig, *, source: str | None = None) -> PipelineConfig:
+    """Check every value of ``cfg`` (as ``from_dict`` does) and return it unchanged.
+
+    For configurations assembled in code (``PipelineConfig(evidence=EvidenceConfig(...))``),
+    which dataclasses do not check. Raises ``ConfigError``.
+    """
+    _validated(dataclasses.asdict(cfg), source)
+    return cfg
 
 
 def config_needs_llm(c: PipelineConfig) -> bool:
