@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for other connections (default 5)")
     _add_store(p)
 
+    p = sub.add_parser("check", help="check a store file for damage (integrity, foreign keys, packet hashes, "
+                                     "decodable rows); exit 1 when anything is damaged")
+    _add_store(p)
+
     p = sub.add_parser("stats", help="namespaces, packets, descriptors, cells and tokens in a store")
     p.add_argument("--namespace")
     p.add_argument("--json", action="store_true")
@@ -265,6 +269,15 @@ def cmd_scrub(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from .store.check import check_store
+
+    report = check_store(args.store)
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+
+
 def cmd_stats(args) -> int:
     from .store import MemoryStore
 
@@ -325,7 +338,7 @@ def cmd_demo(args) -> int:
 
 COMMANDS = {
     "ingest": cmd_ingest, "build": cmd_build, "ask": cmd_ask, "eval": cmd_eval, "compare": cmd_compare, "export": cmd_export,
-    "forget": cmd_forget, "scrub": cmd_scrub, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
+    "forget": cmd_forget, "scrub": cmd_scrub, "check": cmd_check, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
     **SERVICE_COMMANDS,
 }
 

@@ -34,6 +34,7 @@ The row codecs live in :mod:`.codecs`, the request cache and usage ledger in :mo
 from __future__ import annotations
 
 import json
+import itertools
 import logging
 import os
 import sqlite3
@@ -61,6 +62,7 @@ from .codecs import (
     require_str,
     vector_from_blob,
 )
+from .check import damaged_rows
 from .connection import StoreConnection
 from .ledger import RequestLedger
 from .namespace import validate_namespace
@@ -183,6 +185,19 @@ class MemoryStore(StoreConnection, RequestLedger):
                     create_schema(w)
                 elif version < SCHEMA_VERSION:
                     upgrade_schema(w, version)
+
+    def _read_error(self, exc: BaseException, table: str | None) -> StoreError:
+        """The connection's read error, with the rows of ``table`` that do not decode named."""
+        err = super()._read_error(exc, table)
+        if table is None or "locked" in str(exc) or "busy" in str(exc):
+            return err
+        try:
+            bad = list(itertools.islice(damaged_rows(self._conn, table, limit=3), 3))
+        except (KeyError, sqlite3.Error):  # not one of the store's tables, or unreadable
+            return err
+        if not bad:
+            return err
+        return StoreError(f"{err}; damaged: " + "; ".join(str(p) for p in bad))
 
     # ---------------------------------------------------------------- generations
 
