@@ -108,6 +108,11 @@ class EventFields:
     confidence: float = 0.0
 
 
+def descriptor_id(namespace: str, packet_id: str, claim_index: int) -> str:
+    """The stable descriptor id ``"<namespace>:<packet_id>:<claim_index>"`` (every extractor's)."""
+    return f"{namespace}:{packet_id}:{claim_index}"
+
+
 @dataclass(frozen=True)
 class Descriptor:
     """A source-linked atomic claim x_i (Eq. 2): claim text plus metadata plus packet key."""

@@ -154,7 +154,7 @@ def _fresh_modules(code: str) -> list[str]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_language_package_sits_below_both_planes_and_intent_imports_no_extractor():
+def test_language_package_sits_below_both_planes_and_no_extractor_imports_another():
     below = _fresh_modules("""
         import json, sys
         import memcompile_local.language
@@ -162,9 +162,10 @@ def test_language_package_sits_below_both_planes_and_intent_imports_no_extractor
                                 and not m.startswith("memcompile_local.language"))))
     """)
     assert below == []
-    intent = _fresh_modules("""
-        import json, sys
-        import memcompile_local.address.intent
-        print(json.dumps(sorted(m for m in sys.modules if "extract_" in m)))
-    """)
-    assert intent == []
+    for module, other in (("intent", "extract_"), ("extract_llm", "extract_rule"), ("extract_rule", "extract_llm")):
+        loaded = _fresh_modules(f"""
+            import json, sys
+            import memcompile_local.address.{module}
+            print(json.dumps(sorted(m for m in sys.modules if "{other}" in m and not m.endswith(".{module}"))))
+        """)
+        assert loaded == [], f"importing address.{module} loads {loaded}"

@@ -32,7 +32,6 @@ import math
 import re
 from typing import Any, Sequence
 
-from memcompile_local.address.extract_rule import descriptor_id
 from memcompile_local.address.prompts import (
     COMBINED_PROMPT_VERSION,
     COMBINED_SYSTEM,
@@ -60,7 +59,7 @@ from memcompile_local.language.timeparse import find_time_mentions, normalize_ti
 from memcompile_local.language.tokens import count_tokens, normalize_name, words
 from memcompile_local.llm.interface import LLMRequest, Message, stable_hash
 from memcompile_local.protocols import ModelClient
-from memcompile_local.types import Descriptor, EventFields, SourcePacket
+from memcompile_local.types import Descriptor, EventFields, SourcePacket, descriptor_id
 
 __all__ = [
     "LLMExtractor",

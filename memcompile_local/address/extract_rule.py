@@ -51,7 +51,7 @@ from memcompile_local.language.negation import has_negation
 from memcompile_local.language.phrases import keyword_phrases
 from memcompile_local.language.timeparse import find_time_mentions, parse_session_time, session_date
 from memcompile_local.language.tokens import STOPWORDS, count_tokens, normalize_apostrophes, normalize_name, words
-from memcompile_local.types import Descriptor, EventFields, SourcePacket
+from memcompile_local.types import Descriptor, EventFields, SourcePacket, descriptor_id
 
 __all__ = [
     "RULE_EXTRACTOR_VERSION",
@@ -65,7 +65,6 @@ __all__ = [
     "classify_event_type",
     "predicate_lemma",
     "is_low_value",
-    "descriptor_id",
     "EVENT_TYPES",
     "POLARITIES",
 ]
@@ -81,11 +80,6 @@ POLARITIES: tuple[str, ...] = ("positive", "negative", "neutral", "unknown")
 # Fixed confidence of a rule-derived event: the heuristics are cue-word guesses, so they
 # claim middling certainty rather than pretending to a calibrated probability.
 RULE_CONFIDENCE = 0.5
-
-
-def descriptor_id(namespace: str, packet_id: str, claim_index: int) -> str:
-    """The stable descriptor id ``"<namespace>:<packet_id>:<claim_index>"``."""
-    return f"{namespace}:{packet_id}:{claim_index}"
 
 
 # --------------------------------------------------------------------------- sentence splitting
