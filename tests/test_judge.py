@@ -106,7 +106,7 @@ def test_judge_schemas_carry_no_titles_or_docstrings():
     import pydantic
     from typing import Literal
 
-    from memcompile_local.address.schemas import spec_for
+    from memcompile_local.llm.interface import spec_for
 
     class Reworded(pydantic.BaseModel):
         """Some other words about the LoCoMo judge's reply."""

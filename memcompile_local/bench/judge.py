@@ -29,9 +29,8 @@ from typing import Any, Iterable, Literal, Sequence
 
 from pydantic import BaseModel
 
-from memcompile_local.address.schemas import spec_for
 from memcompile_local.errors import DataFormatError, ModelError
-from memcompile_local.llm.interface import LLMRequest, LLMResponse, Message
+from memcompile_local.llm.interface import LLMRequest, LLMResponse, Message, spec_for
 
 __all__ = [
     "JudgeResult",
