@@ -10,11 +10,12 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
+from .config import PipelineConfig, config_needs_llm
 from .errors import ConfigError, MemCompileError
+from .evidence.presets import COMPOSITION_HELP, PRESETS, apply_presets, describe_preset
 from .service.cli import SERVICE_COMMANDS, add_service_commands
 
 DEFAULT_STORE = "memcompile.sqlite"
@@ -31,11 +32,16 @@ def _add_store(p: argparse.ArgumentParser) -> None:
 def _add_model(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("pipeline and models")
     g.add_argument("--config", help="YAML file with a PipelineConfig (sections: extraction, placement, routing, evidence, model)")
-    g.add_argument("--preset", help="named pipeline path (A0..A7, model-free, view-*, layout-*); see `memcompile-local presets`")
+    g.add_argument("--preset", action="append",
+                   help="named pipeline path (A0..A7, model-free, view-*, layout-*); repeat it or join names "
+                        "with '+' to compose (model-free+view-raw); see `memcompile-local presets`")
     g.add_argument("--backend", help="LLM backend: llamacpp (default), openai, vllm, transformers, scripted")
     g.add_argument("--model", help="model name or path for the LLM backend")
     g.add_argument("--base-url", help="base URL of an OpenAI-compatible server")
     g.add_argument("--concurrency", type=int, help="concurrent requests to an OpenAI-compatible server")
+    g.add_argument("--max-tokens", type=int,
+                   help="cap on the tokens of every model completion (default 2048; 256 for the embedded "
+                        "SmolLM2-135M unless set here or in --config)")
     g.add_argument("--embedder", help="embedder: sentence-transformers (default), openai, hash")
     g.add_argument("--embed-model", help="embedding model name or path")
     g.add_argument("--extractor", choices=["llm", "rule"], help="descriptor extractor (rule = no model calls)")
@@ -44,7 +50,13 @@ def _add_model(p: argparse.ArgumentParser) -> None:
 
 
 def _add_quiet(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (also those of sentence-transformers, datasets and the HF hub)")
+
+
+FORMAT_HELP = ("input layout: auto (default: detect from the first record), locomo (locomo10.json), "
+               "longmemeval (S, M or oracle file), plain (our own {'sessions': [...]} JSON or JSONL; "
+               "see docs/data-formats.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,9 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest", help="read a dataset or memory file into a store")
     p.add_argument("path", help="LoCoMo, LongMemEval or plain JSON/JSONL file")
-    p.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "plain"])
+    p.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "plain"], help=FORMAT_HELP)
     p.add_argument("--namespace", help="namespace for a plain file (default: from the file)")
-    p.add_argument("--limit", type=int, help="only the first N conversations/questions")
+    p.add_argument("--limit", type=int,
+                   help="only the first N conversations (LoCoMo, plain) or questions (LongMemEval: one "
+                        "namespace per question)")
     p.add_argument("--build", action="store_true", help="also build descriptors, Cells and embeddings")
     _add_store(p); _add_model(p); _add_quiet(p)
 
@@ -68,10 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("namespaces", nargs="*", help="namespaces (default: all in the store)")
     _add_store(p); _add_model(p); _add_quiet(p)
 
-    p = sub.add_parser("ask", help="compile evidence for a question and answer it")
-    p.add_argument("namespace")
-    p.add_argument("question")
+    p = sub.add_parser("ask", help="compile evidence for a question and answer it",
+                       description="Compile the evidence for QUESTION from the memory of NAMESPACE and answer "
+                                   "it. A namespace that is not built yet for this configuration is built "
+                                   "first (said on stderr, with a progress bar) unless --no-build.")
+    p.add_argument("namespace", help="namespace to ask (see `memcompile-local stats --store ...`)")
+    p.add_argument("question", help="the question, quoted as one argument")
     p.add_argument("--no-answer", action="store_true", help="only compile and print the context")
+    p.add_argument("--no-build", action="store_true",
+                   help="fail at once when the namespace is not built, instead of building it first")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     _add_store(p); _add_model(p); _add_quiet(p)
 
@@ -79,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("benchmark", choices=["locomo", "longmemeval"])
     p.add_argument("--data", required=True, help="benchmark file (locomo10.json; LongMemEval S, M or oracle)")
     p.add_argument("--out", help="run folder (default: runs/<benchmark>-<preset>-<hash>)")
-    p.add_argument("--limit", type=int, help="only the first N questions (per conversation for LoCoMo)")
+    p.add_argument("--limit", type=int,
+                   help="only the first N questions of each conversation (LoCoMo) or the first N questions "
+                        "(LongMemEval); every turn of each conversation used is still ingested and built")
     p.add_argument("--conversations", help="comma-separated LoCoMo sample ids")
     g = p.add_argument_group("judge (a model of its own; the config's judge: section sets the same)")
     g.add_argument("--judge-backend", help="backend of the judge (default: the answer backend)")
@@ -98,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store(p); _add_model(p); _add_quiet(p)
 
     p = sub.add_parser("compare", help="run a grid of backbones x presets from a YAML spec")
-    p.add_argument("spec")
+    p.add_argument("spec", help="YAML file with benchmark, data, backbones (name/backend/model...) and presets "
+                                "(see examples/compare-grid.yaml)")
     p.add_argument("--out", help="output folder")
     p.add_argument("--dry-run", action="store_true",
                    help="list the runs, their judges and the memory builds they share; run nothing")
@@ -126,44 +148,89 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store(p)
 
     p = sub.add_parser("stats", help="namespaces, packets, descriptors, cells and tokens in a store")
-    p.add_argument("--namespace")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--namespace", help="only this namespace (default: every namespace in the store)")
+    p.add_argument("--json", action="store_true", help="print the full statistics as JSON instead of tables")
     _add_store(p)
 
-    sub.add_parser("presets", help="list the named pipeline presets")
+    sub.add_parser("presets", help="list the named pipeline presets and how they compose",
+                   description=COMPOSITION_HELP)
     add_service_commands(sub, add_store=_add_store, add_model=_add_model)
 
     p = sub.add_parser("demo", help="ingest the shipped example conversation and answer a question")
     p.add_argument("--store", default=None, help="store file (default: a temporary file)")
     p.add_argument("--question", default=None)
     _add_model(p); _add_quiet(p)
+    for name, command in sub.choices.items():
+        # -v after the subcommand too; SUPPRESS keeps a -v given before it.
+        if "verbose" not in {a.dest for a in command._actions}:
+            command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                                 help="log more (-vv for debug)")
     return parser
 
 
-def config_from_args(args: argparse.Namespace):
-    """PipelineConfig from --config, then --preset, then individual flags (later wins)."""
-    from .config import PipelineConfig
+# What examples/smollm2-cpu.yaml and the demo use for SmolLM2-135M on a CPU. It rambles up to
+# any completion limit, cannot extract usable claims and has an 8,192-token window.
+SMALL_MODEL = ("llamacpp", "smollm2-135m")
+SMALL_MODEL_CAPS = {
+    ("model", "max_tokens"): 256,
+    ("extraction", "extractor"): "rule",
+    ("evidence", "max_schedule_pool"): 40,
+    ("evidence", "max_candidate_chars"): 240,
+}
 
+
+def apply_small_model_caps(cfg: PipelineConfig, explicit: set[tuple[str, str]]) -> tuple[PipelineConfig, list[str]]:
+    """The small-model settings for the embedded SmolLM2-135M on llama.cpp, except the fields
+    in ``explicit`` (set by a flag, the --config file or a preset). Returns the config and the
+    ``section.field=value`` settings applied (empty for any other model)."""
+    if (cfg.model.backend, cfg.model.model) != SMALL_MODEL:
+        return cfg, []
+    changes: dict[str, dict[str, Any]] = {}
+    applied = []
+    for (section, name), value in SMALL_MODEL_CAPS.items():
+        if (section, name) in explicit or getattr(getattr(cfg, section), name) == value:
+            continue
+        changes.setdefault(section, {})[name] = value
+        applied.append(f"{section}.{name}={value}")
+    return (cfg.replace(**changes) if changes else cfg), applied
+
+
+def config_from_args(args: argparse.Namespace, *, announce: bool = False) -> PipelineConfig:
+    """PipelineConfig from --config, then --preset, then individual flags (later wins).
+
+    When the embedded SmolLM2-135M runs, the small-model caps (``SMALL_MODEL_CAPS``) fill the
+    fields none of those set; ``announce=True`` says so on stderr.
+    """
     cfg = PipelineConfig()
+    explicit: set[tuple[str, str]] = set()
     if getattr(args, "config", None):
-        import yaml
+        import yaml  # optional dependency of the CLI's --config only
 
         with open(args.config, encoding="utf-8") as fh:
             data = yaml.safe_load(fh) or {}
-        cfg = PipelineConfig.from_dict(data.get("pipeline", data))
+        section_data = data.get("pipeline", data)
+        cfg = PipelineConfig.from_dict(section_data, source=args.config)
+        explicit |= {(sec, name) for sec, fields in section_data.items() if isinstance(fields, dict)
+                     for name in fields}
     if getattr(args, "preset", None):
-        from .evidence.presets import apply_preset
-
-        cfg = apply_preset(args.preset, cfg)
+        names = args.preset if isinstance(args.preset, list) else [args.preset]
+        cfg = apply_presets(names, cfg)
+        if cfg.extraction.extractor == "rule" or not config_needs_llm(cfg):
+            explicit.add(("extraction", "extractor"))  # e.g. model-free chose it already
     model: dict[str, Any] = {}
     for flag, field in [("backend", "backend"), ("model", "model"), ("base_url", "base_url"),
-                        ("concurrency", "concurrency"), ("embedder", "embedder"), ("embed_model", "embed_model")]:
+                        ("concurrency", "concurrency"), ("embedder", "embedder"), ("embed_model", "embed_model"),
+                        ("max_tokens", "max_tokens")]:
         value = getattr(args, flag, None)
         if value is not None:
             model[field] = value
+            explicit.add(("model", field))
+    if "max_tokens" in model and model["max_tokens"] < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, got {model['max_tokens']}")
     extraction: dict[str, Any] = {}
     if getattr(args, "extractor", None):
         extraction["extractor"] = args.extractor
+        explicit.add(("extraction", "extractor"))
     if getattr(args, "combined_extraction", None):
         extraction["combined_call"] = True
     changes = {}
@@ -171,13 +238,45 @@ def config_from_args(args: argparse.Namespace):
         changes["model"] = model
     if extraction:
         changes["extraction"] = extraction
-    return cfg.replace(**changes) if changes else cfg
+    cfg = cfg.replace(**changes) if changes else cfg
+    cfg, applied = apply_small_model_caps(cfg, explicit)
+    if applied and announce:
+        print("note: the embedded SmolLM2-135M runs with the small-model settings of "
+              f"examples/smollm2-cpu.yaml ({', '.join(applied)}); set --max-tokens, --extractor or "
+              "--config to choose otherwise", file=sys.stderr)
+    return cfg
 
 
-def _memory(args, cfg=None):
+def _will_call_model(args) -> bool:
+    """Whether this command may call the LLM at all (only then are the caps worth a note)."""
+    if args.command in ("ask", "demo"):
+        return True
+    if args.command == "eval":
+        return not (getattr(args, "retrieval_only", False))
+    return args.command == "build" or (args.command == "ingest" and getattr(args, "build", False))
+
+
+def _memory(args, cfg=None, *, create: bool = True):
     from .memory import Memory
+    from .store import MemoryStore
 
-    return Memory(args.store, cfg if cfg is not None else config_from_args(args), progress=not getattr(args, "quiet", False))
+    if cfg is None:
+        cfg = config_from_args(args, announce=_will_call_model(args))
+    store = MemoryStore(args.store, create=create)
+    return Memory(store, cfg, progress=not getattr(args, "quiet", False))
+
+
+def _close(mem) -> None:
+    mem.close()
+    mem.store.close()  # _memory opened it, so it is ours to close
+
+
+def _announce_build(mem, namespace: str) -> bool:
+    """Say on stderr what a build of ``namespace`` will do; False when it is up to date."""
+    if mem.is_built(namespace):
+        return False
+    print(f"build {mem.plan_build(namespace).describe()}", file=sys.stderr)
+    return True
 
 
 def cmd_ingest(args) -> int:
@@ -195,39 +294,60 @@ def cmd_ingest(args) -> int:
     print(f"read {args.path}: " + ", ".join(f"{k}={v}" for k, v in c.items()))
     mem = _memory(args)
     try:
-        for conv in convs:
-            res = mem.add(conv.namespace, conv)
+        # One transaction for the whole file: a rejected conversation leaves nothing of the file.
+        results = mem.store.ingest_many(convs)
+        for conv, res in zip(convs, results):
             print(f"{conv.namespace}: {res.added} turns added, {res.skipped} already present")
             if args.build:
+                _announce_build(mem, conv.namespace)
                 b = mem.build(conv.namespace)
                 print(f"{conv.namespace}: {b.descriptors} descriptors, {b.cells} cells, "
                       f"{b.extracted_now} turns extracted now, {b.embedded_now} embedded now")
     finally:
-        mem.close()
+        _close(mem)
     return 0
 
 
 def cmd_build(args) -> int:
-    mem = _memory(args)
+    mem = _memory(args, create=False)
     try:
-        names = args.namespaces or mem.store.namespaces()
+        known = mem.store.namespaces()
+        names = args.namespaces or known
+        missing = [ns for ns in names if ns not in known]
+        if missing:
+            raise ConfigError(f"{args.store} has no namespace {', '.join(map(repr, missing))}; "
+                              f"it has: {', '.join(known) or 'none'}")
         for ns in names:
+            _announce_build(mem, ns)
             b = mem.build(ns)
             print(f"{ns}: {b.packets} packets, {b.descriptors} descriptors, {b.cells} cells "
                   f"({b.extracted_now} extracted now, {b.embedded_now} embedded now)")
     finally:
-        mem.close()
+        _close(mem)
     return 0
 
 
 def cmd_ask(args) -> int:
-    mem = _memory(args)
+    mem = _memory(args, create=False)
     try:
+        if args.namespace not in mem.store.namespaces():
+            raise ConfigError(f"{args.store} has no namespace {args.namespace!r}; "
+                              f"it has: {', '.join(mem.store.namespaces()) or 'none'}")
+        if not mem.is_built(args.namespace):
+            if args.no_build:
+                plan = mem.plan_build(args.namespace)
+                raise ConfigError(
+                    f"namespace {args.namespace!r} is not built for this configuration "
+                    f"({plan.to_extract} of {plan.turns} turns not extracted yet); run "
+                    f"`memcompile-local build {args.namespace} --store {args.store}` with the same "
+                    "--preset/--config first, or drop --no-build")
+            _announce_build(mem, args.namespace)
+            mem.build(args.namespace)
         if args.no_answer:
-            ctx = mem.compile(args.namespace, args.question)
+            ctx = mem.compile(args.namespace, args.question, build=False)
             answer = None
         else:
-            result = mem.answer(args.namespace, args.question)
+            result = mem.answer(args.namespace, args.question, build=False)
             ctx, answer = result.context, result.text
         if args.json:
             print(json.dumps({"question": args.question, "packet_ids": list(ctx.packet_ids),
@@ -239,7 +359,7 @@ def cmd_ask(args) -> int:
             if answer is not None:
                 print(f"\n# answer: {answer}")
     finally:
-        mem.close()
+        _close(mem)
     return 0
 
 
@@ -247,6 +367,9 @@ def cmd_forget(args) -> int:
     from .store import MemoryStore
 
     with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
+        if args.namespace not in store.namespaces():
+            raise ConfigError(f"{args.store} has no namespace {args.namespace!r}, so nothing was forgotten; "
+                              f"it has: {', '.join(store.namespaces()) or 'none'}")
         deleted = store.forget(args.namespace)
     print(f"forgot {args.namespace}: " + ", ".join(f"{k}={v}" for k, v in deleted.items()))
     if not deleted.scrub_complete:
@@ -281,40 +404,78 @@ def cmd_check(args) -> int:
 def cmd_stats(args) -> int:
     from .store import MemoryStore
 
-    if not Path(args.store).exists():
-        print(f"no store at {args.store}", file=sys.stderr)
-        return 2
-    with MemoryStore(args.store) as store:
+    with MemoryStore(args.store, read_only=True) as store:
+        if args.namespace is not None and args.namespace not in store.namespaces():
+            raise ConfigError(f"{args.store} has no namespace {args.namespace!r}; "
+                              f"it has: {', '.join(store.namespaces()) or 'none'}")
         stats = store.stats(args.namespace)
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
     else:
-        _print_stats(stats)
+        print(format_stats(stats))
     return 0
 
 
-def _print_stats(stats: dict) -> None:
-    for key, value in stats.items():
-        if isinstance(value, dict):
-            print(f"{key}:")
-            for k2, v2 in value.items():
-                print(f"  {k2}: {v2}")
-        else:
-            print(f"{key}: {value}")
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Left-aligned text columns, numbers right-aligned, two spaces apart."""
+    cells = [[str(h) for h in headers]] + [[str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(isinstance(r[i], (int, float)) for r in rows) for i in range(len(headers))]
+    out = []
+    for r in cells:
+        out.append("  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(r, widths, numeric)).rstrip())
+    return out
+
+
+def format_stats(stats: dict) -> str:
+    """The ``stats`` report as text tables: the store, one row per namespace, then the
+    per-descriptor-set, per-layout and per-embedding-model counts of each namespace."""
+    lines = [f"store {stats['path']}: schema v{stats['schema_version']}, {stats['file_bytes']:,} bytes"]
+    cache, waste = stats.get("cache", {}), stats.get("waste", {})
+    if cache:
+        tok = cache.get("tokens", {})
+        lines.append(f"model cache: {cache.get('entries', 0)} responses, {tok.get('prompt', 0):,} prompt + "
+                     f"{tok.get('completion', 0):,} completion tokens; wasted calls: {waste.get('calls', 0)}")
+    for key in sorted(k for k in stats if k not in ("path", "schema_version", "file_bytes", "namespaces",
+                                                      "cache", "waste")):
+        lines.append(f"{key}: {stats[key]}")
+    namespaces = stats.get("namespaces", {})
+    if not namespaces:
+        lines.append("no namespaces")
+        return "\n".join(lines)
+    rows = []
+    for ns, n in namespaces.items():
+        rows.append([ns, n.get("packets", 0), n.get("sessions", 0), sum(n.get("descriptors", {}).values()),
+                     sum(n.get("cells", {}).values()), sum(n.get("embeddings", {}).values()),
+                     n.get("cache_entries", 0), n.get("tokens", {}).get("prompt", 0) + n.get("tokens", {}).get("completion", 0)])
+    lines.append("")
+    lines += _table(["namespace", "turns", "sessions", "descriptors", "cells", "embeddings", "cached calls",
+                     "tokens"], rows)
+    detail = []
+    for ns, n in namespaces.items():
+        for what, per in (("descriptor set", n.get("descriptors", {})), ("layout", n.get("cells", {})),
+                          ("embedding model", n.get("embeddings", {}))):
+            for name, count in per.items():
+                extra = n.get("extracted_packets", {}).get(name) if what == "descriptor set" else None
+                detail.append([ns, what, name, count, "" if extra is None else f"{extra} turns extracted"])
+    if detail:
+        lines.append("")
+        lines += _table(["namespace", "kind", "name", "rows", ""], detail)
+    return "\n".join(lines)
 
 
 def cmd_presets(args) -> int:
-    from .evidence.presets import PRESETS, describe_preset
-
     for name in PRESETS:
         print(f"{name:24s} {describe_preset(name)}")
+    print()
+    print(COMPOSITION_HELP)
     return 0
 
 
 def cmd_eval(args) -> int:
     from .bench.runner import run_eval_from_args
 
-    return run_eval_from_args(args, config_from_args(args))
+    return run_eval_from_args(args, config_from_args(args, announce=_will_call_model(args)))
 
 
 def cmd_compare(args) -> int:
@@ -343,9 +504,22 @@ COMMANDS = {
 }
 
 
+def _quiet_libraries() -> None:
+    """Switch off the progress bars of the libraries we load lazily (tqdm reads TQDM_* when it
+    is imported, the HF libraries their own variables), before any of them is imported."""
+    for name in ("TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        os.environ.setdefault(name, "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "quiet", False):
+        _quiet_libraries()
+    if isinstance(getattr(args, "preset", None), list):
+        # Repeated --preset flags compose like one "a+b" name (the run folder names it so too).
+        args.preset = "+".join(args.preset)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # bm25s sets its logger to DEBUG when it is imported; filter on our handlers instead.

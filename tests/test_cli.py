@@ -65,3 +65,132 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
 def test_unknown_preset_is_reported(tmp_path, capsys):
     rc = main(["ask", "x", "q", "--store", str(tmp_path / "s.sqlite"), "--preset", "A9"])
     assert rc == 2 and "unknown preset" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ issue 16.4, 16.6, 16.9, 15.8
+
+
+def _ingested(tmp_path, capsys) -> str:
+    store = str(tmp_path / "s.sqlite")
+    assert main(["ingest", str(example_conversation_path()), "--store", store, "--quiet"]) == 0
+    capsys.readouterr()
+    return store
+
+
+def test_help_explains_positionals_format_stats_and_compare(capsys):
+    for argv, phrases in [
+        (["ask", "--help"], ["the question", "namespace to ask", "--no-build", "--max-tokens"]),
+        (["ingest", "--help"], ["locomo10.json", "detect", "conversations"]),
+        (["stats", "--help"], ["only this namespace", "JSON"]),
+        (["compare", "--help"], ["YAML", "backbones"]),
+        (["eval", "--help"], ["of each conversation"]),
+        (["presets", "--help"], ["compose"]),
+    ]:
+        with pytest.raises(SystemExit):
+            main(argv)
+        text = " ".join(capsys.readouterr().out.split())
+        for phrase in phrases:
+            assert phrase in text, (argv, phrase)
+
+
+def test_verbose_is_accepted_after_the_subcommand():
+    parser = build_parser()
+    assert parser.parse_args(["stats", "-vv"]).verbose == 2
+    assert parser.parse_args(["-v", "stats"]).verbose == 1
+    assert parser.parse_args(["stats"]).verbose == 0
+
+
+def test_quiet_switches_off_library_progress_bars(tmp_path):
+    code = ("from memcompile_local.cli import main\n"
+            f"main(['ask', 'x', 'q', '--store', {str(tmp_path / 'none.sqlite')!r}, '--quiet'])\n"
+            "from tqdm.auto import tqdm\n"
+            "print('DISABLED' if tqdm(range(2)).disable else 'ENABLED')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "DISABLED" in out.stdout, out.stderr
+
+
+def test_stats_prints_tables_not_dicts(tmp_path, capsys):
+    store = _ingested(tmp_path, capsys)
+    assert main(["stats", "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "{" not in out and "namespace" in out
+    row = next(line for line in out.splitlines() if line.startswith("example-1"))
+    assert row.split()[1] == "40"  # turns column
+
+
+def test_forget_of_an_unknown_namespace_says_so(tmp_path, capsys):
+    store = _ingested(tmp_path, capsys)
+    assert main(["forget", "nope", "--store", store]) == 2
+    err = capsys.readouterr().err
+    assert "no namespace 'nope'" in err and "example-1" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["ask", "example-1", "q", "--no-answer", *MF],
+    ["stats"],
+    ["forget", "example-1"],
+    ["build", *MF],
+])
+def test_a_mistyped_store_on_a_read_command_creates_no_file(tmp_path, capsys, argv):
+    typo = tmp_path / "typo.sqlite"
+    assert main([*argv, "--store", str(typo)]) == 2
+    assert not typo.exists() and not list(tmp_path.iterdir())
+    assert "typo.sqlite" in capsys.readouterr().err
+
+
+def test_ask_on_a_namespace_never_built_says_what_it_builds(tmp_path, capsys):
+    store = _ingested(tmp_path, capsys)
+    assert main(["ask", "example-1", "What is the name of Nadia's cat?", "--store", store, "--no-answer",
+                 "--no-build", *MF]) == 2
+    err = capsys.readouterr().err
+    assert "not built" in err and "memcompile-local build example-1" in err
+    main(["stats", "--store", store, "--json"])
+    assert json.loads(capsys.readouterr().out)["namespaces"]["example-1"]["extracted_packets"] == {}
+
+    assert main(["ask", "example-1", "What is the name of Nadia's cat?", "--store", store, "--no-answer",
+                 *MF]) == 0
+    err = capsys.readouterr().err
+    assert "building memory for 40 of 40 turns" in err and "no model calls" in err
+    # Built now: a second ask says nothing about building, and --no-build works.
+    assert main(["ask", "example-1", "Who has a cat?", "--store", store, "--no-answer", "--no-build", *MF]) == 0
+    assert "building" not in capsys.readouterr().err
+
+
+def test_repeated_presets_compose_and_conflicts_are_refused(tmp_path, capsys):
+    store = _ingested(tmp_path, capsys)
+    argv = ["ask", "example-1", "What is the name of Nadia's cat?", "--store", store, "--no-answer", "--json",
+            "--quiet", "--embedder", "hash"]
+    assert main([*argv, "--preset", "model-free", "--preset", "view-raw"]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--preset", "model-free"]) == 0
+    claims = json.loads(capsys.readouterr().out)
+    assert raw["packet_ids"] == claims["packet_ids"] and raw["context"] != claims["context"]
+
+    assert main([*argv, "--preset", "model-free", "--preset", "A1"]) == 2
+    err = capsys.readouterr().err
+    assert "'model-free'" in err and "'A1'" in err and "LLM" in err
+
+
+def test_max_tokens_flag_and_the_small_model_caps():
+    from memcompile_local.cli import config_from_args
+
+    parser = build_parser()
+    cfg = config_from_args(parser.parse_args(["ask", "a", "q"]))
+    assert cfg.model.max_tokens == 256 and cfg.extraction.extractor == "rule"
+    assert (cfg.evidence.max_schedule_pool, cfg.evidence.max_candidate_chars) == (40, 240)
+    cfg = config_from_args(parser.parse_args(["ask", "a", "q", "--max-tokens", "64", "--extractor", "llm"]))
+    assert cfg.model.max_tokens == 64 and cfg.extraction.extractor == "llm"
+    # Another model: no caps.
+    cfg = config_from_args(parser.parse_args(["ask", "a", "q", "--backend", "openai", "--model", "m"]))
+    assert cfg.model.max_tokens == 2048 and cfg.extraction.extractor == "llm"
+    assert cfg.evidence.max_schedule_pool is None
+
+
+def test_max_tokens_from_a_config_file_wins_over_the_caps(tmp_path):
+    from memcompile_local.cli import config_from_args
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text("model: {max_tokens: 1024}\nextraction: {extractor: llm}\n")
+    cfg = config_from_args(build_parser().parse_args(["ask", "a", "q", "--config", str(conf)]))
+    assert cfg.model.max_tokens == 1024 and cfg.extraction.extractor == "llm"
+    assert cfg.evidence.max_schedule_pool == 40
