@@ -110,12 +110,12 @@ def test_two_step_end_to_end():
     assert [r.prompt_version for r in backend.requests] == [FACT_PROMPT_VERSION] * 3 + [METADATA_PROMPT_VERSION] * 3
 
     fact_p2 = backend.requests[1].messages[-1].content
-    assert "Previous turn:\n[S1:1] Alex: Hey Sam! I adopted a beagle named Pepper yesterday." in fact_p2
+    assert "Previous turn:\n[S1:1] Alex:\n> Hey Sam! I adopted a beagle named Pepper yesterday." in fact_p2
     assert "dialogue id: S1:2" in fact_p2 and "speaker: Sam" in fact_p2
     assert f"session time: {TIME} (date 2023-05-08)" in fact_p2
     fact_p1 = backend.requests[0].messages[-1].content
     assert "Previous turn: (none)" in fact_p1
-    assert "image caption: a photo of a small dog on a rug" in fact_p1
+    assert "image caption:\n> a photo of a small dog on a rug" in fact_p1
     meta_req = backend.requests[3].messages[-1].content
     assert meta_req.startswith("Statement: Alex adopted a beagle named Pepper.")
     assert f"Session time: {TIME}" in meta_req and "[S1:1] Alex:" in meta_req

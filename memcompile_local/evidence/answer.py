@@ -1,9 +1,8 @@
 """The answer step: one model call over the compiled reader context.
 
 Two system prompts (``prompts.ANSWER`` and ``prompts.TEMPORAL_ANSWER``); the temporal one is
-used for questions about time. Which one applies is a rule, :func:`use_temporal_prompt`: the
-Address Plane's ``is_temporal_question`` when that module is available, otherwise the cue
-check :func:`temporal_cues` of this module.
+used for questions about time. Which one applies is a rule, :func:`use_temporal_prompt`, the
+one temporal-question classifier the whole pipeline shares (``is_temporal_question``).
 
 The reply is post-processed into one short line: surrounding whitespace removed, a leading
 label such as ``Answer:`` dropped, bullet lists joined with commas, and otherwise only the
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memcompile_local.errors import OutputValidationError
+from memcompile_local.language.timecues import is_temporal_question
 from memcompile_local.llm.interface import LLMRequest, Message, TextSpec
 
 from .prompts import ANSWER, TEMPORAL_ANSWER, PromptTemplate, answer_user_message
@@ -30,7 +30,6 @@ __all__ = [
     "answer_request",
     "postprocess_answer",
     "use_temporal_prompt",
-    "temporal_cues",
     "UNKNOWN",
 ]
 
@@ -58,45 +57,8 @@ _LABEL = re.compile(
 )
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 
-_MONTHS = (
-    "january|february|march|april|may|june|july|august|september|october|november|december|"
-    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
-)
-# Cues that a question is about time: asking for a when/date/duration, or constraining the
-# event by time. "may" is excluded as a month word unless followed by a day or year.
-_TEMPORAL_PATTERNS = [
-    r"^\s*when\b",
-    r"\bwhen (?:did|does|do|is|was|were|will|has|had)\b",
-    r"\b(?:what|which) (?:date|day|year|month|week|time|weekend|season)\b",
-    r"\bhow long\b",
-    r"\bhow (?:many|much) (?:time|days|weeks|months|years|hours|minutes)\b",
-    r"\bhow (?:old|recently|soon|often)\b",
-    r"\b(?:ago|since|until|till|before|after|during|earlier|later|lately)\b",
-    r"\b(?:first|last|next|previous|recent(?:ly)?) (?:time|week|month|year|weekend|day)\b",
-    r"\b(?:yesterday|today|tomorrow|tonight)\b",
-    r"\b(?:19|20)\d\d\b",
-    rf"\b(?:{_MONTHS.replace('|may|', '|')})\b",
-    r"\bmay \d{1,2}\b|\b\d{1,2} may\b|\bmay,? (?:19|20)\d\d\b",
-    r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?\b",
-]
-_TEMPORAL_RE = re.compile("|".join(f"(?:{p})" for p in _TEMPORAL_PATTERNS), re.IGNORECASE)
-
-
-def temporal_cues(question: str) -> bool:
-    """True when the question asks about, or is constrained by, a time (own cue check)."""
-    return bool(_TEMPORAL_RE.search(question or ""))
-
-
 def use_temporal_prompt(question: str) -> bool:
-    """Rule that picks the temporal answer prompt.
-
-    Uses ``memcompile_local.address.intent.is_temporal_question`` when that module exists
-    (one definition of "temporal" for the whole pipeline), else :func:`temporal_cues`.
-    """
-    try:
-        from memcompile_local.address.intent import is_temporal_question
-    except ImportError:
-        return temporal_cues(question)
+    """Rule that picks the temporal answer prompt: the pipeline's shared temporal classifier."""
     return bool(is_temporal_question(question))
 
 
