@@ -608,3 +608,46 @@ def test_packet_count_follows_ingest(tmp_path):
         assert store.packet_count(conv.namespace) == 0
         store.ingest(conv)
         assert store.packet_count(conv.namespace) == len(store.packets(conv.namespace)) == 40
+
+
+# ------------------------------------------------------------------------------ batches
+
+
+def test_ingest_many_is_one_transaction(store):
+    store.ingest(simple_conv("old", ["first words", "second words"]))
+    gen = store.generation("old")
+    edited = simple_conv("old", ["first words, edited", "second words"])
+    with pytest.raises(ImmutablePacketError, match="whole batch was rejected"):
+        store.ingest_many([simple_conv("new", ["a new user's turn"]), edited])
+    assert store.namespaces() == ["old"] and store.packets("new") == []
+    assert store.generation("old") == gen
+    results = store.ingest_many([simple_conv("new", ["a new user's turn"]), simple_conv("old", ["first words"]),
+                                 simple_conv("new", ["a new user's turn", "and more"])])
+    assert [(r.namespace, r.added, r.skipped) for r in results] == [("new", 1, 0), ("old", 0, 1), ("new", 1, 1)]
+    assert [p.content for p in store.packets("new")] == ["a new user's turn", "and more"]
+    with pytest.raises(StoreError, match="item 1"):
+        store.ingest_many([simple_conv("x", ["y"]), "not a conversation"])
+    assert "x" not in store.namespaces()
+
+
+def test_cli_file_with_a_new_and_an_edited_conversation_writes_nothing(tmp_path, capsys):
+    import json
+
+    from memcompile_local.cli import main
+    from memcompile_local.data import example_conversation_path
+
+    db = str(tmp_path / "s.sqlite")
+    assert main(["ingest", str(example_conversation_path()), "--store", db, "--quiet"]) == 0
+    original = json.loads(example_conversation_path().read_text(encoding="utf-8"))
+    new = json.loads(json.dumps(original[0]))
+    new["sample_id"] = "example-2"
+    edited = json.loads(json.dumps(original[0]))
+    edited["conversation"]["session_1"][0]["text"] += " (edited later)"
+    batch = tmp_path / "batch.json"
+    batch.write_text(json.dumps([new, edited]), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["ingest", str(batch), "--store", db, "--quiet"]) == 2
+    assert "whole batch was rejected" in capsys.readouterr().err
+    with MemoryStore(db) as s:
+        assert s.namespaces() == ["example-1"]  # the new conversation's turns were not committed
+        assert s.packet_count("example-2") == 0

@@ -268,6 +268,27 @@ class MemoryStore(StoreConnection, RequestLedger):
         logger.debug("ingest %s: added %d, skipped %d", ns, added, skipped)
         return IngestResult(namespace=ns, added=added, skipped=skipped)
 
+    def ingest_many(self, conversations: Sequence[Conversation]) -> list[IngestResult]:
+        """Store several conversations in one transaction: all of them, or (on any error) none.
+
+        Each conversation is ingested as by :meth:`ingest`, in order (a namespace may appear more
+        than once). A turn that conflicts with a stored packet raises
+        :class:`ImmutablePacketError` and nothing of any conversation in the call is written, so
+        a file with a new conversation and an edited old one leaves the store as it was.
+        """
+        convs = list(conversations)
+        for i, conv in enumerate(convs):
+            if not isinstance(conv, Conversation):
+                raise StoreError(f"ingest_many expects Conversations; item {i} is a {type(conv).__name__}")
+        names = [validate_namespace(conv.namespace) for conv in convs]
+        results = []
+        with self._write() as c:
+            for ns, conv in zip(names, convs):
+                added, skipped = self._ingest_in(c, ns, conv)
+                results.append(IngestResult(namespace=ns, added=added, skipped=skipped))
+        logger.debug("ingest_many: %s", [(r.namespace, r.added, r.skipped) for r in results])
+        return results
+
     def _ingest_in(self, c: sqlite3.Connection, ns: str, conversation: Conversation) -> tuple[int, int]:
         """Write the turns of ``conversation`` inside the open transaction ``c``; (added, skipped)."""
         added = skipped = 0
