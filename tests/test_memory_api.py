@@ -207,3 +207,27 @@ def test_no_build_fails_fast_on_a_namespace_that_is_not_built(mem):
     assert mem.store.extracted_packet_ids("alice", mem.extractor().descriptor_set) == set()
     mem.compile("alice", "cat?")
     assert mem.is_built("alice") and mem.plan_build("alice").up_to_date
+
+
+def test_delete_turn_drops_cached_model_calls_that_quoted_it(tmp_path):
+    from memcompile_local.adapters.scripted import ScriptedBackend
+
+    path = tmp_path / "m.sqlite"
+    store = MemoryStore(path)
+    mem = Memory(store, apply_preset("model-free", PipelineConfig()), embedder=HashEmbedder(dim=64),
+                 client=LLMClient(ScriptedBackend(lambda r: "Pepper"), store))
+    mem.add("alice", [MONDAY, TUESDAY])
+    assert mem.answer("alice", "What is the cat called?").text == "Pepper"
+    with sqlite3.connect(path) as db:
+        quoting = db.execute("SELECT COUNT(*) FROM request_cache WHERE identity_json LIKE '%grey cat%'").fetchone()[0]
+    assert quoting == 1
+    counts = mem.delete_turn("alice", "S1:1")
+    assert counts["request_cache"] == 1 and counts.scrub_complete
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM request_cache WHERE identity_json LIKE '%grey cat%'"
+                          ).fetchone()[0] == 0
+    # The next turn was extracted with the deleted one as context: it is extracted again.
+    assert "S1:2" not in store.extracted_packet_ids("alice", mem.extractor().descriptor_set)
+    mem.compile("alice", "cat?")
+    assert "S1:2" in store.extracted_packet_ids("alice", mem.extractor().descriptor_set)
+    store.close()
