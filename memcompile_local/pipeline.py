@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -32,14 +32,11 @@ from .evidence.frontier import bounded_frontier, frontier_pool
 from .evidence.pursuit import mem_pursuit
 from .evidence.scheduler import schedule_packets
 from .evidence.views import render_view
-from .fused import fused_ranking, select_fused
+from .fused import FusionIndex, fused_ranking, select_fused
 from .language.timecues import is_temporal_question
 from .normalize import mmr_anchors, normalize_to_packets
 from .protocols import Embedder, ModelClient
 from .types import AddressResult, Descriptor, PacketCandidate, QueryIntent, SourcePacket
-
-if TYPE_CHECKING:  # only a type here; the fused module builds it
-    from .fused import FusionIndex
 
 DenseProposals = tuple[tuple[str, float], ...]  # D_q: (packet id, cosine), best first
 
@@ -79,7 +76,7 @@ class MemoryView:
     index: AddressIndex
     packet_matrix: np.ndarray | None  # (N, d) in packet order, l2-normalized
     row_of: Mapping[str, int]  # packet id -> row in packet_matrix
-    fusion: "FusionIndex | None" = None  # when the fused selector is configured
+    fusion: FusionIndex | None = None  # when the fused selector is configured
 
 
 def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None, view: MemoryView) -> QueryIntent:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import hashlib
+import importlib.util
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,10 +18,11 @@ from memcompile_local.errors import (
     TransportError,
     UnexpectedRequestError,
 )
+from memcompile_local.config import ModelConfig
 from memcompile_local.llm import registry
 from memcompile_local.llm.extras import require
-from memcompile_local.llm.interface import LLMRequest, Message
-from memcompile_local.llm.registry import load_backend, load_embedder
+from memcompile_local.llm.interface import Embedder, LLMBackend, LLMRequest, Message
+from memcompile_local.llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 
 from memcompile_local.adapters.scripted import (  # noqa: E402  (installed package path)
     HashEmbedder,
@@ -49,12 +54,36 @@ def test_unknown_embedder_lists_known_names():
     assert "sentence-transformers" in str(info.value) and "hash" in str(info.value)
 
 
-def test_tables_point_at_the_agreed_classes():
-    assert registry.BACKENDS["scripted"] == "memcompile_local.adapters.scripted:ScriptedBackend"
-    assert registry.BACKENDS["vllm"] == "memcompile_local.adapters.vllm_offline:VLLMBackend"
-    assert registry.EMBEDDERS["hash"] == "memcompile_local.adapters.scripted:HashEmbedder"
+@pytest.mark.parametrize("table", [registry.BACKENDS, registry.EMBEDDERS], ids=["backends", "embedders"])
+def test_every_registered_name_points_at_a_class_defined_in_its_module(table):
+    """Read each adapter module's source (importing it could load a heavy library) and find the class."""
+    for name, target in table.items():
+        module_name, _, cls_name = target.partition(":")
+        spec = importlib.util.find_spec(module_name)
+        assert spec is not None and spec.origin, f"{name}: no module {module_name}"
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+        assert cls_name in classes, f"{name}: {module_name} defines no class {cls_name}"
     assert set(registry.BACKENDS) == set(registry.BACKEND_EXTRAS)
     assert set(registry.EMBEDDERS) == set(registry.EMBEDDER_EXTRAS)
+
+
+def test_core_adapters_satisfy_the_protocols():
+    assert isinstance(load_backend("scripted", script={}), LLMBackend)
+    assert isinstance(load_embedder("hash", dim=8), Embedder)
+
+
+def test_backend_and_embedder_kwargs_follow_the_model_section():
+    m = ModelConfig(backend="openai", model="qwen", base_url="http://127.0.0.1:9/v1", api_key_env="K",
+                    concurrency=3, timeout_s=7.0, options={"timeout": 1.0, "extra": True},
+                    embedder="openai", embed_model="e5")
+    assert backend_kwargs(m) == {"model": "qwen", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "K",
+                                 "concurrency": 3, "timeout": 1.0, "extra": True}  # options win
+    assert backend_kwargs(dataclasses.replace(m, backend="scripted")) == {"timeout": 1.0, "extra": True}
+    assert backend_kwargs(dataclasses.replace(m, backend="llamacpp", options={})) == {"model": "qwen"}
+    assert embedder_kwargs(m) == {"model": "e5", "base_url": "http://127.0.0.1:9/v1"}
+    assert embedder_kwargs(dataclasses.replace(m, embedder="hash")) == {}
+    assert embedder_kwargs(dataclasses.replace(m, embedder="sentence-transformers")) == {"model": "e5"}
 
 
 def test_load_scripted_backend_and_hash_embedder():

@@ -10,13 +10,12 @@ pip extra when the package is absent.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from memcompile_local.config import ModelConfig
 from memcompile_local.errors import ConfigError, MissingExtraError
 from memcompile_local.llm.extras import PIP_NAMES
-
-if TYPE_CHECKING:
-    from memcompile_local.config import ModelConfig
+from memcompile_local.llm.interface import Embedder, LLMBackend
 
 __all__ = [
     "BACKENDS",
@@ -98,7 +97,7 @@ def _load(kind: str, table: dict[str, str], extras: dict[str, str | None], name:
     return cls(**kwargs)
 
 
-def load_backend(name: str, **kwargs: Any) -> Any:
+def load_backend(name: str, **kwargs: Any) -> LLMBackend:
     """Construct the LLM backend registered as ``name`` with ``kwargs``.
 
     ``name`` is a key of ``BACKENDS`` or a ``"module:Class"`` path. Raises ``ConfigError``
@@ -108,12 +107,12 @@ def load_backend(name: str, **kwargs: Any) -> Any:
     return _load("backend", BACKENDS, BACKEND_EXTRAS, name, kwargs)
 
 
-def load_embedder(name: str, **kwargs: Any) -> Any:
+def load_embedder(name: str, **kwargs: Any) -> Embedder:
     """Construct the embedder registered as ``name`` (see ``load_backend``)."""
     return _load("embedder", EMBEDDERS, EMBEDDER_EXTRAS, name, kwargs)
 
 
-def backend_kwargs(m: "ModelConfig") -> dict[str, Any]:
+def backend_kwargs(m: ModelConfig) -> dict[str, Any]:
     """Constructor arguments of the backend ``m.backend`` taken from the model section ``m``.
 
     ``m.options`` goes through as given; the scripted backend takes nothing else, and the
@@ -131,7 +130,7 @@ def backend_kwargs(m: "ModelConfig") -> dict[str, Any]:
     return kw
 
 
-def embedder_kwargs(m: "ModelConfig") -> dict[str, Any]:
+def embedder_kwargs(m: ModelConfig) -> dict[str, Any]:
     """Constructor arguments of the embedder ``m.embedder`` (the hash embedder takes none)."""
     kw: dict[str, Any] = {}
     if m.embedder == "hash":

@@ -26,6 +26,7 @@ import json
 import re
 from typing import Any, Sequence
 
+import jsonschema
 from pydantic import ValidationError
 
 from memcompile_local.errors import OutputValidationError
@@ -171,8 +172,6 @@ def schema_errors(value: Any, schema: dict[str, Any]) -> list[str]:
     Checked by the ``jsonschema`` library (the draft the schema names, else 2020-12); each
     line starts with the JSON path of the offending value.
     """
-    import jsonschema  # only hand-written schemas need it; model specs validate through pydantic
-
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     errors = sorted(cls(schema).iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     return [f"{e.json_path}: {e.message}" for e in errors]
