@@ -13,9 +13,17 @@ import sys
 from typing import Any, Sequence
 
 from . import __version__
+from .bench.compare import run_compare
+from .bench.export import export_from_args
+from .bench.runner import run_eval_from_args
 from .config import PipelineConfig, config_needs_llm
+from .data import counts, load_any
+from .demo import run_demo
 from .errors import ConfigError, MemCompileError
 from .evidence.presets import COMPOSITION_HELP, PRESETS, apply_presets, describe_preset
+from .memory import Memory
+from .store import MemoryStore
+from .store.check import check_store
 from .service.cli import SERVICE_COMMANDS, add_service_commands
 
 DEFAULT_STORE = "memcompile.sqlite"
@@ -257,9 +265,6 @@ def _will_call_model(args) -> bool:
 
 
 def _memory(args, cfg=None, *, create: bool = True):
-    from .memory import Memory
-    from .store import MemoryStore
-
     if cfg is None:
         cfg = config_from_args(args, announce=_will_call_model(args))
     store = MemoryStore(args.store, create=create)
@@ -280,8 +285,6 @@ def _announce_build(mem, namespace: str) -> bool:
 
 
 def cmd_ingest(args) -> int:
-    from .data import counts, load_any
-
     kw: dict[str, Any] = {}
     if args.namespace:
         if args.format not in ("auto", "plain"):
@@ -364,8 +367,6 @@ def cmd_ask(args) -> int:
 
 
 def cmd_forget(args) -> int:
-    from .store import MemoryStore
-
     with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
         if args.namespace not in store.namespaces():
             raise ConfigError(f"{args.store} has no namespace {args.namespace!r}, so nothing was forgotten; "
@@ -380,8 +381,6 @@ def cmd_forget(args) -> int:
 
 
 def cmd_scrub(args) -> int:
-    from .store import MemoryStore
-
     with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
         done = store.scrub()
     if not done:
@@ -393,8 +392,6 @@ def cmd_scrub(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .store.check import check_store
-
     report = check_store(args.store)
     for line in report.lines():
         print(line)
@@ -402,8 +399,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from .store import MemoryStore
-
     with MemoryStore(args.store, read_only=True) as store:
         if args.namespace is not None and args.namespace not in store.namespaces():
             raise ConfigError(f"{args.store} has no namespace {args.namespace!r}; "
@@ -473,27 +468,19 @@ def cmd_presets(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .bench.runner import run_eval_from_args
-
     return run_eval_from_args(args, config_from_args(args, announce=_will_call_model(args)))
 
 
 def cmd_compare(args) -> int:
-    from .bench.compare import run_compare
-
     run_compare(args.spec, out=args.out, progress=not args.quiet, dry_run=args.dry_run)
     return 0
 
 
 def cmd_export(args) -> int:
-    from .bench.export import export_from_args
-
     return export_from_args(args)
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
-
     return run_demo(args, config_from_args(args))
 
 
