@@ -11,22 +11,21 @@ File layouts and conventions are described in ``docs/data-formats.md``.
 
 from __future__ import annotations
 
-from memcompile_local.errors import ConfigError
-
 import importlib.resources
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..errors import DataFormatError
+from ..errors import ConfigError, DataFormatError
 from ..types import Conversation
-from .jsonio import load_json
+from .jsonio import DEFAULT_MAX_TURN_CHARS, load_json
 from .locomo import LOCOMO_CATEGORY_NAMES, load_locomo, parse_locomo, split_evidence
 from .longmemeval import load_longmemeval, parse_longmemeval
 from .plain import load_plain, looks_like_jsonl, parse_plain
 
 __all__ = [
+    "DEFAULT_MAX_TURN_CHARS",
     "LOCOMO_CATEGORY_NAMES",
     "DatasetCounts",
     "count_dataset",
@@ -75,8 +74,8 @@ def detect_format(doc: Any) -> str | None:
 
 
 _OPTIONS: dict[str, frozenset[str]] = {
-    "locomo": frozenset({"conversations"}),
-    "longmemeval": frozenset({"limit", "question_ids"}),
+    "locomo": frozenset({"conversations", "max_turn_chars"}),
+    "longmemeval": frozenset({"limit", "question_ids", "max_turn_chars"}),
     "plain": frozenset({"namespace"}),
 }
 
@@ -95,8 +94,9 @@ def load_any(path: str | Path, fmt: Format = "auto", **kw: Any) -> list[Conversa
     ``fmt="auto"`` reads ``.jsonl`` files as plain JSONL and otherwise looks at the
     parsed JSON (see :func:`detect_format`). Extra keyword arguments go to the chosen
     loader (``conversations=`` for LoCoMo, ``limit=`` / ``question_ids=`` for
-    LongMemEval, ``namespace=`` for plain); one that does not apply to the file's format
-    raises ``ValueError`` naming it. A plain file gives a one-element list.
+    LongMemEval, ``namespace=`` for plain, ``max_turn_chars=`` for every format); one that
+    does not apply to the file's format raises ``ConfigError`` naming it. A plain file gives
+    a one-element list.
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")

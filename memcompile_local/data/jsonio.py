@@ -7,9 +7,18 @@ file, a location (a JSON path such as ``$[0].conversation.session_3[2].text``, o
 
 Text is never normalised: strings come back exactly as decoded from the file (no
 Unicode normalisation, no stripping), so that what the store hashes is what the user
-wrote. The only checks on string content are that the file is valid UTF-8 and that no
-string holds a lone surrogate (possible through a ``\\ud800`` escape), because such a
-string cannot be written back as UTF-8 later.
+wrote. The checks on string content are:
+
+* the file is valid UTF-8 and no string holds a lone surrogate (possible through a
+  ``\\ud800`` escape), because such a string cannot be written back as UTF-8 later;
+* no string is longer than the reader's ``max_turn_chars`` (default
+  :data:`DEFAULT_MAX_TURN_CHARS`; None turns the cap off), so one huge turn cannot make a
+  build take hours or a compiled context megabytes (issue 15.5);
+* labels, the fields that reader views and prompts put into one-line headers (speaker
+  names, session times, turn and session ids), hold no control or line-break character
+  (:meth:`FieldReader.as_label`). Such a label is **rejected**, not normalised: a rewritten
+  speaker name or date would silently change what the user stored, and a located error
+  lets them fix the file (issue 15.4).
 """
 
 from __future__ import annotations
@@ -22,10 +31,25 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..errors import DataFormatError
+from ..errors import DataFormatError, NamespaceError
+from ..fence import label_problem
 
 _BOM = b"\xef\xbb\xbf"
+
+# Longest string a loader accepts by default (about 25,000 tokens): far above any turn of
+# the benchmarks (LongMemEval's longest assistant turns are a few thousand characters),
+# far below the multi-megabyte turns that make a build run for minutes.
+DEFAULT_MAX_TURN_CHARS = 100_000
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def check_max_turn_chars(value: Any) -> int | None:
+    """``value`` when it is a positive integer or None, else ``ValueError`` (a bad argument)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_turn_chars must be a positive integer or None, got {value!r}")
+    return value
 
 
 def child(where: str, key: str | int) -> str:
@@ -137,10 +161,12 @@ class FieldReader:
 
     One reader is made per file; every accessor takes the JSON path of the value it
     looks at, so the error it raises can say exactly where the problem is.
+    ``max_turn_chars`` caps the length of every string read (None: no cap).
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS):
         self.path = str(path)
+        self.max_turn_chars = check_max_turn_chars(max_turn_chars)
 
     def fail(self, where: str, expected: str, detail: str | None = None) -> NoReturn:
         """Raise a :class:`DataFormatError` for this file."""
@@ -189,7 +215,11 @@ class FieldReader:
     # --- scalars -----------------------------------------------------------------
 
     def check_text(self, value: str, where: str) -> str:
-        """Reject strings that hold a lone surrogate (they cannot be encoded as UTF-8)."""
+        """Reject strings over ``max_turn_chars`` or holding a lone surrogate (not UTF-8)."""
+        if self.max_turn_chars is not None and len(value) > self.max_turn_chars:
+            self.fail(where, f"a string of at most {self.max_turn_chars} characters "
+                      "(the max_turn_chars limit; raise it with --max-turn-chars or max_turn_chars=)",
+                      f"found {len(value)} characters")
         try:
             value.encode("utf-8", errors="strict")
         except UnicodeEncodeError as exc:
@@ -206,12 +236,20 @@ class FieldReader:
             self.fail(where, "a non-empty string", "found an empty string")
         return self.check_text(value, where)
 
+    def as_label(self, value: Any, where: str, *, nonempty: bool = True) -> str:
+        """A single-line label (speaker, session time, id): a string with no control or
+        line-break character, since reader views put it into a one-line header."""
+        text = self.as_str(value, where, nonempty=nonempty)
+        problem = label_problem(text)
+        if problem is not None:
+            self.fail(where, "a single-line string without control characters", problem)
+        return text
+
     def as_namespace(self, value: Any, where: str, detail_prefix: str = "") -> str:
         """A string that the store accepts as a namespace id (checked at load time so a
         bad id is reported before anything is ingested)."""
         # Imported here: the store package pulls in sqlite3 and numpy, which plain
         # parsing does not need.
-        from ..errors import NamespaceError
         from ..store.namespace import validate_namespace
 
         text = self.as_str(value, where, nonempty=True)
@@ -250,6 +288,11 @@ class FieldReader:
     def str_field(self, obj: Mapping[str, Any], key: str, where: str, *,
                   nonempty: bool = False) -> str:
         return self.as_str(self.require(obj, key, where), child(where, key), nonempty=nonempty)
+
+    def label_field(self, obj: Mapping[str, Any], key: str, where: str, *,
+                    nonempty: bool = True) -> str:
+        """``obj[key]`` as a single-line label (see :meth:`as_label`)."""
+        return self.as_label(self.require(obj, key, where), child(where, key), nonempty=nonempty)
 
     def opt_str_field(self, obj: Mapping[str, Any], key: str, where: str) -> str | None:
         """``obj[key]`` as a string, or None when the key is absent or null."""

@@ -24,6 +24,9 @@ Conventions (also written down in ``docs/data-formats.md``):
   file also gives an ``answer`` it is kept. Categories 1-4 must have an ``answer``.
 * Evidence ids that name no turn are kept as written and logged as a warning: they are
   gold labels for scoring and the official file has a few such slips.
+* Speakers, session date_times and dia_ids are single-line labels: a control or line-break
+  character in one is an error (they go into one-line headers of the reader views). No
+  string may be longer than ``max_turn_chars``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import Conversation, QAItem, Session, Turn
-from .jsonio import FieldReader, child, load_json
+from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -51,23 +54,24 @@ _SESSION_KEY = re.compile(r"session_([0-9]+)\Z")
 _EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
 
 
-def load_locomo(path: str | Path, *, conversations: Sequence[str] | None = None
-                ) -> list[Conversation]:
+def load_locomo(path: str | Path, *, conversations: Sequence[str] | None = None,
+                max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
     """Read a LoCoMo-layout JSON file.
 
     ``conversations`` optionally selects samples by ``sample_id`` (a single string is
     taken as one id). The whole file is validated even when only some samples are
-    returned; results keep file order. Raises
-    :class:`~memcompile_local.errors.DataFormatError` on any malformed input or on a
-    requested id the file does not have.
+    returned; results keep file order. ``max_turn_chars`` caps every string (None: no
+    cap). Raises :class:`~memcompile_local.errors.DataFormatError` on any malformed input
+    or on a requested id the file does not have.
     """
-    return parse_locomo(load_json(path), path, conversations=conversations)
+    return parse_locomo(load_json(path), path, conversations=conversations,
+                        max_turn_chars=max_turn_chars)
 
 
-def parse_locomo(doc: Any, path: str | Path, *, conversations: Sequence[str] | None = None
-                 ) -> list[Conversation]:
+def parse_locomo(doc: Any, path: str | Path, *, conversations: Sequence[str] | None = None,
+                 max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
     """Convert an already parsed LoCoMo document; ``path`` is used in error messages."""
-    r = FieldReader(path)
+    r = FieldReader(path, max_turn_chars=max_turn_chars)
     samples = r.as_list(doc, "$", "a list of LoCoMo samples")
     if not samples:
         r.fail("$", "a non-empty list of LoCoMo samples", "found an empty list")
@@ -97,8 +101,8 @@ def _parse_sample(r: FieldReader, raw: Any, where: str, source: str) -> Conversa
     cw = child(where, "conversation")
     conv = r.as_dict(r.require(sample, "conversation", where), cw)
     speakers = (
-        r.str_field(conv, "speaker_a", cw, nonempty=True),
-        r.str_field(conv, "speaker_b", cw, nonempty=True),
+        r.label_field(conv, "speaker_a", cw),
+        r.label_field(conv, "speaker_b", cw),
     )
 
     numbered = sorted(
@@ -111,7 +115,7 @@ def _parse_sample(r: FieldReader, raw: Any, where: str, source: str) -> Conversa
         raw_turns = r.as_list(conv[key], sw, "a list of turns")
         # The date is validated even for an empty session so a broken file is reported
         # the same way whether or not that session happens to be empty.
-        time = r.str_field(conv, f"{key}_date_time", cw)
+        time = r.label_field(conv, f"{key}_date_time", cw, nonempty=False)
         if not raw_turns:
             continue
         turns = tuple(_parse_turn(r, t, child(sw, j), turn_where) for j, t in enumerate(raw_turns))
@@ -134,14 +138,14 @@ def _parse_sample(r: FieldReader, raw: Any, where: str, source: str) -> Conversa
 
 def _parse_turn(r: FieldReader, raw: Any, where: str, seen: dict[str, str]) -> Turn:
     turn = r.as_dict(raw, where, "a turn object")
-    dia_id = r.str_field(turn, "dia_id", where, nonempty=True)
+    dia_id = r.label_field(turn, "dia_id", where)
     if dia_id in seen:
         r.fail(child(where, "dia_id"), "a turn id that is unique in the conversation",
                f"{dia_id!r} is also used at {seen[dia_id]}")
     seen[dia_id] = child(where, "dia_id")
     return Turn(
         packet_id=dia_id,
-        speaker=r.str_field(turn, "speaker", where, nonempty=True),
+        speaker=r.label_field(turn, "speaker", where),
         text=r.str_field(turn, "text", where),
         image_caption=r.opt_str_field(turn, "blip_caption", where),
         image_query=r.opt_str_field(turn, "query", where),

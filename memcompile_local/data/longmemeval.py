@@ -22,6 +22,9 @@ Conventions (also written down in ``docs/data-formats.md``):
   (and each session inside it) and ``answer_session_ids`` may also be a string holding
   a Python list literal, as found in some redistributed copies; such strings are read
   with :func:`ast.literal_eval`.
+* Session ids, dates, roles and ``question_date`` are single-line labels: a control or
+  line-break character in one is an error (they reach one-line headers and prompt lines).
+  No string may be longer than ``max_turn_chars``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import Conversation, QAItem, Session, Turn
-from .jsonio import FieldReader, child, load_json
+from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, load_json
 
 logger = logging.getLogger(__name__)
 
@@ -41,24 +44,28 @@ SPEAKERS = ("user", "assistant")
 
 
 def load_longmemeval(path: str | Path, *, limit: int | None = None,
-                     question_ids: Sequence[str] | None = None) -> list[Conversation]:
+                     question_ids: Sequence[str] | None = None,
+                     max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
     """Read a LongMemEval JSON file into one Conversation per question.
 
     ``question_ids`` selects questions by id (a single string is one id); ``limit`` then
     keeps the first ``limit`` of the selection in file order. The whole file is
-    validated either way. Raises :class:`~memcompile_local.errors.DataFormatError` on
-    malformed input or a requested id the file does not have.
+    validated either way; ``max_turn_chars`` caps every string (None: no cap). Raises
+    :class:`~memcompile_local.errors.DataFormatError` on malformed input or a requested id
+    the file does not have.
     """
-    return parse_longmemeval(load_json(path), path, limit=limit, question_ids=question_ids)
+    return parse_longmemeval(load_json(path), path, limit=limit, question_ids=question_ids,
+                             max_turn_chars=max_turn_chars)
 
 
 def parse_longmemeval(doc: Any, path: str | Path, *, limit: int | None = None,
-                      question_ids: Sequence[str] | None = None) -> list[Conversation]:
+                      question_ids: Sequence[str] | None = None,
+                      max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
     """Convert an already parsed LongMemEval document; ``path`` is used in errors."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                               or limit < 0):
         raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
-    r = FieldReader(path)
+    r = FieldReader(path, max_turn_chars=max_turn_chars)
     items = r.as_list(doc, "$", "a list of LongMemEval questions")
     if not items:
         r.fail("$", "a non-empty list of LongMemEval questions", "found an empty list")
@@ -94,16 +101,16 @@ def _parse_question(r: FieldReader, raw: Any, where: str, source: str
     qtype = r.str_field(item, "question_type", where, nonempty=True)
     question = r.str_field(item, "question", where, nonempty=True)
     answer = r.as_text_or_number(r.require(item, "answer", where), child(where, "answer"))
-    question_date = r.str_field(item, "question_date", where)
+    question_date = r.label_field(item, "question_date", where, nonempty=False)
 
     def str_list(key: str) -> list[str]:
         w = child(where, key)
         values = r.as_list_or_literal(r.require(item, key, where), w, "a list of strings")
-        return [r.as_str(v, child(w, n), nonempty=True) for n, v in enumerate(values)]
+        return [r.as_label(v, child(w, n)) for n, v in enumerate(values)]
 
     session_ids = str_list("haystack_session_ids")
     dates_w = child(where, "haystack_dates")
-    dates = [r.as_str(v, child(dates_w, n)) for n, v in enumerate(
+    dates = [r.as_label(v, child(dates_w, n), nonempty=False) for n, v in enumerate(
         r.as_list_or_literal(r.require(item, "haystack_dates", where), dates_w,
                              "a list of date strings"))]
     answer_sessions = str_list("answer_session_ids")
@@ -137,7 +144,7 @@ def _parse_question(r: FieldReader, raw: Any, where: str, source: str
             if turn.get("has_answer") is not None:
                 has_answer = r.as_bool(turn["has_answer"], child(tw, "has_answer"))
             t = Turn(packet_id=f"{sid}:{j + 1}",
-                     speaker=r.str_field(turn, "role", tw, nonempty=True),
+                     speaker=r.label_field(turn, "role", tw),
                      text=r.str_field(turn, "content", tw),
                      has_answer=has_answer)
             if has_answer:
