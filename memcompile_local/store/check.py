@@ -18,7 +18,6 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
-from urllib.parse import quote
 
 from ..errors import StoreError
 from .codecs import (
@@ -30,7 +29,7 @@ from .codecs import (
     packet_from_row,
     vector_from_blob,
 )
-from .connection import SQLITE_HEADER
+from .connection import SQLITE_HEADER, connect_read_only
 from .schema import OUR_TABLES, inspect_schema
 
 _MAX_PER_TABLE = 50  # problems listed per table; a wholly damaged table is summarised after that
@@ -212,8 +211,7 @@ def check_store(path: str | Path) -> CheckReport:
         report.problems.append(Problem("file", "", f"not an SQLite file (first bytes {head[:16]!r})"))
         return report
     try:
-        conn = sqlite3.connect("file:" + quote(str(p.resolve())) + "?mode=ro", uri=True,
-                               isolation_level=None, timeout=5.0)
+        conn = connect_read_only(p, timeout_s=5.0)
     except sqlite3.Error as exc:
         report.problems.append(Problem("file", "", f"cannot be opened ({exc})"))
         return report

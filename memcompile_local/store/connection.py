@@ -41,12 +41,36 @@ def _is_lock_error(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
+def connect_read_only(path: str | os.PathLike, *, timeout_s: float = 30.0) -> sqlite3.Connection:
+    """A ``mode=ro`` connection to the existing file ``path`` that has read its schema.
+
+    Raises ``sqlite3.Error`` when the file cannot be read as an SQLite database.
+    """
+    resolved = Path(path).resolve()
+    uri = "file:" + quote(str(resolved))
+    kw: dict[str, Any] = dict(timeout=timeout_s, isolation_level=None, check_same_thread=False, uri=True)
+    conn = sqlite3.connect(uri + "?mode=ro", **kw)
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if os.access(resolved.parent, os.W_OK) or "unable to open" not in str(exc):
+            raise
+    # A WAL file on a read-only folder whose -shm file is gone cannot be opened with mode=ro
+    # alone. Nobody can write it there either, so reading it as immutable is safe.
+    logger.info("%s: read-only folder; opening the store as immutable", path)
+    return sqlite3.connect(uri + "?mode=ro&immutable=1", **kw)
+
+
 class StoreConnection:
     """A lock-guarded SQLite connection to ``path`` (``":memory:"``: a private in-memory database).
 
     ``read_only`` opens the file with ``mode=ro`` (nothing can be written, and no write lock is
-    ever taken); ``create=False`` (implied by ``read_only``) refuses a path where no file exists
-    instead of creating one. ``busy_timeout_ms`` is how long a statement waits for a lock held
+    ever taken); an existing file that this process may not write (or whose folder it may not
+    write, which WAL needs) is opened that way too, so reads work on a read-only mount and writes
+    fail with an error saying why. ``create=False`` (implied by ``read_only``) refuses a path
+    where no file exists instead of creating one. ``busy_timeout_ms`` is how long a statement waits for a lock held
     by another connection. Raises :class:`StoreError` naming the path when the folder or the
     file is missing, or the file is not an SQLite database.
     """
@@ -65,8 +89,15 @@ class StoreConnection:
         self.busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._closed = True
+        self.read_only_reason = "it was opened read-only" if self.read_only else ""
         if not self._memory:
             self._check_path(create=create and not self.read_only)
+            if not self.read_only and os.path.exists(self.path) and not self._writable():
+                # A store on a read-only mount (or without write permission) can still serve
+                # every read; opening it for writing would fail with a misleading message.
+                self.read_only = True
+                self.read_only_reason = "the file or its folder is not writable"
+                logger.info("%s: %s; opened read-only", self.path, self.read_only_reason)
         try:
             if self.read_only:
                 self._conn = self._connect_read_only()
@@ -113,23 +144,12 @@ class StoreConnection:
                 "expected a memcompile-local store"
             )
 
+    def _writable(self) -> bool:
+        # WAL mode needs to create the -wal and -shm files beside the store, so the folder counts.
+        return os.access(self.path, os.W_OK) and os.access(Path(self.path).resolve().parent, os.W_OK)
+
     def _connect_read_only(self) -> sqlite3.Connection:
-        uri = "file:" + quote(str(Path(self.path).resolve()))
-        kw: dict[str, Any] = dict(timeout=self.busy_timeout_ms / 1000.0, isolation_level=None,
-                                  check_same_thread=False, uri=True)
-        conn = sqlite3.connect(uri + "?mode=ro", **kw)
-        try:
-            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-            return conn
-        except sqlite3.OperationalError as exc:
-            conn.close()
-            folder = str(Path(self.path).resolve().parent)
-            if os.access(folder, os.W_OK) or "unable to open" not in str(exc):
-                raise
-        # A WAL file on a read-only folder whose -shm file is gone cannot be opened with mode=ro
-        # alone. Nobody can write it there either, so reading it as immutable is safe.
-        logger.info("%s: read-only folder; opening the store as immutable", self.path)
-        return sqlite3.connect(uri + "?mode=ro&immutable=1", **kw)
+        return connect_read_only(self.path, timeout_s=self.busy_timeout_ms / 1000.0)
 
     def _retry_locked(self, fn, attempts: int = 50):
         """Run ``fn``, retrying while another process holds a lock the busy handler does not cover.
@@ -172,7 +192,7 @@ class StoreConnection:
         with self._lock:
             self._check_open()
             if self.read_only:
-                raise StoreError(f"{self.path}: the store was opened read-only; this call writes")
+                raise StoreError(f"{self.path}: cannot write to this store: {self.read_only_reason}")
             c = self._conn
             try:
                 c.execute("BEGIN IMMEDIATE")

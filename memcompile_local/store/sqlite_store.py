@@ -638,7 +638,7 @@ class MemoryStore(StoreConnection, RequestLedger):
         is never held while waiting for a reader; between attempts the lock is free for others.
         """
         if self.read_only:
-            raise StoreError(f"{self.path}: the store was opened read-only; a scrub writes")
+            raise StoreError(f"{self.path}: cannot scrub this store: {self.read_only_reason}")
         if self._memory:
             with self._lock:
                 self._check_open()
