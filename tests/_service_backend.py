@@ -29,4 +29,6 @@ class SlowExtractionBackend(ScriptedBackend):
         time.sleep(self.delay_s)
         if request.stage == "fact":
             return json.dumps({"facts": []})
+        if request.stage == "answer":
+            return "a scripted answer"
         return None

@@ -94,6 +94,23 @@ def default_turn_id(session_id: str, time_: str, speaker: str, text: str, captio
     return "h" + h.hexdigest()[:24]
 
 
+def owner_alive(owner: str) -> bool:
+    """Whether the process named by a lease owner (``"<pid>-<random>"``, see MemoryService.owner) runs.
+
+    The store is a local SQLite file, so every owner is a process of this machine.
+    """
+    pid_text = owner.split("-", 1)[0]
+    if not pid_text.isdigit():
+        return True  # not ours to judge: wait for the lease to expire
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class MemoryService:
     """The memory service over one store file (see the module doc).
 
@@ -260,7 +277,12 @@ class MemoryService:
     def build_now(self, ns: str, *, wait_s: float = 10.0) -> bool:
         """Build ``ns`` in this request under its lease; False when another holder kept it too long."""
         deadline = time.monotonic() + wait_s
+        reaped = False
         while not self.queue.acquire(ns, self.owner, lease_s=60.0):
+            if not reaped:
+                self.queue.reap(owner_alive)  # a killed process's lease must not hold us up
+                reaped = True
+                continue
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.01)

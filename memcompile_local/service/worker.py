@@ -16,7 +16,7 @@ import time
 
 from ..errors import TransportError
 from .auth import NAMESPACE_PREFIX
-from .core import MemoryService
+from .core import MemoryService, owner_alive
 from .view import pending_turns
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class BuildWorker:
     """Drain ``service.queue`` until :meth:`stop`; ``poll_s`` is the idle wait between looks."""
 
-    def __init__(self, service: MemoryService, *, poll_s: float = 0.2, lease_s: float = 120.0,
+    def __init__(self, service: MemoryService, *, poll_s: float = 0.2, lease_s: float = 30.0,
                  max_backoff_s: float = 60.0, metrics=None):
         self.service = service
         self.poll_s = poll_s
@@ -50,7 +50,12 @@ class BuildWorker:
             log.info("build queue: re-enqueued %d memories with unextracted turns", added)
         return added
 
+    def reap(self) -> int:
+        """Release the build leases of server processes on this machine that are no longer running."""
+        return self.service.queue.reap(owner_alive)
+
     def start(self) -> None:
+        self.reap()
         self.reconcile()
         self._thread = threading.Thread(target=self._run, name="memcompile-build-worker", daemon=True)
         self._thread.start()
@@ -61,8 +66,12 @@ class BuildWorker:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        last_reap = time.monotonic()
         while not self._stop.is_set():
             try:
+                if time.monotonic() - last_reap > self.lease_s / 3:
+                    self.reap()
+                    last_reap = time.monotonic()
                 worked = self.run_once()
             except Exception:  # keep draining: one bad entry must not stop the worker
                 log.exception("build worker: unexpected error")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .namespace import validate_namespace
 from .sqlite_store import MemoryStore
@@ -196,6 +196,18 @@ class BuildQueue:
                 (ns, owner, now + lease_s),
             )
         return True
+
+    def reap(self, alive: Callable[[str], bool]) -> int:
+        """Drop the leases whose owner ``alive(owner)`` says is gone (a killed process); returns how many.
+
+        Without this a restarted server would wait out the lease of the process it replaces.
+        """
+        owners = [r[0] for r in self.store._query("SELECT DISTINCT owner FROM service_build_leases")]
+        dead = [o for o in owners if not alive(o)]
+        if not dead:
+            return 0
+        with self.store._write() as c:
+            return sum(c.execute("DELETE FROM service_build_leases WHERE owner = ?", (o,)).rowcount for o in dead)
 
     def release(self, namespace: str, owner: str) -> None:
         with self.store._write() as c:

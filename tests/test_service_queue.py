@@ -1,0 +1,80 @@
+"""The durable build queue (store/queue.py): coalescing, leases across connections, reaping, sessions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from memcompile_local.service.core import owner_alive
+from memcompile_local.store import MemoryStore
+from memcompile_local.store.queue import BuildQueue
+from memcompile_local.types import Conversation, Session, Turn
+
+
+def two_queues(tmp_path):
+    a, b = MemoryStore(tmp_path / "m.sqlite"), MemoryStore(tmp_path / "m.sqlite")
+    return BuildQueue(a), BuildQueue(b)
+
+
+def test_enqueue_coalesces_and_a_turn_appended_during_a_build_stays_queued(tmp_path):
+    q, _ = two_queues(tmp_path)
+    assert q.enqueue("ns", 2) and q.enqueue("ns", 3)
+    assert q.depth() == {"namespaces": 1, "turns": 5}
+    job = q.claim("w1")
+    assert (job.namespace, job.pending_turns) == ("ns", 5)
+    assert q.claim("w2") is None  # leased
+    q.enqueue("ns", 1)  # appended while the build runs
+    assert not q.complete(job, "w1")
+    assert q.entry("ns")["pending_turns"] == 1
+    job = q.claim("w2")
+    assert q.complete(job, "w2") and q.entry("ns") is None and q.depth()["turns"] == 0
+
+
+def test_limit_refuses_without_writing(tmp_path):
+    q, _ = two_queues(tmp_path)
+    assert q.enqueue("a", 3, limit=4)
+    assert not q.enqueue("b", 2, limit=4)
+    assert q.depth() == {"namespaces": 1, "turns": 3}
+
+
+def test_leases_exclude_other_connections_and_failed_entries_back_off(tmp_path):
+    q1, q2 = two_queues(tmp_path)
+    assert q1.acquire("ns", "p1")
+    assert not q2.acquire("ns", "p2")
+    q1.release("ns", "p1")
+    assert q2.acquire("ns", "p2")
+    q2.release("ns", "p2")
+    q1.enqueue("ns", 1)
+    job = q2.claim("p2")
+    q2.fail(job, "p2", "backend down", retry_in_s=60)
+    assert q1.claim("p1") is None  # not due yet
+    assert q1.entry("ns")["attempts"] == 1 and q1.entry("ns")["last_error"] == "backend down"
+
+
+def test_reap_drops_only_leases_of_dead_processes(tmp_path):
+    q, _ = two_queues(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert q.acquire("a", f"{dead.pid}-deadbeef", lease_s=600)
+    assert q.acquire("b", f"{os.getpid()}-live", lease_s=600)
+    assert not owner_alive(f"{dead.pid}-deadbeef") and owner_alive(f"{os.getpid()}-x")
+    assert q.reap(owner_alive) == 1
+    assert q.acquire("a", "someone-else")  # free again
+    assert not q.acquire("b", "someone-else")
+
+
+def test_reconcile_enqueues_only_missing_entries(tmp_path):
+    q, _ = two_queues(tmp_path)
+    q.enqueue("a", 1)
+    assert q.reconcile([("a", 5), ("b", 2), ("c", 0)]) == 1
+    assert q.entry("a")["pending_turns"] == 1 and q.entry("b")["pending_turns"] == 2 and q.entry("c") is None
+
+
+def test_session_indexes_are_shared_across_connections_and_follow_stored_packets(tmp_path):
+    q1, q2 = two_queues(tmp_path)
+    q1.store.ingest(Conversation("ns", (Session(4, "old", "t", (Turn("x", "A", "hi"),)),)))
+    assert q1.session_indexes("ns", ["s1", "s2", "s1"]) == {"s1": 5, "s2": 6}
+    assert q2.session_indexes("ns", ["s3", "s2", "old"]) == {"s3": 7, "s2": 6, "old": 4}
+    assert q1.forget("ns") == 4
+    assert q1.session_indexes("ns", ["s9"]) == {"s9": 5}  # packets of "old" are still stored
