@@ -9,8 +9,8 @@ hit to its packet and collapses hits of one packet into one candidate:
   the packet ordinal (dialogue position) when an ordinal map is given, else the packet id
   string; a packet missing from a given map sorts after every mapped one, by id.
 
-``mmr_anchors`` is the diagnostic pre-scheduler Top-10 of Appendix B.3, and
-The source-aliasing audit of Appendix A.4 is a benchmark metric: ``bench.coverage.aliasing_audit``.
+``mmr_anchors`` is the diagnostic pre-scheduler Top-10 of Appendix B.3. The source-aliasing
+audit of Appendix A.4 is a benchmark metric: ``bench.coverage.aliasing_audit``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import math
 from typing import Mapping, Sequence
 
 from .config import RoutingConfig
-from .types import Candidate, Descriptor, PacketCandidate
 from .language.tokens import jaccard, term_set
+from .types import Candidate, Descriptor, PacketCandidate
 
 
 def _packet_key(ordinals: Mapping[str, int] | None):
