@@ -346,6 +346,7 @@ class Memory:
                         f"namespace {namespace!r} is not built for this configuration "
                         f"({plan.turns - plan.to_extract} of {plan.turns} turns extracted); "
                         f"run `memcompile-local build {namespace}` first, or allow the build")
+                log.info("build %s", self.plan_build(namespace).describe())
                 self.build(namespace)
             view, generation = self._load_view(namespace)
             # The steps above may have written; key the view on the generation read after them
