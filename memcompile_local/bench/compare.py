@@ -15,6 +15,7 @@ The spec (YAML)::
       - {name: smollm2, backend: llamacpp, model: smollm2-135m}
       - {name: qwen7b, backend: openai, base_url: "http://127.0.0.1:8000/v1", model: Qwen/Qwen2.5-7B-Instruct}
     presets: [A0, A1, model-free]
+    baselines: [bm25, dense]          # optional: raw-turn baselines per backbone
 
 Each (backbone, preset) pair runs as ``eval`` would, into ``<out>/<backbone>-<preset>/``.
 Memory builds that are identical (same extractor, model and prompts) are built once: the
@@ -37,13 +38,14 @@ import yaml
 from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..evidence.presets import apply_preset
+from .baselines import BASELINES
 from .judge_model import resolve_judge
 from .plots import quality_vs_tokens_plot
 from .report import compare_table
 from .runner import EvalRunner, EvalSpec
 
 SPEC_KEYS = {"benchmark", "data", "store", "limit", "conversations", "judge", "retrieval_only", "config",
-             "backbones", "presets", "out"}
+             "backbones", "presets", "baselines", "out"}
 BACKBONE_KEYS = {"name", "backend", "model", "base_url", "api_key_env", "concurrency", "embedder", "embed_model",
                  "options", "max_tokens", "timeout_s", "context_window"}
 JUDGE_KEYS = {"backend", "model", "base_url", "api_key_env", "allow_self_judge"}
@@ -75,6 +77,9 @@ def load_spec(path: str) -> dict[str, Any]:
         names.add(b["name"])
     if not isinstance(spec["presets"], list) or not spec["presets"]:
         raise ConfigError(f"{path}: at presets: expected a non-empty list")
+    baselines = spec.get("baselines", [])
+    if not isinstance(baselines, list) or any(b not in BASELINES for b in baselines):
+        raise ConfigError(f"{path}: at baselines: expected a list of {', '.join(BASELINES)}, got {baselines!r}")
     judge = spec.get("judge", True)
     if isinstance(judge, dict):
         bad = set(judge) - JUDGE_KEYS
@@ -86,7 +91,8 @@ def load_spec(path: str) -> dict[str, Any]:
 
 
 def grid(spec: dict[str, Any]) -> list[tuple[str, PipelineConfig, str]]:
-    """(run name, config, preset) for every backbone x preset pair, in spec order.
+    """(run name, config, preset) for every backbone x preset pair, in spec order, then each
+    backbone's baselines (preset ``baseline-<kind>``, run with the base configuration).
 
     A ``judge`` mapping of the spec becomes each run's judge section.
     """
@@ -100,7 +106,13 @@ def grid(spec: dict[str, Any]) -> list[tuple[str, PipelineConfig, str]]:
         for preset in spec["presets"]:
             cfg = apply_preset(preset, base).replace(model=model)
             out.append((f"{b['name']}-{preset}", cfg, preset))
+        for kind in spec.get("baselines", []):
+            out.append((f"{b['name']}-baseline-{kind}", base.replace(model=model), f"baseline-{kind}"))
     return out
+
+
+def _baseline_of(preset: str) -> str | None:
+    return preset[len("baseline-"):] if preset.startswith("baseline-") else None
 
 
 def _judging(spec: dict[str, Any]) -> bool:
@@ -119,10 +131,13 @@ def build_key(cfg: PipelineConfig) -> tuple:
 
 
 def _describe_build(key: tuple) -> str:
+    if key == ("none",):
+        return "no build (baselines index the raw turns)"
     extractor, (embedder, embed_model), (layout, token_cap, item_cap) = key
     ex = "rule extractor" if extractor[0] == "rule" else (
         f"LLM extractor {extractor[1]} {extractor[2]}" + (" (combined call)" if extractor[4] else ""))
-    return f"{ex}; embedder {embedder} {embed_model}; layout {layout} ({token_cap} tokens, {item_cap} items)"
+    emb = "hash" if embedder == "hash" else f"{embedder} {embed_model}"  # the hash embedder has no model
+    return f"{ex}; embedder {emb}; layout {layout} ({token_cap} tokens, {item_cap} items)"
 
 
 @dataclass(frozen=True)
@@ -146,7 +161,7 @@ def plan_grid(spec: dict[str, Any]) -> GridPlan:
     """The runs and shared builds of a spec, resolving every judge (a refused self-judge raises)."""
     runs, builds, index = [], [], {}
     for name, cfg, preset in grid(spec):
-        key = build_key(cfg)
+        key = ("none",) if _baseline_of(preset) else build_key(cfg)  # a baseline builds nothing
         if key not in index:
             index[key] = len(builds) + 1
             builds.append({"what": _describe_build(key), "runs": []})
@@ -186,12 +201,13 @@ def run_compare(spec_path: str, *, out: str | None = None, progress: bool = True
             benchmark=spec["benchmark"], data=spec["data"], store=str(store),
             out=str(root / name), limit=spec.get("limit"),
             conversations=tuple(spec["conversations"]) if spec.get("conversations") else None,
-            judge=_judging(spec), preset=preset, progress=progress,
-            answer=not spec.get("retrieval_only", False),
+            judge=_judging(spec), preset=None if _baseline_of(preset) else preset, progress=progress,
+            answer=not spec.get("retrieval_only", False), baseline=_baseline_of(preset),
         )
         result = EvalRunner(es, cfg, echo=echo).run()
         runs.append({"name": name, "backbone": planned["backbone"], "preset": preset,
-                     "metrics": result["metrics"], "token_table": result["token_table"], "judge": result["judge"]})
+                     "metrics": result["metrics"], "token_table": result["token_table"], "judge": result["judge"],
+                     "context_tokens_per_question": result["context_tokens_per_question"]})
     table = compare_table(runs)
     (root / "compare.md").write_text(table + "\n", encoding="utf-8")
     (root / "compare.json").write_text(json.dumps(runs, indent=2, default=str), encoding="utf-8")

@@ -487,6 +487,9 @@ class EvalRunner:
             "wall_s": round(wall_s, 2),
             "attempts": earlier_n + 1,
             "questions": len(merged),
+            # Tokens handed to the reader: the cost axis of runs that make no model call.
+            "context_tokens_per_question": (sum(r.get("context_tokens", 0) for r in merged) / len(merged)
+                                            if merged else None),
             "failed_questions": errors,
             "aliasing_audit": aliasing,
             "judge": judge_info,
