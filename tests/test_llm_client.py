@@ -544,3 +544,31 @@ def test_a_failed_request_in_a_streamed_batch_fails_alone(tmp_path):
     assert isinstance(out[2], TransportError)
     assert [out[i].text for i in (0, 1, 3)] == ["reply to question 0", "reply to question 1", "reply to question 3"]
     assert client.waste_totals()["answer"]["calls"] == 1
+
+
+def test_an_openai_server_batch_keeps_the_responses_that_finished(tmp_path):
+    """Real HTTP on 127.0.0.1: one request of four fails; the three others are cached at once."""
+    pytest.importorskip("openai")
+    from _fake_openai import FakeOpenAIServer, Reply, chat_body
+
+    from memcompile_local.adapters.openai_compat import OpenAICompatBackend
+
+    def reply(path, body, hit):
+        user = body["messages"][-1]["content"]
+        if user == "question 1":
+            return Reply(400, {"error": {"message": "no"}})
+        return Reply(body=chat_body(f"reply to {user}"), delay=0.05)
+
+    store = MemoryStore(tmp_path / "s.sqlite")
+    batch = [q(f"question {i}") for i in range(4)]
+    with FakeOpenAIServer(reply) as srv:
+        backend = OpenAICompatBackend("fake-model", base_url=srv.base_url, max_retries=0, timeout=10.0,
+                                      concurrency=4)
+        out = LLMClient(backend, store).complete_many(batch)
+        assert isinstance(out[1], TransportError)
+        assert [out[i].text for i in (0, 2, 3)] == ["reply to question 0", "reply to question 2",
+                                                     "reply to question 3"]
+        sent = len(srv.requests)
+        again = LLMClient(backend, store).complete_many(batch)
+        assert [r.cached for r in again if not isinstance(r, ModelError)] == [True, True, True]
+        assert len(srv.requests) == sent + 1  # only the failed request is asked again
