@@ -18,8 +18,9 @@ from .bench.export import export_from_args
 from .bench.runner import run_eval_from_args
 from .config import PipelineConfig, config_needs_llm
 from .data import counts, load_any
+from .data.plain import GivenIds, load_plain_given_ids
 from .demo import run_demo
-from .errors import ConfigError, MemCompileError
+from .errors import ConfigError, DataFormatError, MemCompileError
 from .evidence.presets import COMPOSITION_HELP, PRESETS, apply_presets, describe_preset
 from .memory import Memory
 from .store import MemoryStore
@@ -295,10 +296,15 @@ def cmd_ingest(args) -> int:
         convs = convs[: args.limit]
     c = counts(convs)
     print(f"read {args.path}: " + ", ".join(f"{k}={v}" for k, v in c.items()))
+    given = _plain_given_ids(args, convs, kw)
     mem = _memory(args)
     try:
-        # One transaction for the whole file: a rejected conversation leaves nothing of the file.
-        results = mem.store.ingest_many(convs)
+        if given is not None:
+            # A plain memory file: ids it left out are stable across files and re-ingests.
+            results = [mem.add(convs[0].namespace, convs[0], given_ids=given)]
+        else:
+            # One transaction for the whole file: a rejected conversation leaves nothing of the file.
+            results = mem.store.ingest_many(convs)
         for conv, res in zip(convs, results):
             print(f"{conv.namespace}: {res.added} turns added, {res.skipped} already present")
             if args.build:
@@ -309,6 +315,18 @@ def cmd_ingest(args) -> int:
     finally:
         _close(mem)
     return 0
+
+
+def _plain_given_ids(args, convs, kw) -> GivenIds | None:
+    """For a plain memory file, which ids the file wrote: the others get ids that stay stable
+    across files and re-ingests (``Memory.add``). None for benchmark files, whose ids are theirs."""
+    if args.format not in ("auto", "plain") or len(convs) != 1 or convs[0].questions:
+        return None
+    try:
+        conv, given = load_plain_given_ids(args.path, **kw)
+    except DataFormatError:
+        return None  # not a plain file (a one-conversation benchmark file)
+    return given if conv == convs[0] else None
 
 
 def cmd_build(args) -> int:

@@ -222,8 +222,8 @@ class Memory:
                             max_tokens=self.config.model.max_tokens)
 
     # -- write side ---------------------------------------------------------------------------
-    def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping
-            ) -> IngestResult:
+    def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping,
+            *, given_ids: GivenIds | None = None) -> IngestResult:
         """Ingest turns (all-or-nothing); identical turns already present are skipped.
 
         ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
@@ -235,8 +235,14 @@ class Memory:
         its session. So calling ``add`` again with the same session adds nothing, and with
         new turns (alone or after the old ones) adds exactly those. A turn identical to a
         stored one of the same session is stored once; give ids to keep repeats.
+
+        ``given_ids`` (with a Conversation read from a plain file, see
+        ``data.plain.load_plain_given_ids``) marks which of its ids the file wrote; the others
+        are replaced by stable ids in the same way.
         """
         conversation, given = turns_to_conversation(namespace, data)
+        if given_ids is not None and isinstance(data, Conversation):
+            given = given_ids
         if given is None:
             return self.store.ingest(conversation)
         for attempt in range(3):

@@ -194,3 +194,19 @@ def test_max_tokens_from_a_config_file_wins_over_the_caps(tmp_path):
     cfg = config_from_args(build_parser().parse_args(["ask", "a", "q", "--config", str(conf)]))
     assert cfg.model.max_tokens == 1024 and cfg.extraction.extractor == "llm"
     assert cfg.evidence.max_schedule_pool == 40
+
+
+def test_a_second_plain_file_for_the_same_namespace_appends(tmp_path, capsys):
+    store = str(tmp_path / "s.sqlite")
+    first, second = tmp_path / "week1.json", tmp_path / "week2.jsonl"
+    first.write_text(json.dumps({"namespace": "me", "sessions": [
+        {"time": "2024-05-01", "turns": [{"speaker": "Ana", "text": "I bought a red bike."}]}]}))
+    second.write_text('{"namespace": "me"}\n' + json.dumps(
+        {"time": "2024-05-08", "turns": [{"speaker": "Ana", "text": "The bike has a flat tyre."}]}) + "\n")
+    assert main(["ingest", str(first), "--store", store, "--quiet"]) == 0
+    assert main(["ingest", str(second), "--store", store, "--quiet"]) == 0  # collided on S1:1 before
+    assert "me: 1 turns added" in capsys.readouterr().out
+    assert main(["ingest", str(second), "--store", store, "--quiet"]) == 0
+    assert "me: 0 turns added, 1 already present" in capsys.readouterr().out
+    main(["stats", "--store", store, "--json"])
+    assert json.loads(capsys.readouterr().out)["namespaces"]["me"]["sessions"] == 2

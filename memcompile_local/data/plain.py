@@ -72,6 +72,21 @@ def load_plain(path: str | Path, *, namespace: str | None = None) -> Conversatio
     return parse_plain(doc, path, namespace=namespace)
 
 
+def load_plain_given_ids(path: str | Path, *, namespace: str | None = None) -> tuple[Conversation, GivenIds]:
+    """Like :func:`load_plain`, also saying which session and turn ids the file gave."""
+    given: list[tuple[bool, tuple[bool, ...]]] = []
+    if Path(path).suffix.lower() == ".jsonl":
+        conv = _parse_jsonl(iter_jsonl(path), path, namespace, given)
+    else:
+        try:
+            return parse_plain_given_ids(load_json(path), path, namespace=namespace)
+        except DataFormatError as exc:
+            if not looks_like_jsonl(exc, path):
+                raise
+            conv = _parse_jsonl(iter_jsonl(path), path, namespace, given)
+    return conv, GivenIds(sessions=tuple(g[0] for g in given), turns=tuple(g[1] for g in given))
+
+
 def looks_like_jsonl(exc: DataFormatError, path: str | Path) -> bool:
     """True when a JSON syntax error is really a JSONL file under another suffix.
 
@@ -133,6 +148,11 @@ def parse_plain_jsonl(lines: Iterable[tuple[int, Any]], path: str | Path, *,
     The first value is a header when it has no ``turns`` key; every other value must be
     a session object. Locations in errors read ``line L, $.turns[2].text``.
     """
+    return _parse_jsonl(lines, path, namespace, None)
+
+
+def _parse_jsonl(lines: Iterable[tuple[int, Any]], path: str | Path, namespace: str | None,
+                 given: list | None) -> Conversation:
     r = FieldReader(path)
     header: Mapping[str, Any] = {}
     header_where = "$"
@@ -147,7 +167,7 @@ def parse_plain_jsonl(lines: Iterable[tuple[int, Any]], path: str | Path, *,
             header, header_where = obj, where
             continue
         located.append((where, obj))
-    return _build(r, header, header_where, located, path, namespace)
+    return _build(r, header, header_where, located, path, namespace, given)
 
 
 def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
