@@ -116,6 +116,9 @@ class EvidenceConfig:
     # the scheduler sees at most this many candidates (pool order) and this many characters of each.
     max_schedule_pool: PosInt | None = None
     max_candidate_chars: PosInt | None = None
+    # Reader budget of one evidence block in characters (issue 15.5): a longer block is cut with
+    # a visible marker (evidence/views.py). None: no cap. Far above any benchmark turn.
+    max_block_chars: Annotated[int, Field(ge=1000)] | None = 8000
 
 
 @dataclass(frozen=True)

@@ -212,11 +212,13 @@ def run_frontier(
     return tuple(final[len(anchors):]), {"ordering": ordering, **info}
 
 
-def render(view_name: str, packet_ids: Sequence[str], view: MemoryView, pool: Sequence[PacketCandidate]) -> str:
+def render(view_name: str, packet_ids: Sequence[str], view: MemoryView, pool: Sequence[PacketCandidate],
+           max_block_chars: int | None = None) -> str:
     """X_q: the reader view of the final packet sequence (Algorithm 1, lines 19-22)."""
     packets = [view.packets_by_id[i] for i in packet_ids]
     representative = {pc.packet_id: pc.representative for pc in pool}
-    return render_view(view_name, packets, view.descriptors_by_packet, representative)
+    return render_view(view_name, packets, view.descriptors_by_packet, representative,
+                       max_block_chars=max_block_chars)
 
 
 def planned_steps(cfg: PipelineConfig, *, address_trace: bool = False) -> tuple[bool, bool]:
@@ -282,7 +284,7 @@ def compile_context(
     if cfg.evidence.frontier != "none":
         lap("frontier")
     final = tuple(anchors) + tuple(added)
-    text = render(cfg.evidence.view, final, view, pool)
+    text = render(cfg.evidence.view, final, view, pool, cfg.evidence.max_block_chars)
     lap("render")
     return Context(
         namespace=view.namespace, question=question, packet_ids=final, anchors=tuple(anchors),

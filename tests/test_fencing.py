@@ -177,3 +177,23 @@ def test_a_canary_turn_stored_through_memory_is_fenced_in_the_compiled_context(t
         assert sorted(ctx.packet_ids) == ["T1", "T2", "T3"]
         _check_context(ctx.text, [by_id[pid] for pid in ctx.packet_ids])
     store.close()
+
+
+def test_a_huge_turn_is_cut_to_the_block_budget_in_the_compiled_context(tmp_path):
+    store = MemoryStore(tmp_path / "big.sqlite")
+    huge = "Pepper the cat sleeps on the sofa. " * 2000  # 70,000 characters: under the load cap
+    turns = (Turn("T1", "Ana", huge), Turn("T2", "Ben", "Pepper is a lovely name."))
+    conv = Conversation("big", (Session(1, "s1", "8 May 2023", turns),))
+    for cap in (8000, 2000):
+        cfg = apply_preset("model-free", PipelineConfig()).replace(
+            evidence={"view": "raw_packet", "max_block_chars": cap})
+        mem = Memory(store, cfg, embedder=HashEmbedder(dim=64), client=LLMClient(NoModelBackend(), store))
+        mem.add("big", conv)
+        ctx = mem.compile("big", "Where does Pepper sleep?")
+        blocks = ctx.text.split("\n\n")
+        big = blocks[list(ctx.packet_ids).index("T1")]
+        assert len(big) <= cap
+        assert big.splitlines()[-1].endswith("more characters of this packet not shown)")
+        assert len(ctx.text) < cap + 500
+    assert PipelineConfig().evidence.max_block_chars == 8000
+    store.close()
