@@ -132,6 +132,7 @@ class MemoryService:
         self.inline_build = self.config.extraction.extractor == "rule"
         self._presets: OrderedDict[str, Memory] = OrderedDict()
         self._presets_lock = threading.Lock()
+        self._view_locks: dict[str, threading.Lock] = {}
         self.backend_down_since: float | None = None
 
     def close(self) -> None:
@@ -293,6 +294,13 @@ class MemoryService:
         return True
 
     # ------------------------------------------------------------------ read side
+    def _view_lock(self, ns: str) -> threading.Lock:
+        with self._presets_lock:
+            lock = self._view_locks.get(ns)
+            if lock is None:
+                lock = self._view_locks[ns] = threading.Lock()
+            return lock
+
     def memory_for(self, preset: str | None) -> Memory:
         """The Memory of ``preset`` (sharing the store, backend and embedder), or the base one."""
         if not preset:
@@ -338,8 +346,11 @@ class MemoryService:
         mem = self.memory_for(preset)
         if self.inline_build and pending_turns(mem, ns):
             self.build_now(ns)  # turns left by a request that could not get the lease
-        view, behind = current_view(mem, self.pending if mem is self.memory else PendingViews(mem), ns,
-                                    allow_build=self.inline_build)
+        # One thread per namespace loads a new view; the others wait for it instead of each
+        # rebuilding the same indexes (every write makes the next search load a view).
+        with self._view_lock(ns):
+            view, behind = current_view(mem, self.pending if mem is self.memory else PendingViews(mem), ns,
+                                        allow_build=self.inline_build)
         cfg = mem.config.replace(evidence={"k0": k}) if k is not None else mem.config
         client = mem.client if config_needs_llm(cfg) else None
         try:
@@ -462,6 +473,8 @@ class MemoryService:
             # forget moves, so only the base Memory's and the pending views are dropped here.
             deleted = self.memory.forget(ns)
             self.pending.forget(ns)
+            with self._presets_lock:
+                self._view_locks.pop(ns, None)
         finally:
             self.queue.forget(ns)  # drops the lease too
         return {"user_id": user_id, "deleted": {k: v for k, v in deleted.items() if v}}

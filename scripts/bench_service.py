@@ -1,0 +1,242 @@
+"""Throughput and latency of the memory service over loopback HTTP (issue 11's figures).
+
+Seeds a LoCoMo-sized memory (``--users`` users x ``--turns`` turns, split over two tenants that
+use the same user ids) straight into a store file, starts ``memcompile-local serve`` on it in a
+subprocess on 127.0.0.1, and runs N concurrent clients (``--clients 1,8,32``). Each client
+alternates: append one turn, search for it at once (that pair is the "append -> searchable"
+time), and search a random question. Printed per N: requests/s, p50/p95/p99 of search and
+append, append->searchable p50/p95, errors, cross-tenant results, and searches that missed the
+turn appended just before. Then the same searches in-process (``Memory.compile`` on the same
+store) for the HTTP/in-process ratio.
+
+    .venv/bin/python scripts/bench_service.py                  # hash embedder, 10 x 600 turns
+    .venv/bin/python scripts/bench_service.py --embedder sentence-transformers
+
+The texts are generated here (templates over names, places and topics), not taken from a
+benchmark. Figures depend on the machine: say how many cores it had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from memcompile_local.config import PipelineConfig  # noqa: E402
+from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.memory import Memory  # noqa: E402
+from memcompile_local.service.auth import hash_key, namespace_for  # noqa: E402
+
+TENANTS = {"acme": "mcl_bench-key-acme-000000000", "globex": "mcl_bench-key-globex-11111111"}
+NAMES = ["Mara", "Jon", "Priya", "Tomas", "Lena", "Kofi", "Ines", "Yuki", "Omar", "Sofia"]
+PLACES = ["Lisbon", "the lake", "Kyoto", "the old market", "Nairobi", "the library", "Oslo", "the hills"]
+THINGS = ["a red kayak", "sourdough starter", "a vintage camera", "tomato seedlings", "a chess set",
+          "running shoes", "a ukulele", "watercolor paints", "a telescope", "a puppy"]
+VERBS = ["bought", "found", "borrowed", "sold", "painted", "fixed", "lost", "gave away"]
+FEEL = ["loved it", "was nervous", "felt proud", "laughed a lot", "want to go back", "regret nothing"]
+QUESTIONS = ["What did {a} buy?", "Where did {a} go last month?", "What does {a} feel about {p}?",
+             "When did {a} fix {t}?", "Who went to {p}?", "What did {a} lose?"]
+
+
+def synth_sessions(rng: random.Random, user: str, n_turns: int, per_session: int = 30) -> list[dict]:
+    a, b = rng.sample(NAMES, 2)
+    sessions, made = [], 0
+    day = 0
+    while made < n_turns:
+        day += rng.randint(1, 6)
+        turns = []
+        for i in range(min(per_session, n_turns - made)):
+            sp = a if i % 2 == 0 else b
+            text = (f"I {rng.choice(VERBS)} {rng.choice(THINGS)} near {rng.choice(PLACES)} and "
+                    f"{rng.choice(FEEL)} [{user}#{made}]")
+            turns.append({"speaker": sp, "text": text, "id": f"b{made}"})
+            made += 1
+        sessions.append({"time": f"2023-{1 + day // 28:02d}-{1 + day % 28:02d} 10:00", "id": f"s{len(sessions)}",
+                         "turns": turns})
+    return sessions
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_clients(url: str, users: list[tuple[str, str]], n_clients: int, per_client: int, seed: int) -> dict:
+    lat = {"search": [], "append": [], "searchable": []}
+    stats = {"errors": 0, "cross": 0, "missed": 0, "requests": 0}
+    lock = threading.Lock()
+    barrier = threading.Barrier(n_clients)
+
+    def client(ci: int) -> None:
+        rng = random.Random(seed * 1000 + ci)
+        tenant, user = users[ci % len(users)]
+        tag = f"[{tenant}/{user}"
+        local = {"search": [], "append": [], "searchable": []}
+        errors = cross = missed = requests = 0
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=60) as c:
+            barrier.wait()
+            for i in range(per_client):
+                word = f"zq{ci}x{i}x{seed}"
+                t0 = time.perf_counter()
+                r = c.post(f"/v1/memories/{user}/turns", json={"speaker": "Mara", "time": "2023-12-01 09:00",
+                                                                "text": f"I keep the {word} in the shed {tag}#live]"})
+                t1 = time.perf_counter()
+                requests += 1
+                if r.status_code != 200:
+                    errors += 1
+                    continue
+                r = c.post(f"/v1/memories/{user}/search", json={"query": f"where is the {word}?"})
+                t2 = time.perf_counter()
+                requests += 1
+                if r.status_code != 200:
+                    errors += 1
+                    continue
+                local["append"].append(t1 - t0)
+                local["searchable"].append(t2 - t0)
+                local["search"].append(t2 - t1)
+                texts = [p["text"] for p in r.json()["packets"]]
+                cross += sum(tag not in t for t in texts)
+                missed += not any(word in t for t in texts)
+                q = rng.choice(QUESTIONS).format(a=rng.choice(NAMES), p=rng.choice(PLACES), t=rng.choice(THINGS))
+                t3 = time.perf_counter()
+                r = c.post(f"/v1/memories/{user}/search", json={"query": q})
+                t4 = time.perf_counter()
+                requests += 1
+                if r.status_code != 200:
+                    errors += 1
+                    continue
+                local["search"].append(t4 - t3)
+                cross += sum(tag not in p["text"] for p in r.json()["packets"])
+        with lock:
+            for k in lat:
+                lat[k].extend(local[k])
+            stats["errors"] += errors
+            stats["cross"] += cross
+            stats["missed"] += missed
+            stats["requests"] += requests
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"lat": lat, "wall": wall, **stats}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--users", type=int, default=10, help="users in all, split over two tenants")
+    ap.add_argument("--turns", type=int, default=600, help="seeded turns per user")
+    ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--requests", type=int, default=240, help="approximate requests per run (all clients)")
+    ap.add_argument("--embedder", default="hash", help="hash (default) or sentence-transformers")
+    ap.add_argument("--store", help="store file (default: a temporary one)")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench_service_"))
+    store = Path(args.store) if args.store else tmp / "mem.sqlite"
+    cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": args.embedder})
+    (tmp / "run.yaml").write_text(yaml.safe_dump(cfg.to_dict()), encoding="utf-8")
+    (tmp / "keys.yaml").write_text(yaml.safe_dump({"tenants": {t: {"keys": [{"sha256": hash_key(k)}]}
+                                                               for t, k in TENANTS.items()}}), encoding="utf-8")
+    rng = random.Random(args.seed)
+    tenants = list(TENANTS)
+    users = [(tenants[i % 2], f"user{i // 2}") for i in range(args.users)]  # same ids under both tenants
+    t0 = time.perf_counter()
+    mem = Memory(store, cfg)
+    for tenant, user in users:
+        ns = namespace_for(tenant, user)
+        if not mem.store.packet_count(ns):
+            sessions = synth_sessions(rng, f"{tenant}/{user}", args.turns)
+            mem.add(ns, sessions)
+        mem.build(ns)
+    print(f"seeded {len(users)} users x {args.turns} turns ({args.embedder} embedder) in "
+          f"{time.perf_counter() - t0:.1f}s: {store}", flush=True)
+
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    log = open(tmp / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "memcompile_local", "serve", "--store", str(store), "--port",
+                             str(port), "--keys", str(tmp / "keys.yaml"), "--config", str(tmp / "run.yaml")],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
+    url = f"http://127.0.0.1:{port}"
+    rows = []
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        # warm every user's view once (first search of a memory loads and indexes it)
+        for tenant, user in users:
+            httpx.post(f"{url}/v1/memories/{user}/search", json={"query": "warm up"},
+                       headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=120).raise_for_status()
+        for n in [int(x) for x in args.clients.split(",")]:
+            per_client = max(2, args.requests // (3 * n))
+            res = run_clients(url, users, n, per_client, args.seed + n)
+            rows.append((n, res))
+            print(f"  {n} clients done: {res['requests']} requests in {res['wall']:.1f}s", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+
+    # The same searches in-process, on the same store (after the HTTP runs added their turns).
+    inproc = []
+    qrng = random.Random(args.seed)
+    for i in range(200):
+        tenant, user = users[i % len(users)]
+        q = qrng.choice(QUESTIONS).format(a=qrng.choice(NAMES), p=qrng.choice(PLACES), t=qrng.choice(THINGS))
+        ns = namespace_for(tenant, user)
+        if i < len(users):
+            mem.compile(ns, q)  # load the view first, as the HTTP run warmed the server's
+        t = time.perf_counter()
+        mem.compile(ns, q)
+        inproc.append(time.perf_counter() - t)
+    mem.close()
+
+    ms = lambda x: f"{1000 * x:7.1f}"  # noqa: E731
+    print(f"\nmemory service over loopback, model-free preset, {args.embedder} embedder, "
+          f"{len(users)} users x {args.turns}+ turns, {os.cpu_count()} CPUs visible")
+    print("clients | req/s  | search p50    p95    p99 | append p50    p95    p99 | searchable p50  p95 | "
+          "errors cross missed")
+    for n, r in rows:
+        s, a, w = r["lat"]["search"], r["lat"]["append"], r["lat"]["searchable"]
+        print(f"{n:7d} | {r['requests'] / r['wall']:6.1f} | {ms(pct(s, 50))} {ms(pct(s, 95))} {ms(pct(s, 99))} | "
+              f"{ms(pct(a, 50))} {ms(pct(a, 95))} {ms(pct(a, 99))} | {ms(pct(w, 50))} {ms(pct(w, 95))} | "
+              f"{r['errors']:6d} {r['cross']:5d} {r['missed']:6d}")
+    p50 = pct(inproc, 50)
+    print(f"in-process Memory.compile: p50 {ms(p50)} ms, p95 {ms(pct(inproc, 95))} ms "
+          f"(mean {1000 * statistics.fmean(inproc):.1f} ms)")
+    for n, r in rows:
+        print(f"  HTTP search p50 / in-process p50 at {n} clients: {pct(r['lat']['search'], 50) / p50:.2f}x")
+    bad = sum(r["errors"] + r["cross"] for _n, r in rows)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
