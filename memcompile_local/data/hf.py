@@ -137,7 +137,7 @@ def rows_to_json(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _one_split(obj: Any, source: str) -> Any:
     """A ``Dataset`` from a ``Dataset`` or ``DatasetDict`` (its only split, else ``train``)."""
-    if hasattr(obj, "keys") and not hasattr(obj, "column_names"):
+    if isinstance(obj, dict):  # DatasetDict is a dict of split name -> Dataset
         splits = list(obj.keys())
         if len(splits) == 1:
             return obj[splits[0]]
