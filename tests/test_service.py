@@ -46,7 +46,10 @@ SESSION = {
 def server(tmp_path_factory):
     d = tmp_path_factory.mktemp("service")
     keys = write_keys(d / "keys.yaml", {"acme": [(KEY_A, False), (KEY_A_REVOKED, True)], "globex": [(KEY_B, False)]})
-    cfg = write_config(d / "run.yaml", MODEL_FREE)
+    # The answer model is an OpenAI-compatible server on a closed port: answer must say 503.
+    dead_model = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "none", "timeout_s": 5,
+                  "options": {"max_retries": 0, "api_key": "unused"}}
+    cfg = write_config(d / "run.yaml", {**MODEL_FREE, "model": {**MODEL_FREE["model"], **dead_model}})
     with running(d / "mem.sqlite", "--keys", str(keys), "--max-body-bytes", "20000",
                  "--max-turns-per-request", "20", config=cfg) as srv:
         srv.store = d / "mem.sqlite"
@@ -108,6 +111,15 @@ def test_changed_text_for_an_existing_turn_id_is_409_and_writes_nothing(server):
         e = err(c.post("/v1/memories/conflict/turns", json={"sessions": [changed]}), 409)
         assert "t2" in e["message"]
         assert count(c, "conflict") == 2  # t3 was not written either
+
+
+def test_answer_with_an_unreachable_model_is_503(server):
+    with client(server) as c:
+        c.post("/v1/memories/ans/turns", json={"speaker": "Ana", "text": "I like plums"}).raise_for_status()
+        e = err(c.post("/v1/memories/ans/answer", json={"query": "What does Ana like?"}), 503)
+        assert e["code"] == "backend_unavailable"
+        err(c.post("/v1/memories/ans/answer", json={"query": "x", "mood": 1}), 400)
+        err(c.post("/v1/memories/nobody/answer", json={"query": "x"}), 404)
 
 
 def test_pagination_of_users_and_turns(server):

@@ -389,9 +389,13 @@ class MemoryService:
         if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.limits.max_k):
             raise ServiceError(400, "bad_request", f"k must be an integer from 1 to {self.limits.max_k}", field="k")
         ns = self._existing(tenant, user_id)
+        (ctx, packets), behind, mem = self._compile(ns, query, k=k, preset=preset)
         try:
-            (ctx, packets), behind, mem = self._compile(ns, query, k=k, preset=preset)
-            client = mem.client
+            client = mem.client  # loads the answer backend on first use
+        except Exception as exc:  # a missing extra, model file or server: no answer model to use
+            raise ServiceError(503, "backend_unavailable", f"the answer model could not be loaded: {exc}",
+                               headers={"Retry-After": "30"}) from exc
+        try:
             res = answer_question(client, query, ctx.text, temporal=use_temporal_prompt(query), namespace=ns,
                                   max_tokens=mem.config.model.max_tokens, question_date=question_date)
         except (TransportError, MissingExtraError) as exc:
