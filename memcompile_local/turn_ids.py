@@ -49,7 +49,21 @@ class _StoredSession:
         self.time = time
         self.packets: list[SourcePacket] = []
         self.used: set[str] = set()  # packet ids matched by this call
-        self.next_number = 1
+        self._next: int | None = None
+
+    def new_id(self, taken: set[str]) -> str:
+        """The next ``S<index>:<n>`` after every number the session has used, not in ``taken``."""
+        if self._next is None:
+            # Worked out only for sessions that get new turns: a namespace has many sessions.
+            pattern = re.compile(rf"S{self.index}:(\d+)")
+            numbers = [int(m.group(1)) for p in self.packets if (m := pattern.fullmatch(p.packet_id))]
+            self._next = max([len(self.packets), *numbers]) + 1
+        pid = f"S{self.index}:{self._next}"
+        while pid in taken:
+            self._next += 1
+            pid = f"S{self.index}:{self._next}"
+        self._next += 1
+        return pid
 
     def overlap(self, turns: Sequence[Turn]) -> int:
         have = Counter(_packet_content(p) for p in self.packets)
@@ -80,10 +94,6 @@ def assign_stable_ids(conversation: Conversation, given: GivenIds,
             s = sessions[p.session_index] = _StoredSession(p.session_index, p.session_id, p.session_time)
         s.packets.append(p)
     taken_ids = {p.packet_id for p in stored}
-    for s in sessions.values():
-        numbers = [int(m.group(1)) for p in s.packets
-                   if (m := re.fullmatch(rf"S{s.index}:(\d+)", p.packet_id))]
-        s.next_number = max([len(s.packets), *numbers]) + 1
     by_id = {s.session_id: s for s in sessions.values()}
     taken_session_ids = set(by_id)
     next_index = max(sessions, default=0) + 1
@@ -112,13 +122,7 @@ def assign_stable_ids(conversation: Conversation, given: GivenIds,
         turns: list[Turn] = []
         for turn, turn_given in zip(session.turns, turns_given):
             if not turn_given:
-                pid = target.match(turn)
-                if pid is None:
-                    pid = f"S{target.index}:{target.next_number}"
-                    while pid in taken_ids:
-                        target.next_number += 1
-                        pid = f"S{target.index}:{target.next_number}"
-                    target.next_number += 1
+                pid = target.match(turn) or target.new_id(taken_ids)
                 turn = replace(turn, packet_id=pid)
             taken_ids.add(turn.packet_id)
             turns.append(turn)
