@@ -324,3 +324,28 @@ def test_retrieval_only_run_on_the_dev_file(tmp_path, dev_locomo):
     assert result["tokens_by_stage"] == {} and result["questions"] == 10
     rec = result["metrics"]["overall"]["recall"]["final"]
     assert rec["n"] == 10 and rec["recall"] > 0.3  # the hash embedder still finds much of the evidence
+
+
+def test_cli_eval_judge_flags(tmp_path, capsys):
+    from memcompile_local.cli import main
+
+    base = ["eval", "locomo", "--data", str(DEV), "--store", str(tmp_path / "c.sqlite"), "--limit", "2", "--quiet"]
+    # The default judge is the answer model: refused before any model is loaded, with the way out.
+    assert main(base + ["--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "the judge would be the answer model itself (llamacpp smollm2-135m)" in err and "--allow-self-judge" in err
+    assert not (tmp_path / "a").exists()
+    # A model-free retrieval-only run needs no judge and no model.
+    assert main(base + ["--out", str(tmp_path / "b"), "--preset", "model-free", "--embedder", "hash",
+                        "--retrieval-only"]) == 0
+    assert "at most 0 new model calls" in capsys.readouterr().out
+    # --judge-* flags fill the config's judge section (part of the run id).
+    from argparse import Namespace
+
+    from memcompile_local.bench.runner import judge_section_from_args
+
+    args = Namespace(judge_backend="openai", judge_model="gpt-4o-mini", judge_base_url="http://127.0.0.1:9/v1",
+                     judge_api_key_env="JUDGE_KEY", allow_self_judge=True)
+    j = judge_section_from_args(args, PipelineConfig()).judge
+    assert (j.backend, j.model, j.base_url, j.api_key_env, j.allow_self_judge) == (
+        "openai", "gpt-4o-mini", "http://127.0.0.1:9/v1", "JUDGE_KEY", True)
