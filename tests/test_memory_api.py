@@ -231,3 +231,16 @@ def test_delete_turn_drops_cached_model_calls_that_quoted_it(tmp_path):
     mem.compile("alice", "cat?")
     assert "S1:2" in store.extracted_packet_ids("alice", mem.extractor().descriptor_set)
     store.close()
+
+
+def test_search_on_an_address_plane_path_scores_from_the_pool(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = apply_preset("A2", PipelineConfig()).replace(extraction={"extractor": "rule", "intent_source": "rule"})
+    mem = Memory(store, cfg, embedder=HashEmbedder(dim=64), client=LLMClient(NoModelBackend(), store))
+    mem.add("alice", [MONDAY, TUESDAY])
+    hits = mem.search("alice", "Where is the pottery class?", k=2)
+    assert len(hits) == 2 and hits[0].rank == 1
+    assert any("pottery" in h.packet.content for h in hits)
+    assert all(h.score is None or isinstance(h.score, float) for h in hits)
+    assert any(h.score is not None for h in hits)
+    store.close()
