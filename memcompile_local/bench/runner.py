@@ -273,12 +273,14 @@ class EvalRunner:
             self.echo(plan.describe())
 
             judge_backend = None
-            if spec.judging and len(judged) < len(items):
+            if spec.judging and self._judge_backend is not None:
+                judge_backend = self._judge_backend
+            elif spec.judging and len(judged) < len(items):  # load a judge only when there is work for it
                 # A self-judge (allowed explicitly) is the answer backend itself: never load it twice.
-                judge_backend = self._judge_backend or (backend if self_judge else self._make_backend(judge_cfg))
+                judge_backend = backend if self_judge else self._make_backend(judge_cfg)
             if uses_model and (todo or plan.build_calls):
                 check_server(backend, role="answer model")
-            if judge_backend is not None and judge_backend is not backend:
+            if judge_backend is not None and judge_backend is not backend and plan.judged:
                 check_server(judge_backend, role="judge")
 
             out.mkdir(parents=True, exist_ok=True)
