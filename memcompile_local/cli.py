@@ -287,7 +287,7 @@ def _announce_build(mem, namespace: str) -> bool:
 
 def cmd_ingest(args) -> int:
     kw: dict[str, Any] = {}
-    if args.namespace:
+    if args.namespace is not None:  # an empty --namespace is refused by the loader, not ignored
         if args.format not in ("auto", "plain"):
             raise ConfigError(f"--namespace applies to plain memory files only, not --format {args.format}")
         kw["namespace"] = args.namespace

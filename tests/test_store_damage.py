@@ -134,3 +134,21 @@ def test_check_of_a_healthy_store_and_of_a_missing_file(built_store, tmp_path, c
     assert "ok (" in capsys.readouterr().out
     assert main(["check", "--store", str(tmp_path / "nope.sqlite")]) == 2
     assert not (tmp_path / "nope.sqlite").exists()
+
+
+def test_a_schema_that_is_not_utf8_is_a_typed_error_and_a_reported_problem(built_store, tmp_path, capsys):
+    # SQLite quotes the damaged schema text in its error message, which Python cannot decode.
+    copy = tmp_path / "schema.sqlite"
+    data = bytearray(built_store.read_bytes())
+    at = data.find(b"CREATE TABLE meta")
+    assert at > 0
+    data[at + 7] = 0xFF  # inside the word TABLE
+    copy.write_bytes(bytes(data))
+    for kw in ({}, {"read_only": True}):
+        with pytest.raises(StoreError, match=str(copy)):
+            MemoryStore(copy, **kw)
+    report = check_store(copy)
+    assert not report.ok and report.problems[0].table == "file"
+    assert main(["stats", "--store", str(copy)]) == 2
+    assert main(["check", "--store", str(copy)]) == 1
+    capsys.readouterr()

@@ -142,7 +142,7 @@ def damaged_rows(conn: sqlite3.Connection, table: str, *, limit: int = _MAX_PER_
         while found < limit:
             try:
                 raw = cur.fetchone()
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
                 yield Problem(table, "", f"rows cannot be read further ({exc})")
                 return
             if raw is None:
@@ -151,7 +151,7 @@ def damaged_rows(conn: sqlite3.Connection, table: str, *, limit: int = _MAX_PER_
             if problem is not None:
                 found += 1
                 yield problem
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         yield Problem(table, "", f"cannot be read ({exc})")
     finally:
         conn.text_factory = old_factory
@@ -212,11 +212,15 @@ def check_store(path: str | Path) -> CheckReport:
         return report
     try:
         conn = connect_read_only(p, timeout_s=5.0)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
         report.problems.append(Problem("file", "", f"cannot be opened ({exc})"))
         return report
+    # Names and messages read from a damaged file may not be UTF-8; show them, do not fail on them.
+    conn.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     try:
         _check_open_file(conn, report)
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        report.problems.append(Problem("file", "", f"cannot be read ({exc})"))
     finally:
         conn.close()
     return report
@@ -226,7 +230,7 @@ def _check_open_file(conn: sqlite3.Connection, report: CheckReport) -> None:
     problems = report.problems
     try:
         messages = [r[0] for r in conn.execute("PRAGMA integrity_check(100)")]
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         problems.append(Problem("file", "", f"integrity_check could not run ({exc})"))
         return
     if messages != ["ok"]:
@@ -234,20 +238,20 @@ def _check_open_file(conn: sqlite3.Connection, report: CheckReport) -> None:
     try:
         for table, rowid, parent, _fk in conn.execute("PRAGMA foreign_key_check"):
             problems.append(Problem(table, str(rowid), f"refers to a missing row of {parent}"))
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         problems.append(Problem("file", "", f"foreign_key_check could not run ({exc})"))
     try:
         inspect_schema(conn, report.path)
     except StoreError as exc:
         problems.append(Problem("file", "", str(exc).split(": ", 1)[-1]))
         return
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         problems.append(Problem("file", "", f"the schema cannot be read ({exc})"))
         return
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for table in sorted(OUR_TABLES & tables):
         try:
             report.rows_checked[table] = count_rows(conn, table)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             problems.append(Problem(table, "", f"cannot be counted ({exc})"))
         problems.extend(damaged_rows(conn, table))

@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 SQLITE_HEADER = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database file."""
 
-# Failures while reading rows: file damage shows up as DatabaseError (malformed image) or as
-# OperationalError (text that is not UTF-8); UnicodeDecodeError covers a text factory that decodes.
+# Failures while reading a damaged file: DatabaseError (malformed image), OperationalError (text
+# that is not UTF-8), and UnicodeDecodeError (SQLite's own error message quotes damaged bytes of the
+# schema, and Python cannot decode the message).
 READ_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 
 
@@ -53,9 +54,10 @@ def connect_read_only(path: str | os.PathLike, *, timeout_s: float = 30.0) -> sq
     try:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         return conn
-    except sqlite3.OperationalError as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
         conn.close()
-        if os.access(resolved.parent, os.W_OK) or "unable to open" not in str(exc):
+        if not isinstance(exc, sqlite3.OperationalError) or os.access(resolved.parent, os.W_OK) \
+                or "unable to open" not in str(exc):
             raise
     # A WAL file on a read-only folder whose -shm file is gone cannot be opened with mode=ro
     # alone. Nobody can write it there either, so reading it as immutable is safe.
@@ -108,13 +110,13 @@ class StoreConnection:
                     isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                     check_same_thread=False,  # shared across threads, guarded by self._lock
                 )
-        except sqlite3.Error as exc:
+        except READ_ERRORS as exc:
             raise StoreError(f"{self.path}: cannot open the store file ({exc})") from exc
         self._closed = False
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.Error as exc:
+        except READ_ERRORS as exc:
             self.close()
             raise StoreError(f"{self.path}: not a usable SQLite store file ({exc})") from exc
 
@@ -196,7 +198,7 @@ class StoreConnection:
             c = self._conn
             try:
                 c.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
+            except READ_ERRORS as exc:
                 raise StoreError(f"{self.path}: could not get the write lock ({exc})") from exc
             try:
                 yield c
@@ -227,7 +229,7 @@ class StoreConnection:
             c = self._conn
             try:
                 c.execute("BEGIN")
-            except sqlite3.Error as exc:
+            except READ_ERRORS as exc:
                 raise self._read_error(exc, table) from exc
             try:
                 yield c

@@ -144,7 +144,7 @@ class MemoryStore(StoreConnection, RequestLedger):
             self._prepare()
         except BaseException as exc:
             self.close()
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, (sqlite3.Error, UnicodeDecodeError)):
                 raise StoreError(f"{self.path}: not a usable store file ({exc})") from exc
             raise
 
@@ -156,7 +156,7 @@ class MemoryStore(StoreConnection, RequestLedger):
         try:
             # Judge the file before changing anything about it (journal mode included).
             version = self._retry_locked(lambda: inspect_schema(c, self.path))
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise StoreError(f"{self.path}: not a usable SQLite store file ({exc})") from exc
         if self.read_only:
             if version == 0:
@@ -175,7 +175,7 @@ class MemoryStore(StoreConnection, RequestLedger):
                     # Still atomic and durable with a rollback journal; only concurrency suffers.
                     logger.warning("%s: WAL journal not available (journal_mode=%s)", self.path, mode)
             c.execute("PRAGMA synchronous = FULL")
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise StoreError(f"{self.path}: not a usable SQLite store file ({exc})") from exc
         if version < SCHEMA_VERSION:
             with self._write() as w:
@@ -193,7 +193,7 @@ class MemoryStore(StoreConnection, RequestLedger):
             return err
         try:
             bad = list(itertools.islice(damaged_rows(self._conn, table, limit=3), 3))
-        except (KeyError, sqlite3.Error):  # not one of the store's tables, or unreadable
+        except (KeyError, sqlite3.Error, UnicodeDecodeError):  # not one of our tables, or unreadable
             return err
         if not bad:
             return err
