@@ -349,3 +349,36 @@ def test_cli_eval_judge_flags(tmp_path, capsys):
     j = judge_section_from_args(args, PipelineConfig()).judge
     assert (j.backend, j.model, j.base_url, j.api_key_env, j.allow_self_judge) == (
         "openai", "gpt-4o-mini", "http://127.0.0.1:9/v1", "JUDGE_KEY", True)
+
+
+def test_eval_over_http_with_a_judge_of_its_own(tmp_path):
+    """Answer model and judge are two models of an OpenAI-compatible server on 127.0.0.1: one
+    health call each, then answers from one model and judgments from the other."""
+    pytest.importorskip("openai")
+    calls: list[tuple[str, int | None]] = []
+
+    def reply(path, body, hit):
+        calls.append((body["model"], body.get("max_tokens")))
+        if body["model"] == "judge-m" and body.get("max_tokens") != 1:
+            return Reply(body=chat_body(json.dumps({"label": "CORRECT"})))
+        return Reply(body=chat_body("Biscuit"))
+
+    with FakeOpenAIServer(reply) as srv:
+        c = apply_preset("model-free", PipelineConfig()).replace(
+            model={"backend": "openai", "model": "answer-m", "base_url": srv.base_url, "concurrency": 4,
+                   "options": {"max_retries": 0}},
+            judge={"model": "judge-m", "base_url": srv.base_url})
+        lines: list[str] = []
+        s = spec(tmp_path, "http", "h.sqlite")
+        result = EvalRunner(s, c, embedder=HashEmbedder(dim=64), echo=lines.append).run()
+    health = [m for m, mt in calls if mt == 1]
+    assert health == ["answer-m", "judge-m"]  # one check per server role, before the work
+    assert calls.index(("answer-m", 1)) == 0
+    assert sum(m == "answer-m" for m, mt in calls if mt != 1) == 6
+    assert sum(m == "judge-m" for m, mt in calls if mt != 1) == 6
+    assert result["metrics"]["overall"]["judge"]["accuracy"] == 1.0
+    info = json.loads((Path(s.out) / "config.json").read_text())["judge"]
+    assert (info["backend"], info["model"], info["base_url"], info["self_judge"]) == (
+        "openai", "judge-m", srv.base_url, False)
+    report = (Path(s.out) / "report.md").read_text()
+    assert f"- `judge`: openai judge-m, prompt locomo-judge-v1, at {srv.base_url}" in report
