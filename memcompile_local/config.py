@@ -183,6 +183,10 @@ class ModelConfig:
     concurrency: PosInt = 4
     timeout_s: Positive = 120.0
     context_window: PosInt | None = None  # tokens; checked by the full-context baseline when set
+    # Answer prompt and decoding (evidence/answer.py answer_settings): "full" = the paper-style
+    # prompts, "small" = a short extractive prompt, few tokens, first blocks only; "auto" picks
+    # "small" for the embedded SmolLM2-135M and "full" otherwise.
+    answer_prompt: Literal["auto", "full", "small"] = "auto"
     embedder: str = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"
     options: dict[str, Any] = field(default_factory=dict)

@@ -16,16 +16,21 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from memcompile_local.config import ModelConfig
 from memcompile_local.errors import OutputValidationError
 from memcompile_local.language.timecues import is_temporal_question
 from memcompile_local.llm.interface import LLMRequest, Message, TextSpec
 
-from .prompts import ANSWER, TEMPORAL_ANSWER, PromptTemplate, answer_user_message
+from .prompts import ANSWER, SMALL_ANSWER, TEMPORAL_ANSWER, PromptTemplate, answer_user_message
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "AnswerResult",
+    "AnswerSettings",
+    "answer_settings",
+    "first_blocks",
+    "SMALL_MODELS",
     "answer_question",
     "answer_request",
     "postprocess_answer",
@@ -56,6 +61,53 @@ _LABEL = re.compile(
     re.IGNORECASE,
 )
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+
+# (backend, model) pairs answered with the small-model settings when answer_prompt is "auto".
+SMALL_MODELS: frozenset[tuple[str, str]] = frozenset({("llamacpp", "smollm2-135m")})
+# Small-model settings, chosen on the example conversation's questions (our own writing; see
+# the demo): SmolLM2-135M copies a span best from a few blocks and needs few tokens for it.
+SMALL_ANSWER_MAX_TOKENS = 16
+SMALL_ANSWER_BLOCKS = 3
+
+
+@dataclass(frozen=True)
+class AnswerSettings:
+    """How to ask the answer model: the prompt (None: ANSWER or TEMPORAL_ANSWER by question),
+    the completion cap and how many leading blocks of the context it reads (None: all)."""
+
+    prompt: PromptTemplate | None
+    max_tokens: int
+    max_blocks: int | None = None
+
+    def describe(self) -> str:
+        """A short human-readable summary, for the demo and run logs."""
+        prompt = self.prompt.version if self.prompt else "answer/temporal prompts"
+        blocks = "all blocks" if self.max_blocks is None else f"first {self.max_blocks} blocks"
+        return f"{prompt}, at most {self.max_tokens} tokens, {blocks}"
+
+
+def answer_settings(model: ModelConfig) -> AnswerSettings:
+    """The answer settings of a model section: ``model.answer_prompt`` "full", "small" or "auto"
+    ("small" for the models in :data:`SMALL_MODELS`, else "full")."""
+    style = model.answer_prompt
+    if style == "auto":
+        style = "small" if (model.backend, model.model) in SMALL_MODELS else "full"
+    if style == "small":
+        return AnswerSettings(SMALL_ANSWER, min(model.max_tokens, SMALL_ANSWER_MAX_TOKENS),
+                              SMALL_ANSWER_BLOCKS)
+    return AnswerSettings(None, model.max_tokens, None)
+
+
+def first_blocks(context_text: str, n: int | None) -> str:
+    """The first ``n`` evidence blocks of a rendered context (all of it when ``n`` is None).
+
+    Blocks are separated by one blank line, and fenced content never holds one
+    (``fence.quote_block``), so splitting on blank lines is exact.
+    """
+    if n is None:
+        return context_text
+    return "\n\n".join(context_text.split("\n\n")[:n])
+
 
 def use_temporal_prompt(question: str) -> bool:
     """Rule that picks the temporal answer prompt: the pipeline's shared temporal classifier."""
