@@ -179,7 +179,7 @@ def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
     if header.get("speakers") is not None:
         spw = child(header_where, "speakers")
         values = r.as_list(header["speakers"], spw, "a list of speaker names")
-        names = [r.as_str(v, child(spw, n), nonempty=True) for n, v in enumerate(values)]
+        names = [r.as_label(v, child(spw, n)) for n, v in enumerate(values)]
         for n, name in enumerate(names):
             if name in names[:n]:
                 r.fail(child(spw, n), "speaker names without repeats", f"{name!r} repeats")
@@ -203,9 +203,9 @@ def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
     speakers: list[str] = list(declared or ())
     for n, (where, raw) in enumerate(located, start=1):
         obj = r.as_dict(raw, where, "a session object with 'time' and 'turns'")
-        time = r.str_field(obj, "time", where)
+        time = r.label_field(obj, "time", where, nonempty=False)
         if obj.get("id") is not None:
-            session_id = r.as_str(obj["id"], child(where, "id"), nonempty=True)
+            session_id = r.as_label(obj["id"], child(where, "id"))
         else:
             session_id = f"session_{n}"
         if session_id in seen_sessions:
@@ -219,14 +219,14 @@ def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
         for m, raw_turn in enumerate(raw_turns, start=1):
             w = child(tw, m - 1)
             turn = r.as_dict(raw_turn, w, "a turn object with 'speaker' and 'text'")
-            speaker = r.str_field(turn, "speaker", w, nonempty=True)
+            speaker = r.label_field(turn, "speaker", w)
             if declared is not None and speaker not in declared:
                 r.fail(child(w, "speaker"), "one of the declared speakers "
                        + json.dumps(list(declared), ensure_ascii=False), f"found {speaker!r}")
             if speaker not in speakers:
                 speakers.append(speaker)
             if turn.get("id") is not None:
-                turn_id = r.as_str(turn["id"], child(w, "id"), nonempty=True)
+                turn_id = r.as_label(turn["id"], child(w, "id"))
             else:
                 turn_id = f"S{n}:{m}"
             if turn_id in seen_turns:
