@@ -4,10 +4,11 @@ Two sources with one output type (:class:`~memcompile_local.types.QueryIntent`):
 
 * :func:`rule_intent`: no model. People are the known speakers named in the question
   (nicknames included) plus other capitalized names; keywords are noun-phrase-like chunks
-  (the same chunker as the rule extractor); the time constraint is the first time
-  expression (absolute ones normalized to ``YYYY[-MM[-DD]]``, relative ones kept as written,
-  since a question has no session date to anchor them); ``need_attribute`` and
-  ``is_temporal`` come from cue words (:func:`~memcompile_local.language.timecues.is_temporal_question`).
+  (:func:`~memcompile_local.language.phrases.keyword_phrases`, the rule extractor's chunker);
+  the time constraint is the first time expression (absolute ones normalized to
+  ``YYYY[-MM[-DD]]``, relative ones kept as written, since a question has no session date to
+  anchor them); ``need_attribute`` and ``is_temporal`` come from cue words (the latter is
+  :func:`~memcompile_local.language.timecues.is_temporal_question`).
 * :func:`llm_intent` / :func:`llm_intent_many`: the model reads the question alone (stage
   ``intent``) and returns ``{"need_attribute", "people", "keywords", "time"}``; the answer
   is cleaned like extraction output, and ``is_temporal`` is the rule cue or a non-empty
