@@ -13,7 +13,8 @@ each normalized to a comparable range:
 - packet: the cosine between the query and the packet document z(p) of the dense channel;
   with ``dense_neighbor_context``, the larger of that and the cosine with the packet's
   context document (previous turn, the turn, next turn of the same session, each with its
-  speaker), so the dense channel sees the same neighbourhood the lexical one does;
+  speaker), so the dense channel sees the same neighbourhood the lexical one does; with
+  ``packet_scale="max"`` divided by the query's best cosine, as the lexical channel is;
 - speaker: a bonus for packets spoken by the one conversation participant the question
   names (questions about a person are mostly answered by that person's own turns); with
   ``tolerant_names`` a name also counts written in lower case, shortened or one typo off;
@@ -61,11 +62,11 @@ LIST_QUESTION = re.compile(
 
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september",
            "october", "november", "december")
-_ISO_PERIOD = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:-(0[1-9]|1[0-2]))?")
+_ISO_PERIOD = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:-(0[1-9]|1[0-2])(?:-(0[1-9]|[12]\d|3[01]))?)?")
 _MONTH_WORD = re.compile(r"\b(" + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 
-Period = tuple[int | None, int | None]  # (year, month); None where the expression leaves it open
+Period = tuple[int | None, int | None, int | None]  # (year, month, day); None where left open
 
 
 def is_list_question(question: str) -> bool:
@@ -237,16 +238,17 @@ def named_participants(question: str, participants: Sequence[str], *, tolerant: 
 
 
 def periods(value: str) -> list[Period]:
-    """The (year, month) periods a normalized time value names.
+    """The (year, month, day) periods a normalized time value names.
 
-    "2023-05-08", "the week before 2023-05-08" -> [(2023, 5)]; "2022" -> [(2022, None)];
-    "in june" -> [(None, 6)]. A value with an ISO date is read from that date only.
+    "2023-05-08", "the week before 2023-05-08" -> [(2023, 5, 8)]; "2023-05" -> [(2023, 5, None)];
+    "2022" -> [(2022, None, None)]; "in june" -> [(None, 6, None)]. A value with an ISO date is
+    read from that date only.
     """
     out: list[Period] = []
     for m in _ISO_PERIOD.finditer(value or ""):
-        out.append((int(m.group(1)), int(m.group(2)) if m.group(2) else None))
+        out.append(tuple(int(g) if g else None for g in m.groups()))  # type: ignore[arg-type]
     if not out:
-        out = [(None, _MONTHS.index(m.group(1).lower()) + 1) for m in _MONTH_WORD.finditer(value or "")]
+        out = [(None, _MONTHS.index(m.group(1).lower()) + 1, None) for m in _MONTH_WORD.finditer(value or "")]
     return list(dict.fromkeys(out))
 
 
@@ -260,21 +262,21 @@ def question_periods(question: str) -> list[Period]:
 
 
 def packet_periods(packet: SourcePacket, descriptors: Sequence[Descriptor]) -> set[Period]:
-    """Year-month periods of a packet: its session date and its claims' resolved event times."""
+    """Dates of a packet: its session date and its claims' resolved event times."""
     out: set[Period] = set()
     when = parse_session_time(packet.session_time) if packet.session_time else None
     if when is not None:
-        out.add((when.year, when.month))
+        out.add((when.year, when.month, when.day))
     for d in descriptors:
         out.update(periods(d.event_time))
     return out
 
 
 def _period_matches(asked: Period, have: Period) -> bool:
-    year, month = asked
-    if year is None and month is None:
+    """Every part the question names (year, month, day) equals the packet date's."""
+    if all(a is None for a in asked):
         return False
-    return (year is None or have[0] == year) and (month is None or have[1] == month)
+    return all(a is None or a == h for a, h in zip(asked, have))
 
 
 # ----------------------------------------------------------------------------- index
@@ -291,7 +293,7 @@ class FusionIndex:
     packet_matrix: np.ndarray | None  # (N, d) l2-normalized z(p) embeddings
     context_matrix: np.ndarray | None  # (N, d) l2-normalized context-document embeddings
     dated: np.ndarray  # (N,) 1.0 where a claim of the packet has a resolved event time
-    period_rows: Mapping[Period, np.ndarray]  # (year, month) -> rows of packets dated then
+    period_rows: Mapping[Period, np.ndarray]  # (year, month, day) -> rows of packets dated then
     expansion_terms: tuple[tuple[str, ...], ...]  # stemmed names/keywords of each packet's claims
     tolerant_names: bool = False
 
@@ -342,12 +344,18 @@ class FusionIndex:
         return stem_terms(canonical_names(question, self.participants) if self.tolerant_names else question)
 
     def time_match(self, question: str) -> np.ndarray:
-        """1.0 for packets dated in a period the question names, else 0 (all 0 when it names none)."""
+        """1.0 for packets dated in a period the question names, else 0 (all 0 when it names none).
+
+        A named day matches that day; when no packet is dated that day, its month does
+        (a question's date may be off by the days between an event and its telling)."""
         out = np.zeros(len(self.packet_ids))
         for asked in question_periods(question):
-            for have, rows in self.period_rows.items():
-                if _period_matches(asked, have):
+            for attempt in (asked, asked[:2] + (None,)):
+                hit = [rows for have, rows in self.period_rows.items() if _period_matches(attempt, have)]
+                for rows in hit:
                     out[rows] = 1.0
+                if hit or attempt[2] is None:
+                    break
         return out
 
 
@@ -392,11 +400,20 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
         channels["temporal"] = index.dated if is_temporal_question(question) else np.zeros(n)
     if cfg.time_match_weight:
         channels["time_match"] = index.time_match(question)
+    return FusedScores(total=combine(channels, cfg, n), channels=channels)
+
+
+def combine(channels: Mapping[str, np.ndarray], cfg: FusionConfig, n: int | None = None) -> np.ndarray:
+    """The weighted sum of ``fused_scores`` channels under ``cfg`` (the packet cosine divided by
+    its best value first when ``packet_scale == "max"``, so it spans [.., 1] like the lexical one)."""
     weights = channel_weights(cfg)
-    total = np.zeros(n)
+    total = np.zeros(n if n is not None else len(next(iter(channels.values()))))
     for name, values in channels.items():
+        if name == "packet" and cfg.packet_scale == "max":
+            top = float(values.max()) if values.size else 0.0
+            values = values / top if top > 0 else values
         total += weights[name] * values
-    return FusedScores(total=total, channels=channels)
+    return total
 
 
 def score_order(total: np.ndarray) -> np.ndarray:

@@ -54,6 +54,7 @@ from memcompile_local.fused import (  # noqa: E402
     FusionIndex,
     _raw,
     channel_weights,
+    combine,
     fused_scores,
     lexical_documents,
     score_order,
@@ -97,13 +98,10 @@ def variants(cfg):
     W = {"lexical": f.lexical_weight, "packet": f.packet_weight, "speaker": f.speaker_weight,
          "temporal": f.temporal_weight, "time_match": f.time_match_weight, "claim": 1.0}  # claim: removed channel, re-created below
 
-    def fuse(ch, drop=None, lexical=None):
-        total = np.zeros(len(next(iter(ch.values()))))
-        for name, v in ch.items():
-            if name == drop:
-                continue
-            total += W[name] * (lexical if (name == "lexical" and lexical is not None) else v)
-        return total
+    def fuse(ch, drop=None, lexical=None, packet=None):  # the package's sum, one channel dropped or swapped
+        swap = {"lexical": lexical, "packet": packet}
+        kept = {name: (swap[name] if swap.get(name) is not None else v) for name, v in ch.items() if name != drop}
+        return combine(kept, f, len(next(iter(ch.values())))) if kept else np.zeros(len(ch["lexical"]))
 
     def full(Q, k):
         return top(fuse(Q.ch), k)
@@ -116,7 +114,7 @@ def variants(cfg):
 
     def no_dense_context(Q, k):
         own = (Q.view.packet_matrix @ Q.qvec).astype(np.float64)
-        return top(fuse(Q.ch) - W["packet"] * Q.ch["packet"] + W["packet"] * own, k)
+        return top(fuse(Q.ch, packet=own), k)
 
     def with_lexical(fn_name):  # a variant that swaps in another lexical channel
         return lambda Q, k: top(fuse(Q.ch, lexical=Q.view.__dict__[fn_name](Q.q.question)), k)
@@ -196,7 +194,7 @@ def variants(cfg):
     def mean_cosines(Q, k):
         own = (Q.view.packet_matrix @ Q.qvec).astype(np.float64)
         ctx = (Q.view.fusion.context_matrix @ Q.qvec).astype(np.float64)
-        return top(fuse(Q.ch) - W["packet"] * Q.ch["packet"] + W["packet"] * (own + ctx) / 2, k)
+        return top(fuse(Q.ch, packet=(own + ctx) / 2), k)
 
     def mmr(Q, k, lam=0.2):
         E = Q.view.packet_matrix
@@ -327,9 +325,11 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
         ("today's shipped weights (no fit)", "plain", [dict(base)]),
         ("refit channel weights (36-point grid)", "plain", grid(**BASE_GRID)),
         ("+ time match (question period vs dates)", "plain",
-         [{**base, "time_match_weight": w} for w in (0.2, 0.1, 0.3, 0.5)]),
+         [{**base, "time_match_weight": w} for w in (0.5, 0.3, 0.75, 1.0)]),
         ("time match instead of dated-turn bonus", "plain",
-         [{**base, "temporal_weight": 0.0, "time_match_weight": w} for w in (0.2, 0.1, 0.3, 0.5)]),
+         [{**base, "temporal_weight": 0.0, "time_match_weight": w} for w in (0.5, 0.3, 0.75, 1.0)]),
+        ("+ dense cosine divided by its best", "plain",
+         [{**base, "packet_scale": "max", "packet_weight": w} for w in (1.5, 1.0, 2.0)]),
         ("+ MMR over fused top-30", "plain",
          [{**base, "complement": "mmr", **g} for g in grid(mmr_lambda=(0.3, 0.1, 0.5), complement_keep=(6, 4),
                                                        complement_scope=("list", "all"))]),
@@ -340,6 +340,12 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
          [{**base, **g} for g in grid(second_round_slots=(2, 1, 3, 4), second_round_weight=(0.5, 0.3, 1.0),
                                       second_round_read=(3, 5))]),
         ("+ bursts and tolerant names", "burst", [dict(base, bursts=True, tolerant_names=True)]),
+        ("combined: time match, scaled dense, MemPursuit (list)", "plain",
+         [{**base, **g} for g in grid(time_match_weight=(0.5, 1.0), packet_scale=("max",), packet_weight=(1.5, 2.0),
+                                      complement=("pursuit", "none"), temporal_weight=(0.2, 0.1))]),
+        ("combined: time match, scaled dense", "plain",
+         [{**base, **g} for g in grid(time_match_weight=(0.5, 1.0), packet_scale=("max",), packet_weight=(1.5, 2.0),
+                                      temporal_weight=(0.2, 0.1))]),
     ]
     return rows
 
@@ -357,14 +363,13 @@ def eval_setting(questions, fusion_base, changes: dict, variant: str):
 
 
     cfg = dataclasses.replace(fusion_base, **changes)
-    weights = channel_weights(cfg)
     r10 = np.zeros(len(questions))
     r12 = np.zeros(len(questions))
     ms = np.zeros(len(questions))
     for n, Q in enumerate(questions):
         ch = Q.channels[variant]
         t0 = time.perf_counter()
-        total = sum(weights[name] * v for name, v in ch.items())
+        total = combine(ch, cfg)
         rows = select_rows(Q.indexes[variant], Q.q.question, total, Q.qvec, cfg, 12)
         ms[n] = Q.channel_ms + (time.perf_counter() - t0) * 1000
         ids = [Q.view.packets[i].packet_id for i in rows]
@@ -454,7 +459,7 @@ def run_pool_recall(questions, cfg) -> float:
         address = address_query(view.index, intent, cfg.routing, layout=cfg.placement.layout)
         pool = [pc.packet_id for pc in normalize_to_packets(address.candidates, view.index.packet_ordinal)]
         sizes.append(len(pool))
-        total = sum(channel_weights(cfg.fusion)[n] * v for n, v in Q.channels["plain"].items())
+        total = combine(Q.channels["plain"], cfg.fusion)
         ranking = [view.packets[i].packet_id for i in score_order(total)]
         pools.append((Q, pool, ranking))
     mean_size = statistics.fmean(sizes)
@@ -512,7 +517,7 @@ def load_questions(mem, convs, cfg) -> list[CVQuestion]:
             channels = {name: fused_scores(ix, q.question, qvec, channel_cfg).channels for name, ix in indexes.items()}
             Q = CVQuestion(q, conv.namespace, view, qvec, indexes, channels, channel_ms)
             out.append(Q)
-            total = sum(channel_weights(cfg.fusion)[n] * v for n, v in channels["plain"].items())
+            total = combine(channels["plain"], cfg.fusion)
             mine = [view.packets[i].packet_id for i in select_rows(view.fusion, q.question, total, qvec, cfg.fusion,
                                                                    cfg.evidence.k0)]
             mismatches += list(mem.compile(conv.namespace, q.question).packet_ids) != mine

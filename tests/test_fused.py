@@ -16,6 +16,7 @@ from memcompile_local.fused import (
     FusionIndex,
     bursts,
     canonical_names,
+    combine,
     context_documents,
     fused_ranking,
     fused_scores,
@@ -25,6 +26,7 @@ from memcompile_local.fused import (
     periods,
     question_periods,
     select_fused,
+    score_order,
     select_rows,
     tolerant_name,
 )
@@ -210,12 +212,14 @@ def test_tolerant_names_reach_messages_that_misspell_the_name():
 
 
 def test_periods_read_iso_dates_years_and_month_names():
-    assert periods("the week before 2023-05-08") == [(2023, 5)]
-    assert periods("2022") == [(2022, None)]
-    assert periods("in june") == [(None, 6)]
+    assert periods("the week before 2023-05-08") == [(2023, 5, 8)]
+    assert periods("2023-05") == [(2023, 5, None)]
+    assert periods("2022") == [(2022, None, None)]
+    assert periods("in june") == [(None, 6, None)]
     assert periods("") == []
-    assert question_periods("When did Melanie go camping in June?") == [(None, 6)]
-    assert question_periods("What did she paint in 2022?") == [(2022, None)]
+    assert question_periods("When did Melanie go camping in June?") == [(None, 6, None)]
+    assert question_periods("What did she paint in 2022?") == [(2022, None, None)]
+    assert question_periods("What did Nate do on 25 May, 2022?") == [(2022, 5, 25)]
     assert question_periods("When did she go camping?") == []
 
 
@@ -233,6 +237,12 @@ def test_time_match_lifts_packets_dated_in_the_named_period():
     assert np.array_equal(month_only > 0, got > 0)
     assert not fused_scores(index, "What happened in 2023?", None, cfg).total.any()
     assert not fused_scores(index, "When did Priyanka go surfing?", None, cfg).total.any()  # names no period
+    # A named day picks that day's session; a day nothing is dated falls back to its month.
+    day = fused_scores(index, "What did Tomasz say on 25 April, 2024?", None, cfg).total
+    assert {packets[i].packet_id for i in np.flatnonzero(day)} == {p.packet_id for p in packets if p.session_index == 2}
+    other_day = fused_scores(index, "What did Tomasz say on 3 April, 2024?", None, cfg).total
+    assert np.array_equal(other_day > 0, got > 0)
+    assert not fused_scores(index, "What did Tomasz say on 3 March, 2023?", None, cfg).total.any()
 
 
 LIST_PACKETS = [packet(i, 1 + i // 3, "Ann" if i % 2 else "Bo", f"turn {i}") for i in range(6)]
@@ -306,3 +316,14 @@ def test_fused_pool_preset_hands_the_scheduler_the_fused_top_n(monkeypatch):
     assert seen[-1] == fused_ranking(index, question, None, cfg.fusion, 3) and seen[-1][0] == "D2:3"
     pipeline.select_anchors("llm", cfg=PipelineConfig(), **args)
     assert seen[-1] == ["D1:0"]  # A0 itself keeps the normalized pool
+
+
+def test_packet_scale_max_divides_the_cosines_by_the_query_best():
+    channels = {"lexical": np.asarray([1.0, 0.0, 0.5]), "packet": np.asarray([0.1, 0.4, 0.2])}
+    plain = FusionConfig(packet_weight=1.5)
+    scaled = FusionConfig(packet_weight=1.5, packet_scale="max")
+    assert np.allclose(combine(channels, plain), [1.15, 0.6, 0.8])
+    assert np.allclose(combine(channels, scaled), [1.375, 1.5, 1.25])  # the best cosine counts as 1
+    assert score_order(combine(channels, plain))[0] == 0 and score_order(combine(channels, scaled))[0] == 1
+    negative = {"packet": np.asarray([-0.2, -0.1])}
+    assert np.allclose(combine(negative, scaled), 1.5 * negative["packet"])  # no best above 0: left as is
