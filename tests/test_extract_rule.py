@@ -13,6 +13,7 @@ from memcompile_local.address.extract_rule import (
     split_sentences,
 )
 from memcompile_local.config import ExtractionConfig
+from memcompile_local.data.locomo import load_locomo
 from memcompile_local.language.names import proper_names
 from memcompile_local.language.negation import has_negation
 from memcompile_local.language.phrases import keyword_phrases
@@ -389,8 +390,6 @@ DEV = LOCOMO_DEV  # ../shared/data beside the clone; skipped locally without it,
 
 @pytest.mark.usefixtures("dev_locomo")
 def test_locomo_dev_turns_read_well():
-    from memcompile_local.data.locomo import load_locomo
-
     conv = load_locomo(DEV, conversations=["conv-26"])[0]
     packets = []
     for session, turn in conv.iter_turns():

@@ -23,6 +23,7 @@ from memcompile_local.language import (
     stem_terms,
     stem_words,
 )
+from memcompile_local.language import stemming
 from memcompile_local.language.lemmas import lemma
 
 # Inflected forms of my own choosing; the many shapes (-ies, -ing, -ed, doubled consonants,
@@ -84,8 +85,6 @@ def test_stems_from_16_threads_equal_the_serial_stems():
 
 
 def test_each_thread_gets_its_own_stemmer_object():
-    from memcompile_local.language import stemming
-
     seen = []
 
     def grab() -> None:
