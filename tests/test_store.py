@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memcompile_local.cli import main
+from memcompile_local.data import example_conversation_path
 from memcompile_local.errors import ImmutablePacketError, NamespaceError, StoreError
 from memcompile_local.store import SCHEMA_VERSION, MemoryStore, validate_namespace
 from memcompile_local.store.namespace import MAX_NAMESPACE_LEN
@@ -631,11 +634,6 @@ def test_ingest_many_is_one_transaction(store):
 
 
 def test_cli_file_with_a_new_and_an_edited_conversation_writes_nothing(tmp_path, capsys):
-    import json
-
-    from memcompile_local.cli import main
-    from memcompile_local.data import example_conversation_path
-
     db = str(tmp_path / "s.sqlite")
     assert main(["ingest", str(example_conversation_path()), "--store", db, "--quiet"]) == 0
     original = json.loads(example_conversation_path().read_text(encoding="utf-8"))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from memcompile_local.cli import main
 from memcompile_local.errors import StoreError
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation, Session, Turn
@@ -147,8 +148,6 @@ def test_forget_wait_must_be_a_number_of_seconds(tmp_path, bad):
 
 
 def test_cli_forget_exits_3_while_the_scrub_is_pending_and_scrub_finishes_it(tmp_path, capsys):
-    from memcompile_local.cli import main
-
     db = tmp_path / "f.sqlite"
     with MemoryStore(db) as s:
         s.ingest(conv("victim", [f"my passphrase is {SECRET}"]))

@@ -8,6 +8,7 @@ process must not answer from the forgotten turns (its cache used to be keyed on 
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -65,8 +66,6 @@ def test_generation_survives_reopen_and_upgrades_a_version_1_file(tmp_path):
         s.ingest(two_turns("carol", ("a", "b")))
         s.ingest(two_turns("dan", ("c", "d")))
     # Turn the file back into what version 1 wrote: no generation tables, user_version 1.
-    import sqlite3
-
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("DROP TABLE generations")
     con.execute("DROP TABLE counters")
