@@ -185,7 +185,12 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     rows = []
     try:
-        for _ in range(600):
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                tail = (tmp / "server.log").read_text(encoding="utf-8", errors="replace")[-2000:]
+                raise SystemExit(f"the server did not come up:\n{tail}")
             try:
                 if httpx.get(url + "/healthz", timeout=2).status_code == 200:
                     break

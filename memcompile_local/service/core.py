@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..build import extract_descriptors, place_cells
 from ..config import PipelineConfig, config_needs_llm
 from ..errors import MissingExtraError, TransportError
 from ..evidence.answer import answer_question, use_temporal_prompt
@@ -276,7 +277,13 @@ class MemoryService:
         return Conversation(namespace=ns, sessions=tuple(sessions))
 
     def build_now(self, ns: str, *, wait_s: float = 10.0) -> bool:
-        """Build ``ns`` in this request under its lease; False when another holder kept it too long."""
+        """Extract and place ``ns``'s new turns in this request, under its lease.
+
+        Returns False when another holder kept the lease past ``wait_s`` (the caller queues the
+        namespace instead). Embeddings are left to the next view load: ``Memory.view`` embeds
+        whatever packet and context documents are missing on every load anyway, so embedding
+        here as well would compute every document key of the memory twice per append.
+        """
         deadline = time.monotonic() + wait_s
         reaped = False
         while not self.queue.acquire(ns, self.owner, lease_s=60.0):
@@ -288,7 +295,9 @@ class MemoryService:
                 return False
             time.sleep(0.01)
         try:
-            self.memory.build(ns)
+            extractor = self.memory.extractor()
+            extract_descriptors(self.store, ns, extractor, on_failure=self.config.extraction.on_failure)
+            place_cells(self.store, ns, extractor.descriptor_set, self.config.placement)
         finally:
             self.queue.release(ns, self.owner)
         return True
