@@ -249,7 +249,7 @@ def config_from_args(args: argparse.Namespace, *, announce: bool = False) -> Pip
         changes["extraction"] = extraction
     cfg = cfg.replace(**changes) if changes else cfg
     cfg, applied = apply_small_model_caps(cfg, explicit)
-    if applied and announce:
+    if applied and announce and (config_needs_llm(cfg) or _answers(args)):
         print("note: the embedded SmolLM2-135M runs with the small-model settings of "
               f"examples/smollm2-cpu.yaml ({', '.join(applied)}); set --max-tokens, --extractor or "
               "--config to choose otherwise", file=sys.stderr)
@@ -257,12 +257,20 @@ def config_from_args(args: argparse.Namespace, *, announce: bool = False) -> Pip
 
 
 def _will_call_model(args) -> bool:
-    """Whether this command may call the LLM at all (only then are the caps worth a note)."""
-    if args.command in ("ask", "demo"):
+    """Whether this command builds or answers, so may call the LLM (then the caps get a note
+    when the configuration does call it)."""
+    if args.command in ("ask", "demo", "eval", "build"):
         return True
+    return args.command == "ingest" and getattr(args, "build", False)
+
+
+def _answers(args) -> bool:
+    """Whether this command asks the model for answers (whatever the evidence path)."""
+    if args.command == "ask":
+        return not getattr(args, "no_answer", False)
     if args.command == "eval":
-        return not (getattr(args, "retrieval_only", False))
-    return args.command == "build" or (args.command == "ingest" and getattr(args, "build", False))
+        return not getattr(args, "retrieval_only", False)
+    return args.command == "demo"
 
 
 def _memory(args, cfg=None, *, create: bool = True):

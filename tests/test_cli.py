@@ -210,3 +210,13 @@ def test_a_second_plain_file_for_the_same_namespace_appends(tmp_path, capsys):
     assert "me: 0 turns added, 1 already present" in capsys.readouterr().out
     main(["stats", "--store", store, "--json"])
     assert json.loads(capsys.readouterr().out)["namespaces"]["me"]["sessions"] == 2
+
+
+def test_the_small_model_note_appears_only_when_the_model_runs(capsys):
+    from memcompile_local.cli import config_from_args
+
+    parser = build_parser()
+    config_from_args(parser.parse_args(["ask", "a", "q", "--preset", "model-free", "--no-answer"]), announce=True)
+    assert "small-model settings" not in capsys.readouterr().err  # nothing calls the model
+    config_from_args(parser.parse_args(["ask", "a", "q", "--preset", "model-free"]), announce=True)
+    assert "max_tokens=256" in capsys.readouterr().err  # the answer does
