@@ -3,6 +3,7 @@ lock, or report a scrub it did not finish."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -166,3 +167,38 @@ def test_cli_forget_exits_3_while_the_scrub_is_pending_and_scrub_finishes_it(tmp
     # A mistyped path is an error, and forget creates no file there.
     assert main(["forget", "victim", "--store", str(tmp_path / "typo.sqlite")]) == 2
     assert not (tmp_path / "typo.sqlite").exists()
+
+
+_FORGET_WITH_SMALL_FILE_LIMIT = textwrap.dedent(
+    """
+    import json, resource, signal, sys
+    sys.path.insert(0, sys.argv[3])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
+    limit = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    from memcompile_local.store import MemoryStore
+    with MemoryStore(sys.argv[1]) as s:
+        r = s.forget("victim", wait_s=1.0)
+        print(json.dumps({"packets": r["packets"], "complete": r.scrub_complete,
+                          "pending": s.stats()["scrub_pending"], "left": s.packet_count("victim")}))
+    """
+)
+
+
+def test_a_scrub_that_cannot_rebuild_the_file_is_pending_not_an_error(tmp_path):
+    db = tmp_path / "full.sqlite"
+    filler = "lorem ipsum dolor " * 60
+    with MemoryStore(db) as s:
+        s.ingest(conv("victim", [f"{SECRET} {i} {filler}" for i in range(5)]))
+        s.ingest(conv("keeper", [f"keep {i} {filler}" for i in range(300)]))
+    # The delete writes a few pages to the WAL; VACUUM writes the whole file there: more than this.
+    limit = db.stat().st_size // 3
+    out = subprocess.run([sys.executable, "-c", _FORGET_WITH_SMALL_FILE_LIMIT, str(db), str(limit),
+                          str(Path(__file__).resolve().parents[1])], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"packets": 5, "complete": False, "pending": True, "left": 0}
+    with MemoryStore(db) as s:  # without the limit, a scrub finishes the job
+        assert s.scrub() is True and not s.scrub_pending()
+        assert s.packet_count("keeper") == 300
+    assert SECRET.encode() not in file_bytes(db)

@@ -649,8 +649,9 @@ class MemoryStore(StoreConnection, RequestLedger):
         emptied = vacuumed and self._attempt_until(deadline, self._checkpoint_once)
         if not emptied:
             logger.warning(
-                "%s: the scrub is incomplete: other connections kept old snapshots open, so copies of "
-                "deleted data may remain until `memcompile-local scrub` (or another forget) finishes it",
+                "%s: the scrub is incomplete (other connections kept old snapshots open, or the file "
+                "could not be rebuilt), so copies of deleted data may remain until `memcompile-local "
+                "scrub` (or another forget) finishes it",
                 self.path,
             )
             return False
@@ -661,6 +662,7 @@ class MemoryStore(StoreConnection, RequestLedger):
         return True
 
     def _attempt_until(self, deadline: float, attempt) -> bool:
+        """Call ``attempt`` until it returns True (done), None (give up) or ``deadline`` passes."""
         pause = 0.01
         while True:
             with self._lock:
@@ -668,22 +670,25 @@ class MemoryStore(StoreConnection, RequestLedger):
                 done = attempt()
             if done:
                 return True
-            if time.monotonic() + pause > deadline:
+            if done is None or time.monotonic() + pause > deadline:
                 return False
             time.sleep(pause)  # the connection's locks are free while we wait
             pause = min(pause * 2, 0.2)
 
-    def _vacuum_once(self) -> bool:
+    def _vacuum_once(self) -> bool | None:
         with self._busy_timeout(_SCRUB_STEP_MS):
             try:
                 self._conn.execute("VACUUM")  # in WAL mode the rebuilt pages go to the WAL
                 return True
             except sqlite3.OperationalError as exc:
+                # Locked: try again. Anything else (a full disk needs room for the copy) leaves
+                # the scrub pending, reported as such, rather than failing a forget that deleted.
                 if "locked" in str(exc) or "busy" in str(exc):
                     return False
-                raise StoreError(f"{self.path}: VACUUM failed ({exc})") from exc
+                logger.warning("%s: VACUUM failed (%s); the scrub stays pending", self.path, exc)
+                return None
 
-    def _checkpoint_once(self) -> bool:
+    def _checkpoint_once(self) -> bool | None:
         # No busy handler: a checkpoint that must wait for a reader returns at once (busy=1)
         # instead of holding the write lock while it waits.
         with self._busy_timeout(0):
@@ -692,7 +697,8 @@ class MemoryStore(StoreConnection, RequestLedger):
             except sqlite3.OperationalError as exc:
                 if "locked" in str(exc) or "busy" in str(exc):
                     return False
-                raise StoreError(f"{self.path}: WAL checkpoint failed ({exc})") from exc
+                logger.warning("%s: WAL checkpoint failed (%s); the scrub stays pending", self.path, exc)
+                return None
         return busy == 0
 
     def _clear_pending_once(self) -> bool:
