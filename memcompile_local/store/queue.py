@@ -222,6 +222,13 @@ class BuildQueue:
         than every index the namespace has used, so sessions stay in the order they first came.
         """
         ns = validate_namespace(namespace)
+        wanted = list(dict.fromkeys(session_ids))
+        # The common case (turns of a session already indexed) needs no write transaction.
+        known = dict(self.store._query(
+            f"SELECT session_id, session_index FROM service_sessions WHERE namespace = ? "
+            f"AND session_id IN ({', '.join('?' * len(wanted))})", (ns, *wanted))) if wanted else {}
+        if len(known) == len(wanted):
+            return {sid: int(known[sid]) for sid in wanted}
         out: dict[str, int] = {}
         with self.store._write() as c:
             top = c.execute(
