@@ -56,7 +56,7 @@ def demo_config(args: Any, cfg: PipelineConfig) -> PipelineConfig:
 
 
 def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
+    return "\n".join(("    " + line) if line else "" for line in text.splitlines())
 
 
 def _evidence_block(context_text: str, packet_ids: tuple[str, ...], wanted: tuple[str, ...]) -> str | None:
