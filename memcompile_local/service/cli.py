@@ -102,6 +102,10 @@ def build_app_from_args(args, *, keyring=None):
 def app_from_env():
     """uvicorn factory for ``serve --workers N``: the arguments come through the environment."""
     args = argparse.Namespace(**json.loads(os.environ[_ENV_ARGS]))
+    # A worker process does not run the CLI's main(), so its logging is set here as main() sets it.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # bm25s sets its own logger to DEBUG on import
+        handler.addFilter(lambda record: record.levelno >= logging.WARNING)
     return build_app_from_args(args)
 
 
