@@ -32,7 +32,7 @@ from .build import (
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError
-from .evidence.answer import answer_question, use_temporal_prompt
+from .evidence.answer import answer_question, answer_settings, first_blocks, use_temporal_prompt
 from .fused import FusionIndex, fused_scores
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
@@ -463,12 +463,18 @@ class Memory:
 
     def answer(self, namespace: str, question: str, *, client: Any = None,
                question_date: str | None = None, build: bool = True) -> Answer:
-        """Compile the context, then answer from it with the answer prompt."""
+        """Compile the context, then answer from it with the answer prompt.
+
+        The prompt, completion cap and blocks read follow ``answer_settings(config.model)``:
+        the embedded SmolLM2-135M gets the short small-model prompt (``model.answer_prompt``).
+        """
         client = client or self.client
         ctx = self.compile(namespace, question, client=client, build=build)
-        res = answer_question(client, question, ctx.text, temporal=use_temporal_prompt(question),
-                              namespace=namespace, max_tokens=self.config.model.max_tokens,
-                              question_date=question_date)
+        settings = answer_settings(self.config.model)
+        res = answer_question(client, question, first_blocks(ctx.text, settings.max_blocks),
+                              temporal=use_temporal_prompt(question), namespace=namespace,
+                              max_tokens=settings.max_tokens, question_date=question_date,
+                              prompt=settings.prompt)
         return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from memcompile_local.data import example_conversation_path, load_locomo
 from memcompile_local.demo import RIGHT_F1, demo_config, run_demo
 from memcompile_local.evidence.answer import SMALL_ANSWER_BLOCKS, SMALL_ANSWER_MAX_TOKENS, answer_settings
 from memcompile_local.evidence.prompts import ANSWER, SMALL_ANSWER, TEMPORAL_ANSWER
+from memcompile_local.memory import Memory
 
 CONV = load_locomo(example_conversation_path())[0]
 HEADER = re.compile(r"^\[\d+\] dia_id=", re.MULTILINE)
@@ -99,3 +100,17 @@ def test_demo_config_and_answer_settings():
     assert forced.prompt is SMALL_ANSWER
     full = answer_settings(ModelConfig(answer_prompt="full"))
     assert full.prompt is None
+
+
+def test_memory_answer_uses_the_small_model_settings_for_the_embedded_model(tmp_path):
+    # The config names the embedded model; a scripted stand-in serves its requests.
+    backend = ScriptedBackend(lambda request: "Pepper")
+    cfg = demo_config(argparse.Namespace(preset=None, config=None), PipelineConfig())
+    with Memory(tmp_path / "m.sqlite", cfg, backend=backend, embedder=HashEmbedder(dim=64)) as mem:
+        mem.add(CONV.namespace, CONV)
+        ans = mem.answer(CONV.namespace, CONV.questions[0].question)
+    (request,) = backend.requests
+    assert request.messages[0].content == SMALL_ANSWER.system and ans.prompt_version == SMALL_ANSWER.version
+    assert request.max_tokens == SMALL_ANSWER_MAX_TOKENS
+    assert len(HEADER.findall(request.messages[-1].content)) == SMALL_ANSWER_BLOCKS
+    assert len(HEADER.findall(ans.context.text)) == len(ans.context.packet_ids) > SMALL_ANSWER_BLOCKS
