@@ -16,6 +16,8 @@ import sys
 from typing import Any, Callable
 
 from ..errors import ConfigError, MissingExtraError
+from .auth import TENANT_RE, KeyRing, generate_key, hash_key
+from .limits import Limits
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-k", type=int, help="largest k a search may ask for")
 
 
-def _limits(args):
-    from .limits import Limits
-
+def _limits(args) -> Limits:
     return Limits.from_dict({name: getattr(args, name) for name in
                              ("max_body_bytes", "max_turns_per_request", "max_queue_turns", "max_k")
                              if getattr(args, name, None) is not None})
@@ -89,8 +89,8 @@ def _arg_dict(args) -> dict[str, Any]:
 
 def build_app_from_args(args, *, keyring=None):
     """The app for parsed ``serve`` arguments (also used by each process of ``--workers N``)."""
+    # app and core load the web stack and the pipeline; only the commands that serve pay for them.
     from .app import create_app
-    from .auth import KeyRing
     from .core import MemoryService
 
     if keyring is None and getattr(args, "keys", None):
@@ -112,8 +112,6 @@ def app_from_env():
 def cmd_serve(args) -> int:
     _require_web_stack()
     import uvicorn
-
-    from .auth import KeyRing
 
     keyring = None
     if args.keys:
@@ -140,6 +138,7 @@ def cmd_serve(args) -> int:
 
 def cmd_mcp(args) -> int:
     _require_web_stack()
+    # (loaded here for the same reason as in build_app_from_args)
     from .core import MemoryService
     from .mcp_server import build_mcp
     from .worker import BuildWorker
@@ -156,12 +155,10 @@ def cmd_mcp(args) -> int:
 
 
 def cmd_keygen(args) -> int:
-    from .auth import TENANT_RE, generate_key, hash_key
-
     if TENANT_RE.fullmatch(args.tenant) is None:
         raise ConfigError(f"--tenant {args.tenant!r}: expected [a-z0-9][a-z0-9_-]{{0,31}}")
     key = generate_key()
-    print(f"API key (shown once; give it to the client): {key}", file=sys.stderr)
+    print("the last line is the new API key: give it to the client; it is not stored anywhere", file=sys.stderr)
     entry = {"sha256": hash_key(key)}
     if args.label:
         entry["label"] = args.label

@@ -15,7 +15,6 @@ the namespace changed in any process.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from ..address.index import AddressIndex
 from ..build import embed_contexts, embed_packets, layout_id, load_context_matrix, load_packet_matrix
