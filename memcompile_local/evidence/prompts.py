@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memcompile_local.fence import header_value
+from memcompile_local.fence import escape_controls, header_value
 
 __all__ = [
     "PromptTemplate",
@@ -189,7 +189,7 @@ def scheduler_user_message(question: str, candidate_lines: list[str], k: int, *,
         )
     noun = "label" if k == 1 else "labels"
     return (
-        f"Question: {question}\n\n"
+        f"Question: {escape_controls(question, keep_tabs=False)}\n\n"
         f"{note}Candidates ({len(candidate_lines)}):\n"
         + "\n".join(candidate_lines)
         + f"\n\nReturn exactly {k} distinct {noun} from the candidates above, most useful first, "
@@ -210,4 +210,6 @@ def scheduler_correction_message(problems: list[str], k: int) -> str:
 def answer_user_message(question: str, context_text: str, question_date: str | None = None) -> str:
     """The user turn of an answer request: the compiled evidence, then the question."""
     date = f"\nQuestion asked on: {header_value(question_date)}" if question_date else ""
-    return f"Evidence:\n{context_text.strip()}\n\nQuestion: {question}{date}\nShortest answer:"
+    # The question stays on its one line (controls escaped), whatever the asker typed.
+    asked = escape_controls(question, keep_tabs=False)
+    return f"Evidence:\n{context_text.strip()}\n\nQuestion: {asked}{date}\nShortest answer:"
