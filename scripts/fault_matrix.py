@@ -70,6 +70,7 @@ class Probe:
     tries: int = 0
     held: int = 0
     notes: list[str] = field(default_factory=list)
+    info: str = ""
 
     def record(self, ok: bool, note: str = "") -> None:
         self.tries += 1
@@ -165,6 +166,7 @@ def probe_kill_points(work: Path, tries: int, rng: random.Random) -> Probe:
         p.record(False, f"reference build failed: {r.stderr[-300:]}")
         return p
     want = digest(ref)
+    phases = {"before the turns were stored": 0, "during extraction": 0, "after extraction": 0}
     for i in range(tries):
         store = work / f"kill-{i}.sqlite"
         proc = subprocess.Popen([sys.executable, "-m", "memcompile_local", "ingest", str(data), "--build",
@@ -173,9 +175,20 @@ def probe_kill_points(work: Path, tries: int, rng: random.Random) -> Probe:
         time.sleep(rng.uniform(0.1, 1.0) * duration)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        n = done = 0
+        if store.exists():
+            with contextlib.suppress(sqlite3.Error):  # what the killed run had committed
+                con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+                n = con.execute("SELECT COUNT(*) FROM packets").fetchone()[0]
+                done = con.execute("SELECT COUNT(*) FROM extraction_markers").fetchone()[0]
+                con.close()
+        phase = ("before the turns were stored" if n == 0 else
+                 "during extraction" if done < n else "after extraction")
+        phases[phase] += 1
         again = cli_process("ingest", str(data), "--build", "--store", str(store), "--quiet", *MF)
         ok = again.returncode == 0 and digest(store) == want and check_store(store).ok
         p.record(ok, f"try {i}: rc={again.returncode} {again.stderr[-200:]}")
+    p.info = "kills landed " + ", ".join(f"{v} {k}" for k, v in phases.items())
     return p
 
 
@@ -685,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {probe.name:{width}} | {probe.tries:5d} | {probe.held:4d} | {probe.broke:5d} |")
     total = sum(p.tries for p in probes), sum(p.held for p in probes), sum(p.broke for p in probes)
     print(f"| {'total':{width}} | {total[0]:5d} | {total[1]:4d} | {total[2]:5d} |")
+    for probe in probes:
+        if probe.info:
+            print(f"note: {probe.name}: {probe.info}")
     for probe in probes:
         for note in probe.notes[:5]:
             print(f"broke: {probe.name}: {note}")
