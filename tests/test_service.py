@@ -23,7 +23,7 @@ from memcompile_local.client import MemoryClient, ServiceRequestError
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError
 from memcompile_local.memory import Memory
-from memcompile_local.service.auth import KeyRing, namespace_for, parse_keys, user_of
+from memcompile_local.service.auth import KeyRing, hash_key, namespace_for, parse_keys, user_of
 from memcompile_local.service.errors import ServiceError
 
 pytestmark = pytest.mark.slow
@@ -237,6 +237,19 @@ def test_keys_file_errors_and_reload(tmp_path):
     with pytest.raises(ServiceError) as e:
         ring.authenticate("k1")
     assert e.value.status == 403
+
+
+def test_keygen_prints_a_key_and_the_entry_with_its_hash(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "memcompile_local", "keygen", "--tenant", "acme", "--label", "bot"],
+                          capture_output=True, text=True, env=env(), cwd=str(REPO), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    key, entry = lines[-1], json.loads(lines[-2][2:])
+    assert key.startswith("mcl_") and key not in proc.stderr
+    assert entry == {"sha256": hash_key(key), "label": "bot"}
+    path = tmp_path / "keys.yaml"
+    path.write_text(f"tenants:\n  acme:\n    keys:\n    {lines[-2]}\n", encoding="utf-8")
+    assert KeyRing(path).authenticate(key).tenant == "acme"
 
 
 def test_serve_without_keys_refuses_a_non_loopback_address(tmp_path):
