@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="YAML file with benchmark, data, backbones (name/backend/model...) and presets "
                                 "(see examples/compare-grid.yaml)")
     p.add_argument("--out", help="output folder")
+    p.add_argument("--limit", type=int, help="questions per conversation for every run (overrides the spec's limit)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the runs, their judges and the memory builds they share; run nothing")
     _add_quiet(p)
@@ -498,7 +499,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    run_compare(args.spec, out=args.out, progress=not args.quiet, dry_run=args.dry_run)
+    run_compare(args.spec, out=args.out, progress=not args.quiet, dry_run=args.dry_run, limit=args.limit)
     return 0
 
 

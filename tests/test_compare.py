@@ -136,3 +136,17 @@ def test_plot_encodes_backbone_and_preset_shows_n_and_keeps_full_axes(tmp_path):
     flat[0]["metrics"]["overall"]["mem0_f1"] = None
     (p,), label = plot_points(flat)
     assert label == "Gold recall (final stage)" and p.tokens == 480.0 and p.quality == 0.9 and p.n == 10
+
+
+def test_cli_compare_limit_overrides_the_spec(tmp_path, capsys):
+    from memcompile_local.cli import main
+
+    path = write(tmp_path, f"benchmark: locomo\ndata: {DEV}\nlimit: 5\nretrieval_only: true\njudge: false\n"
+                           f"store: {tmp_path / 'nested' / 'grid.sqlite'}\n"
+                           "presets: [model-free]\nbaselines: [bm25]\n"
+                           "backbones: [{name: hash, backend: none, embedder: hash}]\n")
+    assert main(["compare", path, "--out", str(tmp_path / "out"), "--limit", "1", "--quiet"]) == 0
+    assert (tmp_path / "nested" / "grid.sqlite").exists()  # the store's folder is made on demand
+    table = (tmp_path / "out" / "compare.md").read_text()
+    assert "| hash-model-free | 2 |" in table and "| hash-baseline-bm25 | 2 |" in table  # 1 per conversation
+    assert (tmp_path / "out" / "compare.png").read_bytes()[:4] == b"\x89PNG"

@@ -178,13 +178,18 @@ def plan_grid(spec: dict[str, Any]) -> GridPlan:
 
 
 def run_compare(spec_path: str, *, out: str | None = None, progress: bool = True, dry_run: bool = False,
-                echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run (or, with ``dry_run``, only plan) the grid of ``spec_path``.
+                limit: int | None = None, echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run (or, with ``dry_run``, only plan) the grid of ``spec_path``; ``limit`` replaces the
+    spec's questions per conversation.
 
     Returns one ``{"name", "backbone", "preset", "metrics", "token_table", "judge"}`` per run
     (a dry run returns the planned runs without metrics).
     """
     spec = load_spec(spec_path)
+    if limit is not None:
+        if limit < 1:
+            raise ConfigError(f"--limit: expected at least 1 question per conversation, got {limit}")
+        spec["limit"] = limit
     root = Path(out or spec.get("out") or Path("runs") / f"compare-{Path(spec_path).stem}")
     store = Path(spec.get("store") or root / "store.sqlite")
     plan = plan_grid(spec)
