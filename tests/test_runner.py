@@ -131,6 +131,7 @@ def test_retrieval_only_model_free_run_makes_no_model_call(tmp_path):
     assert "- `backend`: none (no model call)" in report and "- `model`: none" in report
     assert "llamacpp" not in report and "smollm2" not in report
     assert "- `judge`: none (not judged)" in report
+    assert "- `embedder`: hash\n" in report  # the hash embedder has no model to name
     config = json.loads((tmp_path / "mf" / "config.json").read_text())
     assert config["model_identity"] is None and config["judge"] is None
 

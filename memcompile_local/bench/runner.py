@@ -504,7 +504,7 @@ class EvalRunner:
             # A retrieval-only run on the model-free path loads no model: say so, not the config's default.
             "backend": model.backend if uses_model else "none (no model call)",
             "model": model.model if uses_model else "none",
-            "embedder": f"{model.embedder} {model.embed_model}",
+            "embedder": "hash" if model.embedder == "hash" else f"{model.embedder} {model.embed_model}",
             "judge": _judge_line(judge_info),
             "wall time (s)": f"{wall_s:.1f} over {earlier_n + 1} attempt(s)",
         }
