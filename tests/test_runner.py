@@ -131,7 +131,7 @@ def test_retrieval_only_model_free_run_makes_no_model_call(tmp_path):
     assert "- `backend`: none (no model call)" in report and "- `model`: none" in report
     assert "llamacpp" not in report and "smollm2" not in report
     assert "- `judge`: none (not judged)" in report
-    assert "- `embedder`: hash\n" in report  # the hash embedder has no model to name
+    assert "- `embedder`: hash (dim 64)\n" in report  # the embedder that ran (injected), not the config's
     config = json.loads((tmp_path / "mf" / "config.json").read_text())
     assert config["model_identity"] is None and config["judge"] is None
 

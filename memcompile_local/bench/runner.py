@@ -222,6 +222,7 @@ class EvalRunner:
         self._embedder = embedder
         self._judge_backend = judge_backend
         self._baseline_cache: dict = {}  # baseline indexes per namespace, shared by the questions
+        self._embed_identity: dict[str, Any] = {}
 
     # -- setup
     def _make_backend(self, mcfg: ModelConfig) -> Any:
@@ -504,7 +505,7 @@ class EvalRunner:
             # A retrieval-only run on the model-free path loads no model: say so, not the config's default.
             "backend": model.backend if uses_model else "none (no model call)",
             "model": model.model if uses_model else "none",
-            "embedder": "hash" if model.embedder == "hash" else f"{model.embedder} {model.embed_model}",
+            "embedder": _embedder_name(self._embed_identity, model),
             "judge": _judge_line(judge_info),
             "wall time (s)": f"{wall_s:.1f} over {earlier_n + 1} attempt(s)",
         }
@@ -527,6 +528,7 @@ class EvalRunner:
             embed_identity = mem.embedder.identity()
         except Exception as exc:  # noqa: BLE001 - an embedder that cannot load is reported later
             embed_identity = {"error": str(exc)}
+        self._embed_identity = embed_identity
         cfg_doc = {
             "run_id": run_id,
             "benchmark": self.spec.benchmark,
@@ -542,6 +544,16 @@ class EvalRunner:
             "plan": plan.to_dict(),
         }
         atomic_write(out / "config.json", json.dumps(cfg_doc, indent=2, sort_keys=True, default=str))
+
+
+def _embedder_name(identity: dict[str, Any], model: ModelConfig) -> str:
+    """The embedder the run used (an injected one too), from its identity; else the config's."""
+    kind = identity.get("embedder")
+    if not kind:
+        return "hash" if model.embedder == "hash" else f"{model.embedder} {model.embed_model}"
+    if identity.get("model"):
+        return f"{kind} {identity['model']}"
+    return f"{kind} (dim {identity['dim']})" if identity.get("dim") else str(kind)
 
 
 def _judge_line(judge_info: dict | None) -> str:
