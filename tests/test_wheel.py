@@ -25,6 +25,13 @@ def test_wheel_installs_adapters_under_the_package(tmp_path):
     assert "memcompile_local/adapters/llamacpp.py" in names
     assert "memcompile_local/data/example_conversation.json" in names
     assert not any(n.startswith("adapters/") for n in names)
+    # Every subpackage of the source tree ships (the package list in pyproject.toml is explicit).
+    source_packages = {p.parent.relative_to(ROOT).as_posix()
+                       for p in (ROOT / "memcompile_local").rglob("__init__.py")}
+    assert source_packages, "no subpackages found"
+    for pkg in sorted(source_packages):
+        assert f"{pkg}/__init__.py" in names, f"{pkg} is missing from the wheel (add it to pyproject.toml)"
+    assert "memcompile_local/py.typed" in names or not (ROOT / "memcompile_local" / "py.typed").exists()
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
