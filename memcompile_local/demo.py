@@ -113,7 +113,8 @@ def run_demo(args: Any, cfg: PipelineConfig, *, backend: Any = None, embedder: A
                 shown = first_blocks(ctx.text, settings.max_blocks)
                 ans = answer_question(mem.client, question, shown, temporal=use_temporal_prompt(question),
                                       namespace=conv.namespace, max_tokens=settings.max_tokens,
-                                      prompt=settings.prompt)
+                                      prompt=settings.prompt,
+                                      strip_restatement=settings.strip_restatement)
                 print(f"\n[{n}] question: {question}")
                 print("  evidence given to the model:\n" + _indent(shown))
                 print(f"  answer:    {ans.text}")

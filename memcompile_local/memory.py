@@ -474,7 +474,7 @@ class Memory:
         res = answer_question(client, question, first_blocks(ctx.text, settings.max_blocks),
                               temporal=use_temporal_prompt(question), namespace=namespace,
                               max_tokens=settings.max_tokens, question_date=question_date,
-                              prompt=settings.prompt)
+                              prompt=settings.prompt, strip_restatement=settings.strip_restatement)
         return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)
 
     def close(self) -> None:

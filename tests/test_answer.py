@@ -10,6 +10,7 @@ from memcompile_local.evidence import answer as answer_mod
 from memcompile_local.evidence.answer import (
     answer_question,
     postprocess_answer,
+    strip_restated_question,
     use_temporal_prompt,
 )
 from memcompile_local.language.timecues import is_temporal_question
@@ -109,3 +110,27 @@ def test_use_temporal_prompt_is_the_shared_classifier(question, temporal):
 
 def test_unknown_constant():
     assert answer_mod.UNKNOWN == "Unknown"
+
+
+@pytest.mark.parametrize("answer,question,expected", [
+    ("The name of Nadia's cat is Pepper.", "What is the name of Nadia's cat?", "Pepper"),
+    ("The answer is: June 2023", "When did Ruth get married?", "June 2023"),
+    ("The class Owen started in the summer was pottery", "What class did Owen start in the summer?",
+     "pottery"),
+    ("Pepper is her name", "What is the name of the cat?", "Pepper is her name"),  # no restatement
+    ("The person who looked after Pepper was Gloria", "Who looked after Pepper?",
+     "The person who looked after Pepper was Gloria"),  # "person" is not a question word
+    ("No.", "Would she?", "No."),
+    ("The cat is", "What is the cat?", "The cat is"),  # nothing after the copula: unchanged
+])
+def test_strip_restated_question(answer, question, expected):
+    assert strip_restated_question(answer, question) == expected
+
+
+def test_answer_question_strips_a_restatement_only_when_asked():
+    client, _ = _client("The name of the cat is Pepper.")
+    assert answer_question(client, "What is the name of the cat?", CONTEXT, temporal=False).text == \
+        "The name of the cat is Pepper."
+    client, _ = _client("The name of the cat is Pepper.")
+    assert answer_question(client, "What is the name of the cat?", CONTEXT, temporal=False,
+                           strip_restatement=True).text == "Pepper"

@@ -18,6 +18,7 @@ from typing import Any
 
 from memcompile_local.config import ModelConfig
 from memcompile_local.errors import OutputValidationError
+from memcompile_local.language.stemming import stem_words
 from memcompile_local.language.timecues import is_temporal_question
 from memcompile_local.llm.interface import LLMRequest, Message, TextSpec
 
@@ -34,6 +35,7 @@ __all__ = [
     "answer_question",
     "answer_request",
     "postprocess_answer",
+    "strip_restated_question",
     "use_temporal_prompt",
     "UNKNOWN",
 ]
@@ -78,6 +80,7 @@ class AnswerSettings:
     prompt: PromptTemplate | None
     max_tokens: int
     max_blocks: int | None = None
+    strip_restatement: bool = False  # apply strip_restated_question to the reply
 
     def describe(self) -> str:
         """A short human-readable summary, for the demo and run logs."""
@@ -94,7 +97,7 @@ def answer_settings(model: ModelConfig) -> AnswerSettings:
         style = "small" if (model.backend, model.model) in SMALL_MODELS else "full"
     if style == "small":
         return AnswerSettings(SMALL_ANSWER, min(model.max_tokens, SMALL_ANSWER_MAX_TOKENS),
-                              SMALL_ANSWER_BLOCKS)
+                              SMALL_ANSWER_BLOCKS, strip_restatement=True)
     return AnswerSettings(None, model.max_tokens, None)
 
 
@@ -112,6 +115,37 @@ def first_blocks(context_text: str, n: int | None) -> str:
 def use_temporal_prompt(question: str) -> bool:
     """Rule that picks the temporal answer prompt: the pipeline's shared temporal classifier."""
     return bool(is_temporal_question(question))
+
+
+# Words a restatement may add besides the question's own: articles, "answer", copulas.
+_FILLER = frozenset({"the", "a", "an", "answer", "is", "was", "are", "were"})
+_COPULAS = frozenset({"is", "was", "are", "were"})
+_TOKEN = re.compile(r"\S+")
+
+
+def _bare(token: str) -> str:
+    word = token.lower().strip(".,;:!?\"'()")
+    return word[:-2] if word.endswith("'s") else word
+
+
+def strip_restated_question(answer: str, question: str) -> str:
+    """Drop a leading restatement of the question: "The name of Ana's cat is Pepper." -> "Pepper".
+
+    Small models like to answer in a sentence that repeats the question. When the answer
+    starts with words that all come from the question (stems compared, plus articles and
+    "answer") followed by a copula (is/was/are/were), only what follows is kept. Anything
+    else is returned unchanged, so a short answer is never touched.
+    """
+    tokens = list(_TOKEN.finditer(answer))
+    known = set(stem_words([_bare(t) for t in _TOKEN.findall(question)])) | _FILLER
+    stems = stem_words([_bare(t.group()) for t in tokens])
+    for i, (match, stem) in enumerate(zip(tokens, stems)):
+        if stem not in known and _bare(match.group()) not in _FILLER:
+            return answer  # a word the question does not have: no restatement
+        if i >= 1 and _bare(match.group()) in _COPULAS:
+            rest = answer[match.end():].strip().lstrip(":").strip().rstrip(".").strip()
+            return rest or answer
+    return answer
 
 
 def postprocess_answer(text: str) -> str:
@@ -175,12 +209,14 @@ def answer_question(
     max_tokens: int = DEFAULT_ANSWER_MAX_TOKENS,
     question_date: str | None = None,
     prompt: PromptTemplate | None = None,
+    strip_restatement: bool = False,
 ) -> AnswerResult:
     """Answer ``question`` from ``context_text`` with one call of ``client.complete``.
 
     ``temporal`` selects the temporal prompt (see :func:`use_temporal_prompt`); ``question_date``
     (LongMemEval) is shown under the question when given. An empty reply (the client raises
     ``OutputValidationError`` for it) becomes "Unknown"; other model errors propagate.
+    ``strip_restatement`` also drops a restated question (:func:`strip_restated_question`).
     """
     request = answer_request(question, context_text, temporal=temporal, namespace=namespace,
                              max_tokens=max_tokens, question_date=question_date, prompt=prompt)
@@ -192,5 +228,7 @@ def answer_question(
             raise
         logger.info("empty answer for %r; answering %s", question[:60], UNKNOWN)
         raw = ""
-    return AnswerResult(text=postprocess_answer(raw), prompt_version=request.prompt_version,
-                        raw=raw, temporal=temporal)
+    text = postprocess_answer(raw)
+    if strip_restatement:
+        text = strip_restated_question(text, question)
+    return AnswerResult(text=text, prompt_version=request.prompt_version, raw=raw, temporal=temporal)
