@@ -125,22 +125,23 @@ class EvidenceConfig:
 class FusionConfig:
     """The model-free ``fused`` selector (memcompile_local/fused.py); not a paper component.
 
-    Weights were set on the two development conversations (see README, "Model-free path").
+    The defaults are the cross-validated winner of ``scripts/ablate_model_free.py --cv``
+    (leave-one-conversation-out on four LoCoMo conversations; README, "The model-free path").
     """
 
     __pydantic_config__ = _STRICT_FIELDS
 
     lexical_weight: float = 1.0
-    packet_weight: float = 1.0
+    packet_weight: float = 1.5
     speaker_weight: float = 0.3
-    temporal_weight: float = 0.2
+    temporal_weight: float = 0.1
     neighbor_context: bool = True  # lexical documents take in the in-session neighbours
     dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
     bm25_k1: NonNeg = 1.5
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).
-    time_match_weight: float = 0.0  # bonus for turns dated in the period the question names
-    packet_scale: Literal["cosine", "max"] = "cosine"  # "max": cosines divided by the query's best
+    time_match_weight: float = 1.0  # bonus for turns dated in the period the question names
+    packet_scale: Literal["cosine", "max"] = "max"  # "max": cosines divided by the query's best
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
     complement: Literal["none", "mmr", "pursuit"] = "none"  # complementary selection over the fused top-P
@@ -153,7 +154,7 @@ class FusionConfig:
     second_round_weight: float = 0.5
     # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
     schedule_pool: Literal["normalized", "fused"] = "normalized"
-    schedule_pool_size: PosInt = 100  # N for the fused pool
+    schedule_pool_size: PosInt = 103  # N for the fused pool: the paper pool's mean size on dev4
 
 
 @dataclass(frozen=True)

@@ -320,7 +320,7 @@ def test_fused_pool_preset_hands_the_scheduler_the_fused_top_n(monkeypatch):
 
 def test_packet_scale_max_divides_the_cosines_by_the_query_best():
     channels = {"lexical": np.asarray([1.0, 0.0, 0.5]), "packet": np.asarray([0.1, 0.4, 0.2])}
-    plain = FusionConfig(packet_weight=1.5)
+    plain = FusionConfig(packet_weight=1.5, packet_scale="cosine")
     scaled = FusionConfig(packet_weight=1.5, packet_scale="max")
     assert np.allclose(combine(channels, plain), [1.15, 0.6, 0.8])
     assert np.allclose(combine(channels, scaled), [1.375, 1.5, 1.25])  # the best cosine counts as 1
