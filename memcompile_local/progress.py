@@ -22,5 +22,7 @@ def bar(total: int | None, desc: str, unit: str = "it", enabled: bool = True) ->
         return
     from tqdm import tqdm
 
-    with tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=True) as pb:
+    # disable=False explicitly: --quiet sets TQDM_DISABLE for the libraries' bars, and tqdm
+    # bakes that variable into its defaults when it is first imported; ours follow `enabled`.
+    with tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=True, disable=False) as pb:
         yield pb

@@ -8,6 +8,7 @@ fails when ``CI`` is set (see ``tests/_data_paths.py``). ``locomo_mini`` and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,14 @@ def locomo_mini() -> Path:
 def longmemeval_mini() -> Path:
     """Two LongMemEval-layout questions of our own writing (one answerable, one _abs)."""
     return LONGMEMEVAL_MINI
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """Put ``os.environ`` back after every test: the CLI's ``--quiet`` sets process-wide
+    variables (TQDM_DISABLE, ...) that would otherwise leak into later tests."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

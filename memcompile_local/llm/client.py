@@ -416,7 +416,8 @@ class LLMClient:
         if self._bar is None:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(desc="llm requests", unit="req")
+            # disable=False: our bar follows `progress`, not a TQDM_DISABLE set for library bars.
+            self._bar = tqdm(desc="llm requests", unit="req", disable=False)
         self._bar.update(n)
         self._bar.set_postfix(hits=self._counters["hits"], errors=self._counters["errors"], refresh=False)
 
