@@ -158,6 +158,8 @@ def main() -> int:
     ap.add_argument("--embedder", default="hash", help="hash (default) or sentence-transformers")
     ap.add_argument("--store", help="store file (default: a temporary one)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--pause", type=float, default=1.0, help="seconds between an append and its search (paced run)")
+    ap.add_argument("--paced", type=int, default=20, help="appends of the paced run")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_service_"))
@@ -204,6 +206,21 @@ def main() -> int:
         for tenant, user in users:
             httpx.post(f"{url}/v1/memories/{user}/search", json={"query": "warm up"},
                        headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=120).raise_for_status()
+        # An agent's rhythm: append a turn, answer the user for a while, search before the next
+        # answer. The server loads the new view during the pause.
+        paced: list[float] = []
+        tenant, user = users[0]
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=60) as c:
+            for i in range(args.paced):
+                word = f"pz{i}x{args.seed}"
+                c.post(f"/v1/memories/{user}/turns", json={"speaker": "Mara", "text": f"I left the {word} at home "
+                                                                                       f"[{tenant}/{user}#paced]"}
+                       ).raise_for_status()
+                time.sleep(args.pause)
+                t = time.perf_counter()
+                r = c.post(f"/v1/memories/{user}/search", json={"query": f"where is the {word}?"})
+                paced.append(time.perf_counter() - t)
+                assert any(word in p["text"] for p in r.json()["packets"]), "the paced turn was not found"
         for n in [int(x) for x in args.clients.split(",")]:
             per_client = max(2, args.requests // (3 * n))
             res = run_clients(url, users, n, per_client, args.seed + n)
@@ -242,6 +259,8 @@ def main() -> int:
               f"{ms(pct(w, 50))} {ms(pct(w, 95))} | {r['errors']:6d} {r['cross']:5d} {r['missed']:6d}")
         for e in r["error_samples"]:
             print(f"        error: {e}")
+    print(f"search of a just-appended turn after a {args.pause:.1f}s pause (1 client, {args.paced} times): "
+          f"p50 {ms(pct(paced, 50))} ms, p95 {ms(pct(paced, 95))} ms")
     p50 = pct(inproc, 50)
     print(f"in-process Memory.compile on a loaded view: p50 {ms(p50)} ms, p95 {ms(pct(inproc, 95))} ms "
           f"(mean {1000 * statistics.fmean(inproc):.1f} ms)")

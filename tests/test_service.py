@@ -448,3 +448,20 @@ def test_memory_view_cache_keeps_one_view_per_namespace(tmp_path):
         mem.compile("ns", "turn")
     assert len(mem._views) == 1
     mem.close()
+
+
+def test_an_append_loads_the_new_view_before_the_next_search(tmp_path):
+    from memcompile_local.service.core import MemoryService
+
+    svc = MemoryService(str(tmp_path / "m.sqlite"), PipelineConfig.from_dict(MODEL_FREE), embedder=HashEmbedder())
+    svc.add_turns("local", "w", {"turns": [{"speaker": "A", "text": f"line {i} about owls"} for i in range(5)]})
+    svc.wait_warm()
+    ns = namespace_for("local", "w")
+    generation = svc.store.generation(ns)
+    assert any(k[0] == ns and generation in k for k in svc.memory._views), "the view was not loaded ahead"
+    loads = []
+    real = svc.memory._load_view
+    svc.memory._load_view = lambda n: loads.append(n) or real(n)
+    assert svc.search("local", "w", "owls")["packet_ids"]
+    assert loads == []  # the search used the view loaded in the background
+    svc.close()

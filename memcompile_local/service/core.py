@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
 import re
 import threading
 import time
@@ -135,6 +136,11 @@ class MemoryService:
         self._presets_lock = threading.Lock()
         self._view_locks: dict[str, threading.Lock] = {}
         self.backend_down_since: float | None = None
+        # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
+        self._warm_queue: queue.Queue[str] = queue.Queue()
+        self._warm_waiting: set[str] = set()
+        self._warm_thread = threading.Thread(target=self._warm_views, name="memcompile-view-warmer", daemon=True)
+        self._warm_thread.start()
 
     def close(self) -> None:
         self.store.close()
@@ -246,6 +252,8 @@ class MemoryService:
         if result.added:
             if self.inline_build:
                 built = self.build_now(ns)
+                if built:
+                    self.schedule_warm(ns)
             if not built:
                 self.queue.enqueue(ns, result.added)
         return {
@@ -301,6 +309,39 @@ class MemoryService:
         finally:
             self.queue.release(ns, self.owner)
         return True
+
+    # ------------------------------------------------------------------ view warming
+    def schedule_warm(self, ns: str) -> None:
+        """Load ``ns``'s new view in the background, so a search that comes later finds it ready.
+
+        An agent appends a turn and searches when the next message arrives; loading the view
+        costs time proportional to the memory, and here it is spent between the two. A search
+        that arrives while the load runs waits for it (the per-namespace view lock), so nothing
+        is loaded twice; a namespace already waiting to be loaded is not queued again.
+        """
+        with self._presets_lock:
+            if ns in self._warm_waiting:
+                return
+            self._warm_waiting.add(ns)
+        self._warm_queue.put(ns)
+
+    def _warm_views(self) -> None:
+        while True:
+            ns = self._warm_queue.get()
+            with self._presets_lock:
+                self._warm_waiting.discard(ns)
+            try:
+                if self.store.packet_count(ns):
+                    with self._view_lock(ns):
+                        current_view(self.memory, self.pending, ns, allow_build=self.inline_build)
+            except Exception as exc:  # a forget or a closed store meanwhile: the next search reports it
+                log.debug("view warm-up of %s skipped: %s", ns, exc)
+            finally:
+                self._warm_queue.task_done()
+
+    def wait_warm(self) -> None:
+        """Block until every scheduled view load has finished (tests and benchmarks)."""
+        self._warm_queue.join()
 
     # ------------------------------------------------------------------ read side
     def _view_lock(self, ns: str) -> threading.Lock:
