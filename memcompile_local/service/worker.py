@@ -100,6 +100,7 @@ class BuildWorker:
         if error is None:
             svc.backend_down_since = None
             svc.queue.complete(job, svc.owner)
+            svc.schedule_warm(job.namespace)  # the next search uses the freshly built memory
             self.builds += 1
             if self.metrics is not None:
                 self.metrics.builds.labels("ok").inc()
