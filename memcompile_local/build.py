@@ -161,7 +161,7 @@ def embed_packets(
     descriptor_set: str,
     embedder: Embedder,
     *,
-    batch_size: int = 64,
+    batch_size: int = 256,
     on_progress: Callable[[int], None] | None = None,
 ) -> int:
     """Embed every packet document z(p) not yet stored; returns how many were embedded now.
@@ -180,7 +180,7 @@ def embed_contexts(
     embedder: Embedder,
     *,
     packets: Sequence[SourcePacket] | None = None,
-    batch_size: int = 64,
+    batch_size: int = 256,
     on_progress: Callable[[int], None] | None = None,
 ) -> int:
     """Embed every context document (fused selector) not yet stored; returns how many now.
@@ -195,15 +195,45 @@ def embed_contexts(
 
 def _embed_missing(store: MemoryStore, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
                    docs: list[str], *, batch_size: int, on_progress: Callable[[int], None] | None) -> int:
+    """Give every key a stored vector; returns how many texts were embedded now.
+
+    Vectors are content-addressed (``text_address``) in the embedder's vector space: a text
+    another namespace or another document kind already embedded is linked, not embedded again,
+    and each distinct missing text is embedded once.
+    """
     have = store.embeddings(namespace, model_id, keys)
-    missing = [(k, d) for k, d in zip(keys, docs) if k not in have]
-    for start in range(0, len(missing), batch_size):
-        chunk = missing[start : start + batch_size]
-        vecs = np.asarray(embedder.embed([d for _, d in chunk]), dtype=np.float32)
-        store.save_embeddings(namespace, model_id, [k for k, _ in chunk], vecs)
+    missing = [(k, d, text_address(d)) for k, d in zip(keys, docs) if k not in have]
+    if not missing:
+        return 0
+    space = embedding_model_id(embedder)
+    shared = store.vectors_by_content(space, [a for _, _, a in missing])
+    linked = [(k, a) for k, _, a in missing if a in shared]
+    if linked:
+        store.save_embeddings(namespace, model_id, [k for k, _ in linked],
+                              np.stack([shared[a] for _, a in linked]), content=[a for _, a in linked], space=space)
         if on_progress:
-            on_progress(len(chunk))
-    return len(missing)
+            on_progress(len(linked))
+    todo = [(k, d, a) for k, d, a in missing if a not in shared]
+    keys_of: dict[str, list[str]] = {}
+    text_of: dict[str, str] = {}
+    for k, d, a in todo:  # each distinct text once, however many keys name it
+        keys_of.setdefault(a, []).append(k)
+        text_of[a] = d
+    addresses = list(keys_of)
+    for start in range(0, len(addresses), batch_size):
+        chunk = addresses[start : start + batch_size]
+        vecs = np.asarray(embedder.embed([text_of[a] for a in chunk]), dtype=np.float32)
+        rows = [(k, i) for i, a in enumerate(chunk) for k in keys_of[a]]
+        store.save_embeddings(namespace, model_id, [k for k, _ in rows], vecs[[i for _, i in rows]],
+                              content=[chunk[i] for _, i in rows], space=space)
+        if on_progress:
+            on_progress(len(rows))
+    return len(addresses)
+
+
+def text_address(text: str) -> str:
+    """Content address of an embedded text: ``"t:"`` and the sha256 of its UTF-8 bytes."""
+    return "t:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def context_model_id(embedder: Embedder) -> str:

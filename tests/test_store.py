@@ -453,7 +453,7 @@ def test_stats(store):
     store.cache_put("j", namespace=None, stage="judge", identity_json="{}", response=resp("", 2, 1))
     store.ingest(simple_conv("u2", ["z"]))
     st = store.stats()
-    assert st["schema_version"] == SCHEMA_VERSION == 2 and st["file_bytes"] > 0
+    assert st["schema_version"] == SCHEMA_VERSION == 3 and st["file_bytes"] > 0
     assert set(st["namespaces"]) == {"u1", "u2"}
     u1 = st["namespaces"]["u1"]
     assert u1["packets"] == 3 and u1["sessions"] == 2
@@ -539,6 +539,8 @@ def test_forget_removes_namespace_from_file_bytes(tmp_path):
     assert counts == {
         "run_calls": 1, "request_cache": 1, "descriptors": 1, "extraction_markers": 1, "packets": 2,
         "cells": 1, "embeddings": 1, "meta": 1, "waste": 1, "namespaces": 1, "generations": 1,
+        # Both namespaces saved the same vector: one content-addressed row, still the keeper's.
+        "vectors": 0,
     }
     # Everything of the victim is gone, the keeper and unscoped entries are intact.
     assert s.namespaces() == ["keeper"]

@@ -84,8 +84,8 @@ def _decode_cell(r: tuple) -> None:
     cell_from_row(r[2:], r[0], r[1])
 
 
-def _decode_embedding(r: tuple) -> None:
-    vector_from_blob(r[4], r[3], f"{r[0]!r}/{r[1]!r}/{r[2]!r}")
+def _decode_vector(r: tuple) -> None:
+    vector_from_blob(r[4], r[3], f"{r[1]!r}/{r[2]!r}")
 
 
 def _decode_json_columns(*positions: int) -> Callable[[tuple], None]:
@@ -103,7 +103,8 @@ _TABLE_SCANS: dict[str, tuple[str, tuple[int, ...], Callable[[tuple], None] | No
     "packets": (PACKET_COLS, (0, 1), _decode_packet),
     "descriptors": (DESCRIPTOR_COLS.replace("d.", "") + ", descriptor_set", (1, 16, 0), _decode_descriptor),
     "cells": ("namespace, layout_id, " + CELL_COLS, (0, 1, 2), _decode_cell),
-    "embeddings": ("namespace, model_id, key, dim, vector", (0, 1, 2), _decode_embedding),
+    "embeddings": ("namespace, model_id, key, vector_id", (0, 1, 2), None),
+    "vectors": ("id, space, content, dim, vector", (0,), _decode_vector),
     "request_cache": ("key, namespace, stage, identity_json, response_json, prompt_tokens, completion_tokens",
                       (0,), _decode_json_columns(3, 4)),
     "run_calls": ("run_id, key", (0, 1), None),

@@ -14,11 +14,14 @@ import sqlite3
 from ..errors import StoreError
 from .ledger import LEDGER_SCHEMA_SQL, LEDGER_TABLES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Value of ``PRAGMA user_version`` written by this code; a larger value is refused.
 
-Version 2 added the ``generations`` and ``counters`` tables; a version-1 file is upgraded in place
-when it is opened for writing."""
+Version 2 added the ``generations`` and ``counters`` tables. Version 3 made embeddings
+content-addressed: one ``vectors`` row per (vector space, content address), and ``embeddings``
+rows that map a namespace's document keys to those rows. An older file is upgraded in place when
+it is opened for writing; its embeddings are dropped in the upgrade (they are derived data, and
+the embedder identities that keyed them changed too), so the next build embeds them again."""
 
 APPLICATION_ID = 0x4D434C31  # "MCL1": marks the file as a memcompile-local store
 """Value of ``PRAGMA application_id`` in every store file."""
@@ -95,14 +98,6 @@ CREATE TABLE cells (
     PRIMARY KEY (namespace, layout_id, cell_id)
 );
 
-CREATE TABLE embeddings (
-    namespace  TEXT NOT NULL,
-    model_id   TEXT NOT NULL,
-    key        TEXT NOT NULL,
-    dim        INTEGER NOT NULL,
-    vector     BLOB NOT NULL,
-    PRIMARY KEY (namespace, model_id, key)
-);
 
 CREATE TABLE meta (
     namespace  TEXT NOT NULL,
@@ -110,6 +105,30 @@ CREATE TABLE meta (
     value      TEXT NOT NULL,
     PRIMARY KEY (namespace, key)
 ) WITHOUT ROWID;
+"""
+
+# Content-addressed vectors (version 3). ``space`` names the vector space (an embedder identity),
+# ``content`` the content address (the sha256 of the embedded text, or of the vector bytes when the
+# caller names no text); each is stored once and shared by every namespace whose ``embeddings``
+# rows point at it. A vector no ``embeddings`` row points at is deleted with the last reference.
+EMBEDDING_SCHEMA_SQL = """
+CREATE TABLE vectors (
+    id       INTEGER PRIMARY KEY,
+    space    TEXT NOT NULL,
+    content  TEXT NOT NULL,
+    dim      INTEGER NOT NULL,
+    vector   BLOB NOT NULL,
+    UNIQUE (space, content)
+);
+
+CREATE TABLE embeddings (
+    namespace  TEXT NOT NULL,
+    model_id   TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    vector_id  INTEGER NOT NULL REFERENCES vectors (id),
+    PRIMARY KEY (namespace, model_id, key)
+) WITHOUT ROWID;
+CREATE INDEX embeddings_by_vector ON embeddings (vector_id);
 """
 
 # Per-namespace generations (see MemoryStore.generation) and store-wide counters.
@@ -126,7 +145,7 @@ CREATE TABLE counters (
 INSERT INTO counters (name, value) VALUES ('generation', 0);
 """
 
-SCHEMA_SQL = MEMORY_SCHEMA_SQL + LEDGER_SCHEMA_SQL + GENERATION_SCHEMA_SQL
+SCHEMA_SQL = MEMORY_SCHEMA_SQL + EMBEDDING_SCHEMA_SQL + LEDGER_SCHEMA_SQL + GENERATION_SCHEMA_SQL
 """Every statement that makes an empty file a store of :data:`SCHEMA_VERSION`."""
 
 # Statements that turn a version-1 file into a version-2 one (the generation tables, and one
@@ -139,11 +158,20 @@ _UPGRADE_1_TO_2 = (
     "INSERT INTO counters (name, value) SELECT 'generation', COUNT(*) FROM namespaces",
 )
 
+# Version 2 to 3: the per-namespace vectors give way to content-addressed ones. The old rows are
+# not carried over: their keys hold a truncated text hash, not the full content address.
+_UPGRADE_2_TO_3 = (
+    "DROP TABLE IF EXISTS embeddings",
+    "DROP TABLE IF EXISTS vectors",
+    *(s.strip() for s in EMBEDDING_SCHEMA_SQL.split(";") if s.strip()),
+)
+
 VERSION_1_TABLES = frozenset(
     {"namespaces", "packets", "extraction_markers", "descriptors", "cells", "embeddings", "meta",
      *LEDGER_TABLES}
 )
-OUR_TABLES = VERSION_1_TABLES | {"generations", "counters"}
+VERSION_2_TABLES = VERSION_1_TABLES | {"generations", "counters"}
+OUR_TABLES = VERSION_2_TABLES | {"vectors"}
 """The tables every store of :data:`SCHEMA_VERSION` has (other tables, e.g. the service's, may exist)."""
 
 
@@ -178,7 +206,7 @@ def inspect_schema(c: sqlite3.Connection, path: str) -> int:
         raise StoreError(
             f"{path}: application_id {app:#x} is not a memcompile-local store (expected {APPLICATION_ID:#x})"
         )
-    missing = (VERSION_1_TABLES if version == 1 else OUR_TABLES) - tables
+    missing = ({1: VERSION_1_TABLES, 2: VERSION_2_TABLES}.get(version, OUR_TABLES)) - tables
     if version == 0 or missing:
         raise StoreError(f"{path}: store is missing tables {sorted(missing) or sorted(OUR_TABLES)}")
     return int(version)
@@ -199,4 +227,8 @@ def upgrade_schema(c: sqlite3.Connection, version: int) -> None:
         for stmt in _UPGRADE_1_TO_2:
             c.execute(stmt)
         version = 2
+    if version == 2:
+        for stmt in _UPGRADE_2_TO_3:
+            c.execute(stmt)
+        version = 3
     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -33,6 +33,7 @@ The row codecs live in :mod:`.codecs`, the request cache and usage ledger in :mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import itertools
 import logging
@@ -472,16 +473,24 @@ class MemoryStore(StoreConnection, RequestLedger):
     # ---------------------------------------------------------------- embeddings
 
     def save_embeddings(
-        self, namespace: str, model_id: str, keys: Sequence[str], vectors: np.ndarray
+        self, namespace: str, model_id: str, keys: Sequence[str], vectors: np.ndarray, *,
+        content: Sequence[str] | None = None, space: str | None = None,
     ) -> None:
         """Store one float32 vector per key (row ``i`` of ``vectors`` belongs to ``keys[i]``).
 
         ``vectors`` must be a finite 2-D array with ``len(keys)`` rows; it is cast to float32
         (float32 input round-trips bit-exactly). Existing vectors of the same keys are replaced.
-        All vectors of one (namespace, model_id) must share one dimension.
+        Vectors are content-addressed: each is stored once per (``space``, content address) and
+        shared by every namespace and key that names the same address. ``content`` gives the
+        addresses (e.g. the sha256 of each embedded text, so that :meth:`vectors_by_content` finds
+        them again); without it a vector's address is the sha256 of its bytes. A vector already
+        stored under an address is kept (the caller vouches that the address determines it).
+        ``space`` (default ``model_id``) names the vector space, one embedder identity; all vectors
+        of one space share one dimension.
         """
         ns = validate_namespace(namespace)
         mid = require_str(model_id, "model_id")
+        sp = mid if space is None else require_str(space, "vector space")
         keys = [require_str(k, "embedding key") for k in keys]
         arr = np.asarray(vectors)
         if arr.ndim != 2 or arr.shape[0] != len(keys) or arr.shape[1] < 1:
@@ -495,23 +504,57 @@ class MemoryStore(StoreConnection, RequestLedger):
             raise StoreError(f"vectors for {ns!r}/{mid!r} contain NaN or infinite values")
         if len(set(keys)) != len(keys):
             raise StoreError(f"embedding keys for {ns!r}/{mid!r} contain duplicates")
+        blobs = [arr[i].tobytes() for i in range(len(keys))]
+        if content is None:
+            addresses = ["v:" + hashlib.sha256(b).hexdigest() for b in blobs]
+        else:
+            addresses = [require_str(a, "content address") for a in content]
+            if len(addresses) != len(keys):
+                raise StoreError(f"{len(addresses)} content addresses for {len(keys)} embedding keys")
         dim = int(arr.shape[1])
         with self._write() as c:
-            row = c.execute(
-                "SELECT dim FROM embeddings WHERE namespace = ? AND model_id = ? AND dim != ? LIMIT 1",
-                (ns, mid, dim),
-            ).fetchone()
+            row = c.execute("SELECT dim FROM vectors WHERE space = ? AND dim != ? LIMIT 1", (sp, dim)).fetchone()
             if row is not None:
                 raise StoreError(
-                    f"{self.path}: embeddings of {ns!r} for model {mid!r} have dim {row[0]}; got {dim}"
+                    f"{self.path}: embeddings of vector space {sp!r} (model {mid!r}) have dim {row[0]}; got {dim}"
                 )
             self._register(c, ns)
+            replaced: set[int] = set()
+            for part in chunks(keys):
+                marks = ",".join("?" * len(part))
+                replaced.update(r[0] for r in c.execute(
+                    f"SELECT vector_id FROM embeddings WHERE namespace = ? AND model_id = ? AND key IN ({marks})",
+                    (ns, mid, *part)))
             c.executemany(
-                "INSERT OR REPLACE INTO embeddings (namespace, model_id, key, dim, vector) VALUES (?, ?, ?, ?, ?)",
-                ((ns, mid, k, dim, arr[i].tobytes()) for i, k in enumerate(keys)),
+                "INSERT INTO vectors (space, content, dim, vector) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (space, content) DO NOTHING",
+                ((sp, a, dim, b) for a, b in zip(addresses, blobs)),
             )
+            ids: dict[str, int] = {}
+            for part in chunks(sorted(set(addresses))):
+                marks = ",".join("?" * len(part))
+                ids.update(c.execute(f"SELECT content, id FROM vectors WHERE space = ? AND content IN ({marks})",
+                                     (sp, *part)).fetchall())
+            c.executemany(
+                "INSERT OR REPLACE INTO embeddings (namespace, model_id, key, vector_id) VALUES (?, ?, ?, ?)",
+                ((ns, mid, k, ids[a]) for k, a in zip(keys, addresses)),
+            )
+            # A replaced vector that nothing points at any more goes (no stale copies in the file).
+            self._drop_unreferenced(c, sorted(replaced - set(ids.values())))
             if keys:
                 self._bump(c, ns)
+
+    @staticmethod
+    def _drop_unreferenced(c: sqlite3.Connection, vector_ids: Sequence[int] | None = None) -> int:
+        """Delete the vectors (of ``vector_ids``, or all) that no embeddings row points at."""
+        sql = "DELETE FROM vectors WHERE NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.vector_id = vectors.id)"
+        if vector_ids is None:
+            return c.execute(sql).rowcount
+        dropped = 0
+        for part in chunks(list(vector_ids)):
+            marks = ",".join("?" * len(part))
+            dropped += c.execute(f"{sql} AND id IN ({marks})", part).rowcount
+        return dropped
 
     def embeddings(self, namespace: str, model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors (1-D float32 arrays) for those of ``keys`` that have one."""
@@ -523,11 +566,30 @@ class MemoryStore(StoreConnection, RequestLedger):
             for chunk in chunks(wanted):
                 marks = ",".join("?" * len(chunk))
                 for key, dim, blob in c.execute(
-                    f"SELECT key, dim, vector FROM embeddings WHERE namespace = ? AND model_id = ? "
-                    f"AND key IN ({marks})",
+                    f"SELECT e.key, v.dim, v.vector FROM embeddings e JOIN vectors v ON v.id = e.vector_id "
+                    f"WHERE e.namespace = ? AND e.model_id = ? AND e.key IN ({marks})",
                     (ns, mid, *chunk),
                 ):
                     out[key] = vector_from_blob(blob, dim, f"{ns!r}/{mid!r}/{key!r}")
+        return out
+
+    def vectors_by_content(self, space: str, content: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors of vector space ``space`` by content address, whichever namespace saved them.
+
+        What a build looks up before it embeds: a text another namespace (or another document
+        kind) already embedded under the same embedder identity is not embedded again.
+        """
+        sp = require_str(space, "vector space")
+        wanted = list(dict.fromkeys(require_str(a, "content address") for a in content))
+        out: dict[str, np.ndarray] = {}
+        with self._read("vectors") as c:
+            for chunk in chunks(wanted):
+                marks = ",".join("?" * len(chunk))
+                for address, dim, blob in c.execute(
+                    f"SELECT content, dim, vector FROM vectors WHERE space = ? AND content IN ({marks})",
+                    (sp, *chunk),
+                ):
+                    out[address] = vector_from_blob(blob, dim, f"{sp!r}/{address!r}")
         return out
 
     # ---------------------------------------------------------------- meta
@@ -594,6 +656,8 @@ class MemoryStore(StoreConnection, RequestLedger):
                     )
                     for table, sql in steps:
                         counts[table] = c.execute(sql, (ns,)).rowcount
+                    # Content-addressed vectors go with their last reference (others still share them).
+                    counts["vectors"] = self._drop_unreferenced(c)
                     # The name leaves the file with its data; the counter still moves past every
                     # generation the namespace had, so generation() never repeats an old value.
                     c.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
@@ -858,6 +922,7 @@ class MemoryStore(StoreConnection, RequestLedger):
                 counts["embeddings"] += c.execute(
                     "DELETE FROM embeddings WHERE namespace = ? AND substr(key, 1, ?) = ?",
                     (ns, len(owner) + 1, owner + "|")).rowcount
+            counts["vectors"] = self._drop_unreferenced(c)
             counts["meta"] = 0
             for key, value in c.execute("SELECT key, value FROM meta WHERE namespace = ? AND key LIKE 'fallback:%'",
                                         (ns,)).fetchall():
