@@ -68,9 +68,12 @@ METADATA = {
 
 
 def dialogue_id(request) -> str:
-    m = re.search(r"dialogue id: (\S+)", request.messages[-1].content)
-    assert m, "fact/extract requests name the current dialogue id"
-    return m.group(1)
+    """The id of the request's current turn, found by its quoted text (requests carry no ids)."""
+    m = re.search(r"^Current turn:\n(?:.*\n)*?text:\n> (.*)$", request.messages[-1].content, re.MULTILINE)
+    assert m, "fact/extract requests quote the current turn's text"
+    ids = [p.packet_id for p in (P1, P2, P3) if p.content == m.group(1)]
+    assert len(ids) == 1, m.group(1)
+    return ids[0]
 
 
 def statement(request) -> str:
@@ -110,15 +113,15 @@ def test_two_step_end_to_end():
     assert [r.prompt_version for r in backend.requests] == [FACT_PROMPT_VERSION] * 3 + [METADATA_PROMPT_VERSION] * 3
 
     fact_p2 = backend.requests[1].messages[-1].content
-    assert "Previous turn:\n[S1:1] Alex:\n> Hey Sam! I adopted a beagle named Pepper yesterday." in fact_p2
-    assert "dialogue id: S1:2" in fact_p2 and "speaker: Sam" in fact_p2
+    assert "Previous turn:\nAlex:\n> Hey Sam! I adopted a beagle named Pepper yesterday." in fact_p2
+    assert "S1:2" not in fact_p2 and "speaker: Sam" in fact_p2  # no ids in extraction requests
     assert f"session time: {TIME} (date 2023-05-08)" in fact_p2
     fact_p1 = backend.requests[0].messages[-1].content
     assert "Previous turn: (none)" in fact_p1
     assert "image caption:\n> a photo of a small dog on a rug" in fact_p1
     meta_req = backend.requests[3].messages[-1].content
     assert meta_req.startswith("Statement: Alex adopted a beagle named Pepper.")
-    assert f"Session time: {TIME}" in meta_req and "[S1:1] Alex:" in meta_req
+    assert f"Session time: {TIME}" in meta_req and "Alex:" in meta_req
 
     d1, d2, d3 = results
     assert [d.text for d in d1] == ["Alex adopted a beagle named Pepper.",
@@ -156,7 +159,7 @@ def test_combined_mode_single_call_per_turn():
     assert backend.generate_calls == 1
     assert [r.stage for r in backend.requests] == ["extract"] * 3
     assert all(r.prompt_version == COMBINED_PROMPT_VERSION for r in backend.requests)
-    assert "Previous turn:\n[S1:1] Alex:" in backend.requests[1].messages[-1].content
+    assert "Previous turn:\nAlex:" in backend.requests[1].messages[-1].content
     _, two_step = make()
     expected = two_step.extract(ITEMS)
     assert [[d.text for d in r] for r in results] == [[d.text for d in r] for r in expected]

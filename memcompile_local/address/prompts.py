@@ -38,9 +38,10 @@ __all__ = [
     "build_intent_user",
 ]
 
-FACT_PROMPT_VERSION = "fact-v2"
-METADATA_PROMPT_VERSION = "metadata-v2"
-COMBINED_PROMPT_VERSION = "extract-v2"
+# v3: turns are shown without their ids, so the same turn is the same request in every namespace.
+FACT_PROMPT_VERSION = "fact-v3"
+METADATA_PROMPT_VERSION = "metadata-v3"
+COMBINED_PROMPT_VERSION = "extract-v3"
 INTENT_PROMPT_VERSION = "intent-v2"
 
 # Stored text reaches these prompts; memcompile_local.fence quotes it (every line of a turn
@@ -152,13 +153,15 @@ Answer with one JSON object of this shape and nothing else:
 
 
 def render_turn(packet: SourcePacket) -> str:
-    """One turn: ``[id] speaker:`` on its own line, then the text and image fields quoted.
+    """One turn: ``speaker:`` on its own line, then the text and image fields quoted.
 
-    The id and speaker are single-line labels (``fence.header_value``); every line of the
+    No id: nothing namespace-specific enters an extraction request, so a turn repeated in
+    another namespace (a LongMemEval haystack sharing sessions) is a request-cache hit.
+    The speaker is a single-line label (``fence.header_value``); every line of the
     text, caption and keywords starts with ``"> "`` (``fence.quote_block``), so a turn can
     never imitate the ``Current turn:`` block or a field line of the prompt.
     """
-    lines = [f"[{header_value(packet.packet_id)}] {header_value(packet.speaker)}:"]
+    lines = [f"{header_value(packet.speaker)}:"]
     lines += quote_block(packet.content)
     if packet.image_caption and packet.image_caption.strip():
         lines += quote_block(f"(shared image, caption: {packet.image_caption.strip()})")
@@ -184,7 +187,6 @@ def _previous_block(previous: SourcePacket | None) -> str:
 def _current_block(packet: SourcePacket) -> str:
     lines = [
         "Current turn:",
-        f"dialogue id: {header_value(packet.packet_id)}",
         f"speaker: {header_value(packet.speaker)}",
         f"session time: {_session_line(packet)}",
         "text:",

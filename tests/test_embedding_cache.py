@@ -1,0 +1,239 @@
+"""Content-addressed embeddings: one vector per (embedder identity, text), shared by namespaces
+and document kinds; backends kept apart; incremental adds re-embed only changed documents; LLM
+extraction requests carry nothing namespace-specific."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
+from memcompile_local.address.extract_llm import LLMExtractor
+from memcompile_local.build import (
+    context_document_keys,
+    embedding_model_id,
+    load_packet_matrix,
+    packet_document_keys,
+    text_address,
+)
+from memcompile_local.config import PipelineConfig
+from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.llm.client import LLMClient
+from memcompile_local.memory import Memory
+from memcompile_local.store import MemoryStore, check_store
+from memcompile_local.types import SourcePacket, content_sha256
+
+SESSION_A = {"time": "2024-03-04 09:00", "turns": [
+    {"speaker": "Ana", "text": "My sister Lena adopted a grey cat called Pepper."},
+    {"speaker": "Ben", "text": "Pepper is a lovely name for a cat."},
+    {"speaker": "Ana", "text": "She sends me photos of Pepper every morning."},
+]}
+SESSION_B = {"time": "2024-03-05 18:30", "turns": [
+    {"speaker": "Ana", "text": "I start my pottery class in Leeds next week."},
+    {"speaker": "Ben", "text": "Which day is the pottery class?"},
+]}
+
+
+class CountingEmbedder:
+    """The hash embedder, counting the texts it is asked to embed; ``tag`` changes its identity."""
+
+    def __init__(self, tag: str = "", dim: int = 64) -> None:
+        self.inner = HashEmbedder(dim=dim)
+        self.tag = tag
+        self.texts: list[str] = []
+        self.calls = 0
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def identity(self) -> dict:
+        ident = self.inner.identity()
+        if self.tag:
+            ident["backend"] = self.tag
+        return ident
+
+    def embed(self, texts):
+        self.calls += 1
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+
+def model_free(store: MemoryStore, embedder) -> Memory:
+    return Memory(store, apply_preset("model-free", PipelineConfig()), embedder=embedder)
+
+
+def vector_rows(store: MemoryStore) -> int:
+    return sqlite3.connect(store.path).execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+
+
+def test_a_second_namespace_with_the_same_sessions_embeds_nothing(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = model_free(store, emb)
+    assert mem.uses_context_embeddings()
+    mem.add("alice", [SESSION_A, SESSION_B])
+    mem.view("alice")
+    first = list(emb.texts)
+    # Every distinct text once: packet documents and context documents, duplicates merged.
+    keys, docs = packet_document_keys(store, "alice", mem.extractor().descriptor_set)
+    _, ctx = context_document_keys(store, "alice")
+    assert sorted(first) == sorted(set(docs) | set(ctx))
+    rows = vector_rows(store)
+    assert rows == len(set(docs) | set(ctx))
+
+    mem.add("bob", [SESSION_A, SESSION_B])
+    view = mem.view("bob")
+    assert emb.texts == first  # nothing new embedded
+    assert vector_rows(store) == rows  # and nothing stored twice
+    np.testing.assert_array_equal(
+        load_packet_matrix(store, "bob", mem.extractor().descriptor_set, emb),
+        load_packet_matrix(store, "alice", mem.extractor().descriptor_set, emb))
+    assert view is not None
+
+    # Rebuilding either namespace embeds nothing either.
+    mem.build("alice")
+    assert emb.texts == first
+
+    # Forgetting one namespace keeps the shared vectors; forgetting the other removes them.
+    assert store.forget("alice")["vectors"] == 0
+    assert vector_rows(store) == rows
+    assert store.forget("bob")["vectors"] == rows
+    assert vector_rows(store) == 0
+    store.close()
+
+
+def test_a_haystack_repeating_sessions_embeds_only_its_new_session(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = model_free(store, emb)
+    mem.add("q1", [SESSION_A])
+    mem.view("q1")
+    before = len(emb.texts)
+    mem.add("q2", [SESSION_A, SESSION_B])
+    mem.view("q2")
+    new = emb.texts[before:]
+    # Session A's packet documents are shared; what is new mentions session B's turns, or is the
+    # context document of A's last turn, which now has a neighbour... only within its session, so
+    # nothing of A changed.
+    assert new and all("pottery" in t or "Leeds" in t or "class" in t for t in new)
+    store.close()
+
+
+def test_backends_with_different_identities_never_share_vectors(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    torch_like, onnx_like = CountingEmbedder("torch"), CountingEmbedder("onnx-int8")
+    assert embedding_model_id(torch_like) != embedding_model_id(onnx_like)
+    m1 = model_free(store, torch_like)
+    m1.add("alice", [SESSION_A])
+    m1.view("alice")
+    m2 = model_free(store, onnx_like)
+    m2.view("alice")
+    # Switching the backend re-embeds every document under its own identity.
+    assert sorted(onnx_like.texts) == sorted(torch_like.texts)
+    spaces = {r[0] for r in sqlite3.connect(store.path).execute("SELECT DISTINCT space FROM vectors")}
+    assert spaces == {embedding_model_id(torch_like), embedding_model_id(onnx_like)}
+    store.close()
+
+
+def test_appending_a_turn_re_embeds_only_the_changed_neighbour_documents(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = model_free(store, emb)
+    mem.add("alice", [SESSION_A, SESSION_B])
+    mem.view("alice")
+    dset = mem.extractor().descriptor_set
+    _, ctx_before = context_document_keys(store, "alice")
+    emb.texts.clear()
+    mem.add("alice", [{"time": SESSION_B["time"], "turns": [
+        {"speaker": "Ana", "text": "Thursday evening, after work."}]}])
+    mem.view("alice")
+    keys, docs = packet_document_keys(store, "alice", dset)
+    _, ctx_after = context_document_keys(store, "alice")
+    changed_ctx = [d for d in ctx_after if d not in ctx_before]
+    new_docs = [docs[-1]]  # the appended turn's packet document
+    # The new turn's packet and context documents, and the context document of the turn it
+    # follows (which now quotes it); nothing else.
+    assert sorted(emb.texts) == sorted(set(new_docs) | set(changed_ctx))
+    assert len(changed_ctx) == 2 and len(emb.texts) == 3
+    store.close()
+
+
+def test_content_addressed_vectors_are_found_across_namespaces_by_text(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    a = text_address("hello there")
+    assert a == text_address("hello there") and a != text_address("hello there.")
+    store.save_embeddings("n1", "m", ["k1"], np.ones((1, 4), np.float32), content=[a], space="sp")
+    got = store.vectors_by_content("sp", [a, text_address("other")])
+    assert list(got) == [a] and got[a].tolist() == [1.0] * 4
+    assert store.vectors_by_content("other-space", [a]) == {}
+    # A second namespace linking the same address shares the row.
+    store.save_embeddings("n2", "m|context", ["x"], got[a][None, :], content=[a], space="sp")
+    assert vector_rows(store) == 1
+    assert store.embeddings("n2", "m|context", ["x"])["x"].tolist() == [1.0] * 4
+    store.close()
+
+
+def test_a_version_2_store_is_upgraded_and_its_embeddings_rebuilt(tmp_path):
+    path = tmp_path / "old.sqlite"
+    store = MemoryStore(path)
+    emb = CountingEmbedder()
+    mem = model_free(store, emb)
+    mem.add("alice", [SESSION_A])
+    mem.view("alice")
+    n = len(emb.texts)
+    store.close()
+    # Make the file what version 2 wrote: per-namespace vectors in ``embeddings``, no ``vectors``.
+    con = sqlite3.connect(path)
+    con.executescript(
+        "DROP TABLE embeddings; DROP TABLE vectors;"
+        "CREATE TABLE embeddings (namespace TEXT NOT NULL, model_id TEXT NOT NULL, key TEXT NOT NULL,"
+        " dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (namespace, model_id, key));"
+        "INSERT INTO embeddings VALUES ('alice', 'old', 'S1:1|abc', 1, x'0000803f');"
+        "PRAGMA user_version = 2;")
+    con.close()
+    with pytest.raises(Exception, match="must be upgraded"):
+        MemoryStore(path, read_only=True)
+    store = MemoryStore(path)
+    assert store.stats()["schema_version"] == 3
+    emb2 = CountingEmbedder()
+    mem = model_free(store, emb2)
+    mem.view("alice")
+    assert len(emb2.texts) == n  # the dropped vectors were embedded again
+    store.close()
+    report = check_store(path)
+    assert report.ok, report.lines()
+
+
+def _turn(pid: str, ns: str, ordinal: int, text: str, session_id: str) -> SourcePacket:
+    return SourcePacket(namespace=ns, packet_id=pid, ordinal=ordinal, session_index=1,
+                        session_id=session_id, session_time="2024-03-04 09:00", speaker="Ana",
+                        content=text, image_caption=None, sha256=content_sha256(text))
+
+
+def test_extraction_requests_carry_no_namespace_or_ids(tmp_path):
+    """The same turn after the same previous turn at the same session time is one cached request,
+    whatever the namespace, packet ids and session ids."""
+    store = MemoryStore(tmp_path / "m.sqlite")
+    backend = ScriptedBackend({("*", ""): '{"claims": []}'})
+    client = LLMClient(backend, store)
+    ext = LLMExtractor(client, combined=True)
+    prev1 = _turn("S1:1", "tenant-one", 0, "We moved to Porto in May.", "sess-a")
+    cur1 = _turn("S1:2", "tenant-one", 1, "The flat has a view of the river.", "sess-a")
+    prev2 = _turn("D7:4", "other-tenant", 10, "We moved to Porto in May.", "haystack-91")
+    cur2 = _turn("D7:5", "other-tenant", 11, "The flat has a view of the river.", "haystack-91")
+    r1, r2 = ext.combined_request(cur1, prev1), ext.combined_request(cur2, prev2)
+    assert r1.identity() == r2.identity()
+    text = " ".join(m.content for m in r1.messages)
+    for specific in ("tenant-one", "S1:1", "S1:2", "sess-a"):
+        assert specific not in text
+    assert ext.fact_request(cur1, prev1).identity() == ext.fact_request(cur2, prev2).identity()
+    claim = "The flat has a river view."
+    assert ext.metadata_request(claim, cur1, prev1).identity() == ext.metadata_request(claim, cur2, prev2).identity()
+    ext.extract([(cur1, prev1)])
+    calls = backend.generate_calls
+    ext.extract([(cur2, prev2)])
+    assert backend.generate_calls == calls  # served from the cache
+    store.close()
