@@ -55,10 +55,11 @@ def test_sigkill_during_appends_loses_no_acknowledged_turn(tmp_path):
         c = httpx.Client(base_url=srv.url, timeout=30)
         # A turn not yet extracted is searchable at once from its raw text.
         r = c.post("/v1/memories/u0/turns", json={"speaker": "Ada", "text": "My bike is a green Bianchi", "id": "seed"})
-        assert r.status_code == 200 and r.json()["pending_turns"] >= 1 and not r.json()["built"]
+        assert r.status_code == 200 and r.json()["pending_turns"] >= 1 and not r.json()["built"], r.text
         hit = c.post("/v1/memories/u0/search", json={"query": "what bike does Ada have?"}).json()
-        assert hit["packets"][0]["id"] == "seed" and hit["pending_turns"] >= 1
-        assert c.get("/v1/memories/u0").json()["build"]["state"] in ("pending", "failing")
+        assert hit["packets"][0]["id"] == "seed" and hit["pending_turns"] >= 1, hit
+        state = c.get("/v1/memories/u0").json()
+        assert state["build"]["state"] in ("pending", "failing"), state
         acked.append(("u0", ["seed"]))
         down.unlink()
 
@@ -94,7 +95,7 @@ def test_sigkill_during_appends_loses_no_acknowledged_turn(tmp_path):
         c.close()
     finally:
         srv.kill()
-    assert queued > 0, "the kill must hit a busy build queue"
+    assert queued > 0, f"the kill must hit a busy build queue ({len(acked)} appends acknowledged)"
 
     fast = llm_config(tmp_path / "fast.yaml", delay_s=0.0)
     with running(store, config=fast) as again:

@@ -98,7 +98,16 @@ class PendingViews:
 def current_view(mem: Memory, pending: PendingViews, namespace: str, *, allow_build: bool) -> tuple[MemoryView, int]:
     """(view, turns not yet extracted): ``mem.view`` when nothing waits or building is cheap,
     else the built-so-far view."""
-    behind = pending_turns(mem, namespace)
-    if behind == 0 or allow_build:
-        return mem.view(namespace), 0
-    return pending.view(namespace), behind
+    for attempt in range(3):
+        generation = mem.store.generation(namespace)
+        behind = pending_turns(mem, namespace)
+        try:
+            if behind == 0 or allow_build:
+                return mem.view(namespace), 0
+            return pending.view(namespace), behind
+        except RuntimeError:
+            # A view load reads several tables one after another; a build committing in between
+            # (another thread or process) can leave it an embedding short. Load again then.
+            if attempt == 2 or mem.store.generation(namespace) == generation:
+                raise
+    raise AssertionError("unreachable")
