@@ -465,3 +465,27 @@ def test_an_append_loads_the_new_view_before_the_next_search(tmp_path):
     assert svc.search("local", "w", "owls")["packet_ids"]
     assert loads == []  # the search used the view loaded in the background
     svc.close()
+
+
+def test_a_view_load_cut_short_by_a_concurrent_build_is_retried(tmp_path):
+    """Regression: a build committing during a view load made the search fail (embedding missing)."""
+    from memcompile_local.service.view import PendingViews, current_view
+
+    mem = Memory(tmp_path / "m.sqlite", PipelineConfig.from_dict(MODEL_FREE), embedder=HashEmbedder())
+    mem.add("ns", [{"time": "2024-01-01", "turns": [{"speaker": "A", "text": "turn about owls", "id": "x"}]}])
+    real, calls = mem.view, []
+
+    def racing_view(ns, **kw):
+        calls.append(ns)
+        if len(calls) == 1:
+            mem.store.set_meta(ns, "concurrent-write", "1")  # moves the generation, as a build would
+            raise RuntimeError("1 packet embeddings missing in 'ns'; run the build first")
+        return real(ns, **kw)
+
+    mem.view = racing_view
+    view, behind = current_view(mem, PendingViews(mem), "ns", allow_build=True)
+    assert behind == 0 and [p.packet_id for p in view.packets] == ["x"] and len(calls) == 2
+    mem.view = lambda ns, **kw: (_ for _ in ()).throw(RuntimeError("broken, nothing moved"))
+    with pytest.raises(RuntimeError, match="nothing moved"):
+        current_view(mem, PendingViews(mem), "ns", allow_build=True)
+    mem.close()
