@@ -20,19 +20,18 @@ embedded model a short prompt (``prompts.SMALL_ANSWER``), 16 tokens, the first b
 a restated question dropped from the reply. They were picked by the score on the example's ten
 questions (model-free claim-bundle evidence, SmolLM2-135M Q4_1, greedy; right = F1 >= 0.5):
 
-=====================================================  =====  =======
-variant                                                right  mean F1
-=====================================================  =====  =======
-full answer prompts, all 12 blocks, 128 tokens         0/10   0.04
-"a few words copied from the evidence", 3 blocks       0/10   0.10
-same, two worked examples (our own), 3 blocks          0/10   0.10
-"reply with only the answer, a few words", 1 block     3/10   0.31
-"answer in one to five words", 2 blocks                1/10   0.13
-"answer in one to five words", raw view, 1 block       1/10   0.13
-"answer in one to five words", 1 block (chosen)        4/10   0.31
-=====================================================  =====  =======
-
-(Scores with the restatement dropped; without it the chosen variant gets 2/10, F1 0.18.)
+=====================================================  ===========  =====  =======
+variant                                                restatement  right  mean F1
+=====================================================  ===========  =====  =======
+full answer prompts, all 12 blocks, 128 tokens         kept         0/10   0.04
+"a few words copied from the notes", 3 blocks          kept         0/10   0.09
+same, two worked examples (our own), 3 blocks          kept         0/10   0.10
+"reply with only the answer, a few words", 1 block     dropped      3/10   0.31
+"answer in one to five words", 2 blocks                dropped      1/10   0.13
+"answer in one to five words", raw view, 1 block       dropped      1/10   0.13
+"answer in one to five words", 1 block (chosen)        kept         2/10   0.18
+"answer in one to five words", 1 block (chosen)        dropped      4/10   0.31
+=====================================================  ===========  =====  =======
 """
 
 from __future__ import annotations
