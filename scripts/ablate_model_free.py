@@ -327,7 +327,7 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
     base = dict(SHIPPED_TODAY)
     rows = [
         ("today's shipped weights (no fit)", "plain", [dict(base)]),
-        ("refit channel weights (36-point grid)", "plain", grid(**BASE_GRID)),
+        ("today's components, weights refit (36-point grid)", "plain", [{**base, **g} for g in grid(**BASE_GRID)]),
         ("+ time match (question period vs dates)", "plain",
          [{**base, "time_match_weight": w} for w in (0.5, 0.3, 0.75, 1.0)]),
         ("time match instead of dated-turn bonus", "plain",
