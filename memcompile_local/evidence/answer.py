@@ -7,6 +7,12 @@ one temporal-question classifier the whole pipeline shares (``is_temporal_questi
 The reply is post-processed into one short line: surrounding whitespace removed, a leading
 label such as ``Answer:`` dropped, bullet lists joined with commas, and otherwise only the
 first non-empty line kept (small models like to add an explanation on the next line).
+
+A very small answer model cannot follow those prompts. :func:`answer_settings` maps the model
+section of the config (``model.answer_prompt``: ``auto``, ``full`` or ``small``) to the prompt,
+completion cap and number of context blocks to use; "small" (the default for the embedded
+SmolLM2-135M) is ``prompts.SMALL_ANSWER`` over the first block, 16 tokens, with a restated
+question dropped from the reply (:func:`strip_restated_question`).
 """
 
 from __future__ import annotations
