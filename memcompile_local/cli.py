@@ -52,7 +52,18 @@ def _add_model(p: argparse.ArgumentParser) -> None:
                    help="cap on the tokens of every model completion (default 2048; 256 for the embedded "
                         "SmolLM2-135M unless set here or in --config)")
     g.add_argument("--embedder", help="embedder: sentence-transformers (default), openai, hash")
-    g.add_argument("--embed-model", help="embedding model name or path")
+    g.add_argument("--embed-model", help="embedding model: all-MiniLM-L6-v2 (default, shipped), a local "
+                                         "sentence-transformers folder, or a hub name with --embed-allow-download")
+    g.add_argument("--embed-backend", choices=["auto", "torch", "onnx"],
+                   help="sentence-transformers backend: auto (default: ONNX Runtime on CPU, torch on CUDA)")
+    g.add_argument("--embed-precision", choices=["auto", "fp32", "fp16", "int8"],
+                   help="auto (default): int8 for ONNX, fp16 on CUDA, fp32 for torch on CPU")
+    g.add_argument("--embed-device", choices=["auto", "cpu", "cuda"], help="embedding device (default auto)")
+    g.add_argument("--embed-batch-size", type=int, help="texts per embedding batch (default 64)")
+    g.add_argument("--embed-query-prefix", help="text put before each query (e5: 'query: ')")
+    g.add_argument("--embed-document-prefix", help="text put before each stored document (e5: 'passage: ')")
+    g.add_argument("--embed-allow-download", action="store_true", default=None,
+                   help="let a hub model name be downloaded when a hub is reachable (default: offline)")
     g.add_argument("--extractor", choices=["llm", "rule"], help="descriptor extractor (rule = no model calls)")
     g.add_argument("--combined-extraction", action="store_true", default=None,
                    help="extract facts and metadata in one call per turn")
@@ -230,13 +241,19 @@ def config_from_args(args: argparse.Namespace, *, announce: bool = False) -> Pip
     model: dict[str, Any] = {}
     for flag, field in [("backend", "backend"), ("model", "model"), ("base_url", "base_url"),
                         ("concurrency", "concurrency"), ("embedder", "embedder"), ("embed_model", "embed_model"),
-                        ("max_tokens", "max_tokens")]:
+                        ("max_tokens", "max_tokens"), ("embed_backend", "embed_backend"),
+                        ("embed_precision", "embed_precision"), ("embed_device", "embed_device"),
+                        ("embed_batch_size", "embed_batch_size"), ("embed_query_prefix", "embed_query_prefix"),
+                        ("embed_document_prefix", "embed_document_prefix"),
+                        ("embed_allow_download", "embed_allow_download")]:
         value = getattr(args, flag, None)
         if value is not None:
             model[field] = value
             explicit.add(("model", field))
     if "max_tokens" in model and model["max_tokens"] < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {model['max_tokens']}")
+    if "embed_batch_size" in model and model["embed_batch_size"] < 1:
+        raise ConfigError(f"--embed-batch-size must be at least 1, got {model['embed_batch_size']}")
     extraction: dict[str, Any] = {}
     if getattr(args, "extractor", None):
         extraction["extractor"] = args.extractor

@@ -190,7 +190,16 @@ class ModelConfig:
     # "small" for the embedded SmolLM2-135M and "full" otherwise.
     answer_prompt: Literal["auto", "full", "small"] = "auto"
     embedder: str = "sentence-transformers"
-    embed_model: str = "all-MiniLM-L6-v2"
+    embed_model: str = "all-MiniLM-L6-v2"  # a shipped name, a local folder, or a hub name (needs downloads on)
+    # sentence-transformers embedder (adapters/embed_st.py): "auto" runs ONNX Runtime int8 on a
+    # CPU and torch fp16 on CUDA; the backend and precision are part of the vectors' cache key.
+    embed_backend: Literal["auto", "torch", "onnx"] = "auto"
+    embed_precision: Literal["auto", "fp32", "fp16", "int8"] = "auto"
+    embed_device: Literal["auto", "cpu", "cuda"] = "auto"
+    embed_batch_size: PosInt = 64
+    embed_query_prefix: str = ""  # e5: "query: ", bge: "Represent this sentence for searching relevant passages: "
+    embed_document_prefix: str = ""  # e5: "passage: "
+    embed_allow_download: bool = False  # fetch a hub model name when a hub is reachable (default: offline)
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -156,6 +156,14 @@ class _QueryVectors:
             self.last = out[0]
         return out
 
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        # Query vectors of embedders with a query prefix (e5, bge); others embed queries as documents.
+        embed = getattr(self._embedder, "embed_query", None) or self._embedder.embed
+        out = np.asarray(embed(texts), dtype=np.float32)
+        if len(texts) == 1:
+            self.last = out[0]
+        return out
+
 
 class Memory:
     """Long-term memory over a store file, configured by a PipelineConfig."""

@@ -94,7 +94,9 @@ def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None,
 def _embed_query(embedder: Embedder | None, intent: QueryIntent) -> np.ndarray | None:
     if embedder is None:
         return None
-    vec = np.asarray(embedder.embed([intent.lexical_query()]), dtype=np.float32)[0]
+    # Embedders trained with query/document prefixes (e5, bge) embed queries on their own path.
+    embed = getattr(embedder, "embed_query", None) or embedder.embed
+    vec = np.asarray(embed([intent.lexical_query()]), dtype=np.float32)[0]
     return vec
 
 

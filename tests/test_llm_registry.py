@@ -83,7 +83,9 @@ def test_backend_and_embedder_kwargs_follow_the_model_section():
     assert backend_kwargs(dataclasses.replace(m, backend="llamacpp", options={})) == {"model": "qwen"}
     assert embedder_kwargs(m) == {"model": "e5", "base_url": "http://127.0.0.1:9/v1"}
     assert embedder_kwargs(dataclasses.replace(m, embedder="hash")) == {}
-    assert embedder_kwargs(dataclasses.replace(m, embedder="sentence-transformers")) == {"model": "e5"}
+    assert embedder_kwargs(dataclasses.replace(m, embedder="sentence-transformers")) == {
+        "model": "e5", "backend": "auto", "precision": "auto", "device": "auto", "batch_size": 64,
+        "query_prefix": "", "document_prefix": "", "allow_download": False}
 
 
 def test_load_scripted_backend_and_hash_embedder():

@@ -53,7 +53,7 @@ BACKEND_EXTRAS: dict[str, str | None] = {
 }
 EMBEDDER_EXTRAS: dict[str, str | None] = {
     "hash": None,
-    "sentence-transformers": "cpu",
+    "sentence-transformers": "embed",
     "openai": "openai",
 }
 
@@ -138,4 +138,8 @@ def embedder_kwargs(m: ModelConfig) -> dict[str, Any]:
     kw["model"] = m.embed_model
     if m.embedder == "openai" and m.base_url:
         kw["base_url"] = m.base_url
+    if m.embedder == "sentence-transformers":
+        kw.update(backend=m.embed_backend, precision=m.embed_precision, device=m.embed_device,
+                  batch_size=m.embed_batch_size, query_prefix=m.embed_query_prefix,
+                  document_prefix=m.embed_document_prefix, allow_download=m.embed_allow_download)
     return kw

@@ -1,0 +1,147 @@
+"""Running an exported sentence-transformers model with ONNX Runtime on CPU.
+
+Does what ``SentenceTransformer.encode`` does for a Transformer + Pooling (+ Normalize) model,
+read from the same folder: the fast tokenizer of ``tokenizer.json`` truncated at the model's
+``max_seq_length``, the pooling of ``1_Pooling/config.json`` (mean or CLS) over the attention
+mask, and l2 normalisation. Texts are sorted by token count and batched, so each batch pads to
+a similar length, and the rows are put back in input order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from memcompile_local.errors import ConfigError
+from memcompile_local.llm.extras import require
+
+
+def cpu_threads() -> int:
+    """CPU cores this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    if not path.is_file():
+        return default
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def model_layout(model_dir: Path) -> dict[str, Any]:
+    """Max sequence length, pooling mode and normalisation of a sentence-transformers folder.
+
+    Raises ``ConfigError`` for modules this runner does not reproduce (e.g. a Dense layer, or
+    max/weighted pooling), instead of returning vectors that differ from the torch path.
+    """
+    modules = _read_json(model_dir / "modules.json", None)
+    pooling_dir = model_dir / "1_Pooling"
+    normalize = False
+    if modules is not None:
+        kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+        unknown = [k for k in kinds if k not in ("Transformer", "Pooling", "Normalize")]
+        if unknown:
+            raise ConfigError(f"{model_dir}: modules {unknown} are not supported by the ONNX backend; "
+                              "use backend='torch'")
+        normalize = "Normalize" in kinds
+        for m in modules:
+            if str(m.get("type", "")).endswith("Pooling"):
+                pooling_dir = model_dir / m.get("path", "1_Pooling")
+    pool = _read_json(pooling_dir / "config.json", {"pooling_mode_mean_tokens": True})
+    modes = [k for k, v in pool.items() if k.startswith("pooling_mode_") and v]
+    if modes == ["pooling_mode_mean_tokens"]:
+        pooling = "mean"
+    elif modes == ["pooling_mode_cls_token"]:
+        pooling = "cls"
+    else:
+        raise ConfigError(f"{pooling_dir}/config.json: pooling {modes} is not supported by the ONNX backend "
+                          "(mean or cls only); use backend='torch'")
+    st_cfg = _read_json(model_dir / "sentence_bert_config.json", {})
+    max_len = int(st_cfg.get("max_seq_length") or 512)
+    return {"max_seq_length": max_len, "pooling": pooling, "normalize": normalize}
+
+
+class OnnxSentenceEncoder:
+    """Sentence vectors from an ONNX file and the tokenizer of ``model_dir`` (CPU).
+
+    ``threads``: intra-op threads (default: every core this process may use).
+    ``per_text``: run each text on its own. Dynamically quantized (int8) models scale their
+    activations by the maximum over the whole input tensor, so a text's vector would depend
+    on the other texts of its batch (measured: up to 0.03 per component on MiniLM); one text
+    per run makes every vector a function of its text alone, as the content-addressed store
+    assumes.
+    """
+
+    def __init__(self, model_dir: Path, onnx_path: Path, *, threads: int | None = None,
+                 per_text: bool = False) -> None:
+        self.per_text = per_text
+        ort = require("onnxruntime", "embed", "the ONNX embedding backend")
+        tokenizers = require("tokenizers", "embed", "the ONNX embedding backend")
+        self.layout = model_layout(model_dir)
+        tok_file = model_dir / "tokenizer.json"
+        if not tok_file.is_file():
+            raise ConfigError(f"{model_dir}: no tokenizer.json (a fast tokenizer) for the ONNX backend; "
+                              "use backend='torch'")
+        tok = tokenizers.Tokenizer.from_file(str(tok_file))
+        # The file may pad every text to a fixed length; pad per batch instead (below).
+        tok.no_padding()
+        tok.enable_truncation(self.layout["max_seq_length"])
+        self._tok = tok
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads or cpu_threads()
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        # One run at a time per session keeps the thread pool from being oversubscribed.
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
+        """``(len(texts), dim)`` float32 rows (unit length when the model normalises)."""
+        if not texts:
+            raise ValueError("encode needs at least one text")
+        if self.per_text:
+            batch_size = 1
+        encodings = self._tok.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: (len(encodings[i].ids), i))
+        out: np.ndarray | None = None
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            width = max(len(encodings[i].ids) for i in idx)
+            ids = np.zeros((len(idx), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            types = np.zeros_like(ids)
+            for row, i in enumerate(idx):
+                e = encodings[i]
+                ids[row, :len(e.ids)] = e.ids
+                mask[row, :len(e.ids)] = 1
+                types[row, :len(e.ids)] = e.type_ids
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            with self._lock:
+                hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})[0]
+            vecs = self._pool(hidden, mask)
+            if out is None:
+                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
+            out[idx] = vecs
+        assert out is not None
+        return out
+
+    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        if self.layout["pooling"] == "cls":
+            vecs = hidden[:, 0, :].astype(np.float32)
+        else:
+            m = mask[..., None].astype(np.float32)
+            vecs = (hidden * m).sum(axis=1) / np.clip(m.sum(axis=1), 1e-9, None)
+        if self.layout["normalize"]:
+            vecs = vecs / np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
+        return vecs.astype(np.float32)

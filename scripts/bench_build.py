@@ -1,0 +1,301 @@
+#!/usr/bin/env python
+"""Build speed of the model-free path, per embedding backend, measured side by side in one run.
+
+Prints a markdown table (and writes JSON with --out) of:
+
+1. documents/s of each backend on the same documents (packet documents z(p) and neighbour
+   context documents of a LoCoMo conversation): torch on CPU (the path before ONNX), ONNX
+   Runtime fp32, ONNX Runtime int8 (one text per run, so a vector depends on its text alone),
+   and, for reference, int8 in batches (faster, but batch-dependent vectors);
+2. the end-to-end check of issue 13: a cold model-free build of one conversation plus one
+   question with the default embedder, against plain sentence-transformers on torch embedding
+   that conversation's raw turns once (model load counted on both sides);
+3. a cold build of the whole LoCoMo file (default embedder) and recall@10 of the model-free
+   preset per backend on it (``Memory.search`` top 10 against the gold evidence; questions
+   without evidence skipped);
+4. a LongMemEval-S-like file made from one LongMemEval question: 20 questions whose haystacks
+   share most sessions (each drops two of the pool's sessions and adds one of its own), built
+   cold into one store, against a build of its unique sessions alone;
+5. latency of one appended turn until it is searchable (``add`` then ``search``), p50/p95.
+
+The ONNX export (once per machine, cached in ~/.cache/memcompile-local/onnx) is timed apart.
+Figures depend on the machine's load; compare ratios within one run.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_build.py --out /tmp/bench_build.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder  # noqa: E402
+from memcompile_local.bench.coverage import gold_recall, nearest_rank_percentile  # noqa: E402
+from memcompile_local.build import context_document_keys, packet_document_keys  # noqa: E402
+from memcompile_local.config import PipelineConfig  # noqa: E402
+from memcompile_local.data.locomo import load_locomo  # noqa: E402
+from memcompile_local.data.longmemeval import load_longmemeval  # noqa: E402
+from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.memory import Memory  # noqa: E402
+from memcompile_local.store import MemoryStore  # noqa: E402
+from memcompile_local.types import Conversation, Session, Turn  # noqa: E402
+
+LOCOMO = "/work/shared/data/locomo/locomo_dev4.json"
+LONGMEMEVAL = "/work/shared/data/longmemeval/longmemeval_s_single.json"
+BACKENDS = {  # name -> SentenceTransformerEmbedder settings
+    "torch-cpu": {"backend": "torch", "device": "cpu"},
+    "onnx-fp32": {"backend": "onnx", "precision": "fp32"},
+    "onnx-int8": {"backend": "onnx", "precision": "int8"},
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def model_free() -> PipelineConfig:
+    return apply_preset("model-free", PipelineConfig())
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def conversation_documents(conv: Conversation) -> list[str]:
+    """The packet and context documents the model-free build embeds for ``conv`` (no embedding)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(Path(tmp) / "docs.sqlite")
+        mem = Memory(store, model_free(), embedder=None)
+        mem.add(conv.namespace, conv)
+        mem.build(conv.namespace)
+        _, docs = packet_document_keys(store, conv.namespace, mem.extractor().descriptor_set)
+        _, ctx = context_document_keys(store, conv.namespace)
+        store.close()
+    return docs + ctx
+
+
+def throughput(docs: list[str]) -> dict[str, float]:
+    """documents/s per backend on the same documents (warm model, one warm-up batch)."""
+    out: dict[str, float] = {}
+    runs = [(name, kw, None) for name, kw in BACKENDS.items()]
+    runs.append(("onnx-int8-batched", {"backend": "onnx", "precision": "int8"}, "batched"))
+    for name, kw, mode in runs:
+        emb = SentenceTransformerEmbedder(**kw)
+        emb.embed(docs[:16])
+        if mode == "batched":
+            emb._load_onnx().per_text = False  # reference only: vectors then depend on the batch
+        wall, _ = timed(lambda: emb.embed(docs))
+        out[name] = len(docs) / wall
+        log(f"throughput {name}: {out[name]:.1f} docs/s")
+    return out
+
+
+def cold_build(conv: Conversation, embedder: Any, question: str | None) -> float:
+    """Seconds from an empty store to ``conv`` built, its view loaded and one question searched."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(Path(tmp) / "cold.sqlite")
+        mem = Memory(store, model_free(), embedder=embedder)
+        t0 = time.perf_counter()
+        mem.add(conv.namespace, conv)
+        mem.view(conv.namespace)
+        if question:
+            mem.search(conv.namespace, question, k=10)
+        wall = time.perf_counter() - t0
+        store.close()
+    return wall
+
+
+def raw_turns_once(conv: Conversation) -> tuple[float, float]:
+    """(model load s, encode s) of plain sentence-transformers on torch CPU over the raw turns."""
+    from sentence_transformers import SentenceTransformer  # heavy; this reference needs it
+
+    from memcompile_local.adapters.models import minilm_path
+
+    texts = [t.text for s in conv.sessions for t in s.turns]
+    load, model = timed(lambda: SentenceTransformer(str(minilm_path()), device="cpu"))
+    enc, _ = timed(lambda: model.encode(texts, batch_size=64, normalize_embeddings=True, show_progress_bar=False))
+    return load, enc
+
+
+def recall_and_build(convs: list[Conversation], kw: dict[str, Any]) -> tuple[float, float, int]:
+    """(recall@10 %, cold build s of all conversations, questions scored) for one backend."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(Path(tmp) / "recall.sqlite")
+        t0 = time.perf_counter()
+        mem = Memory(store, model_free(), embedder=SentenceTransformerEmbedder(**kw))
+        for conv in convs:
+            mem.add(conv.namespace, conv)
+            mem.view(conv.namespace)
+        build = time.perf_counter() - t0
+        scores = []
+        for conv in convs:
+            for q in conv.questions:
+                if not q.evidence:
+                    continue
+                hits = mem.search(conv.namespace, q.question, k=10)
+                r = gold_recall([h.packet.packet_id for h in hits], q.evidence)
+                if r is not None:
+                    scores.append(r)
+        store.close()
+    return 100.0 * float(np.mean(scores)), build, len(scores)
+
+
+def synthetic_longmemeval(path: str, n_questions: int = 20) -> tuple[list[Conversation], Conversation]:
+    """(questions, unique sessions alone): haystacks sharing all but three sessions each."""
+    base = load_longmemeval(path)[0]
+    pool = list(base.sessions)
+    questions = []
+    own_sessions = []
+    for q in range(n_questions):
+        drop = {q % len(pool), (7 * q + 3) % len(pool)}
+        src = pool[(11 * q + 5) % len(pool)]
+        own = Session(index=0, session_id=f"own-{q}", time=src.time, turns=tuple(
+            dataclasses.replace(t, packet_id=f"own-{q}:{i + 1}", text=f"(note {q}) {t.text}")
+            for i, t in enumerate(src.turns)))
+        own_sessions.append(own)
+        sessions = [s for j, s in enumerate(pool) if j not in drop] + [own]
+        sessions = [dataclasses.replace(s, index=i + 1) for i, s in enumerate(sessions)]
+        questions.append(Conversation(namespace=f"q{q:02d}", sessions=tuple(sessions), speakers=base.speakers))
+    unique = [dataclasses.replace(s, index=i + 1) for i, s in enumerate(pool + own_sessions)]
+    return questions, Conversation(namespace="unique", sessions=tuple(unique), speakers=base.speakers)
+
+
+def build_many(convs: list[Conversation], embedder: Any) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(Path(tmp) / "lme.sqlite")
+        mem = Memory(store, model_free(), embedder=embedder)
+        t0 = time.perf_counter()
+        for conv in convs:
+            mem.add(conv.namespace, conv)
+            mem.view(conv.namespace)
+        wall = time.perf_counter() - t0
+        store.close()
+    return wall
+
+
+def add_latency(conv: Conversation, embedder: Any, n: int) -> tuple[float, float]:
+    """p50/p95 ms of add(one turn) + search until the new turn is found."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(Path(tmp) / "add.sqlite")
+        mem = Memory(store, model_free(), embedder=embedder)
+        mem.add(conv.namespace, conv)
+        mem.view(conv.namespace)
+        last = conv.sessions[-1]
+        times = []
+        for i in range(n):
+            text = f"Reminder {i}: the plumber named Quillon{i} comes on Friday at {8 + i % 9} am."
+            t0 = time.perf_counter()
+            mem.add(conv.namespace, [{"time": last.time, "turns": [{"speaker": last.turns[-1].speaker,
+                                                                    "text": text}]}])
+            hits = mem.search(conv.namespace, f"When does Quillon{i} the plumber come?", k=10)
+            times.append(1000 * (time.perf_counter() - t0))
+            if not any(h.packet.content == text for h in hits):
+                raise SystemExit(f"appended turn {i} was not found by search")
+        store.close()
+    return nearest_rank_percentile(times, 50), nearest_rank_percentile(times, 95)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--locomo", default=LOCOMO)
+    ap.add_argument("--longmemeval", default=LONGMEMEVAL)
+    ap.add_argument("--conversation", default="conv-41", help="the conversation of the end-to-end check")
+    ap.add_argument("--docs", type=int, default=400, help="documents in the throughput comparison")
+    ap.add_argument("--adds", type=int, default=20, help="appended turns timed")
+    ap.add_argument("--skip-recall", action="store_true", help="skip the per-backend recall builds (slow)")
+    ap.add_argument("--out", help="write the figures as JSON here")
+    args = ap.parse_args()
+    res: dict[str, Any] = {"cpu_threads": len(os.sched_getaffinity(0))}
+
+    convs = load_locomo(args.locomo)
+    target = next(c for c in convs if c.namespace == args.conversation)
+    log(f"{args.locomo}: {len(convs)} conversations; {target.namespace}: "
+        f"{sum(len(s.turns) for s in target.sessions)} turns")
+
+    for name, kw in BACKENDS.items():  # model loads and the one-time ONNX export, apart
+        wall, _ = timed(lambda: SentenceTransformerEmbedder(**kw).embed(["warm up"]))
+        res.setdefault("first_load_s", {})[name] = wall
+        log(f"first load {name}: {wall:.1f} s")
+
+    docs = conversation_documents(target)
+    step = max(1, len(docs) // args.docs)
+    sample = docs[::step][:args.docs]
+    res["throughput_docs"] = len(sample)
+    res["docs_per_s"] = throughput(sample)
+
+    load, enc = raw_turns_once(target)
+    res["raw_turns_torch"] = {"load_s": load, "encode_s": enc}
+    question = next(q.question for q in target.questions if q.evidence)
+    res["cold_build_conv_s"] = {}
+    for name in ("default", "torch-cpu"):
+        kw = {} if name == "default" else BACKENDS[name]
+        res["cold_build_conv_s"][name] = cold_build(target, SentenceTransformerEmbedder(**kw), question)
+        log(f"cold build {target.namespace} + 1 question ({name}): {res['cold_build_conv_s'][name]:.1f} s "
+            f"(raw turns on torch: {load:.1f} s load + {enc:.1f} s encode)")
+    res["default_backend"] = SentenceTransformerEmbedder().resolved()
+
+    if not args.skip_recall:
+        res["recall@10"], res["cold_build_locomo_s"], res["questions"] = {}, {}, 0
+        for name, kw in BACKENDS.items():
+            rec, build, n = recall_and_build(convs, kw)
+            res["recall@10"][name], res["cold_build_locomo_s"][name], res["questions"] = rec, build, n
+            log(f"{name}: recall@10 {rec:.2f} over {n} questions; cold build of the file {build:.1f} s")
+
+    questions, unique = synthetic_longmemeval(args.longmemeval)
+    res["lme_turns"] = {"questions": sum(len(s.turns) for c in questions for s in c.sessions),
+                        "unique": sum(len(s.turns) for s in unique.sessions)}
+    res["lme_unique_s"] = build_many([unique], SentenceTransformerEmbedder())
+    res["lme_questions_s"] = build_many(questions, SentenceTransformerEmbedder())
+    log(f"synthetic LongMemEval: 20 questions {res['lme_questions_s']:.1f} s, unique sessions alone "
+        f"{res['lme_unique_s']:.1f} s")
+
+    res["add_ms"] = dict(zip(("p50", "p95"), add_latency(target, SentenceTransformerEmbedder(), args.adds)))
+    log(f"one appended turn searchable: p50 {res['add_ms']['p50']:.0f} ms, p95 {res['add_ms']['p95']:.0f} ms")
+
+    print(report(res, target.namespace))
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def report(r: dict[str, Any], conv: str) -> str:
+    dps = r["docs_per_s"]
+    torch_dps = dps["torch-cpu"]
+    lines = [f"Build speed ({r['cpu_threads']} CPU threads; default backend {'/'.join(r['default_backend'])})", "",
+             "| backend | docs/s | vs torch | recall@10 | cold build of the LoCoMo file |",
+             "|---|---:|---:|---:|---:|"]
+    for name, v in dps.items():
+        rec = r.get("recall@10", {}).get(name)
+        build = r.get("cold_build_locomo_s", {}).get(name)
+        lines.append(f"| {name} | {v:.1f} | {v / torch_dps:.2f}x | {'' if rec is None else f'{rec:.2f}'} | "
+                     f"{'' if build is None else f'{build:.1f} s'} |")
+    raw = r["raw_turns_torch"]
+    cold = r["cold_build_conv_s"]
+    lines += ["", f"- {conv} cold model-free build + 1 question: {cold['default']:.1f} s default, "
+                  f"{cold['torch-cpu']:.1f} s torch; plain sentence-transformers on torch embedding its raw "
+                  f"turns once: {raw['load_s'] + raw['encode_s']:.1f} s ({raw['load_s']:.1f} s load + "
+                  f"{raw['encode_s']:.1f} s encode)",
+              f"- synthetic LongMemEval-S-like file (20 questions, {r['lme_turns']['questions']} turns; "
+              f"{r['lme_turns']['unique']} unique): {r['lme_questions_s']:.1f} s vs. unique sessions alone "
+              f"{r['lme_unique_s']:.1f} s ({r['lme_questions_s'] / r['lme_unique_s']:.2f}x)",
+              f"- one appended turn searchable: p50 {r['add_ms']['p50']:.0f} ms, p95 {r['add_ms']['p95']:.0f} ms",
+              f"- first load (model load; the ONNX export when not cached yet): "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in r["first_load_s"].items())]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
