@@ -64,7 +64,7 @@ def extract_descriptors(
     """Extract descriptors for every packet not yet extracted by this descriptor set.
 
     Packets go in dialogue order, each paired with its immediately preceding packet. Each
-    packet's result is committed on its own, so an interrupted build resumes where it stopped.
+    batch's results are committed together, so an interrupted build resumes where it stopped.
     When the model fails on some packets of a batch, the packets that succeeded are saved
     first; then ``on_failure="error"`` raises the extraction error (a rerun retries only the
     failed packets), and ``on_failure="rule"`` extracts the failed packets with the rule-based
@@ -101,8 +101,9 @@ def extract_descriptors(
             results = _rule_fallback(store, namespace, extractor.descriptor_set, batch, partial, exc)
         if len(results) != len(batch):
             raise RuntimeError(f"extractor returned {len(results)} results for {len(batch)} packets")
-        for (packet, _), descriptors in zip(batch, results):
-            store.save_extraction(namespace, extractor.descriptor_set, packet.packet_id, descriptors)
+        # One transaction per batch: an interrupted build redoes at most this batch.
+        store.save_extractions(namespace, extractor.descriptor_set,
+                               [(packet.packet_id, descriptors) for (packet, _), descriptors in zip(batch, results)])
         extracted += len(batch)
         if on_progress:
             on_progress(len(batch))

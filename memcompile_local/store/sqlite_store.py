@@ -384,32 +384,48 @@ class MemoryStore(StoreConnection, RequestLedger):
         re-run of an extractor stays consistent). An empty list still marks the packet done. The
         packet must exist; every descriptor must carry this namespace and packet id.
         """
+        self.save_extractions(namespace, descriptor_set, [(packet_id, descriptors)])
+
+    def save_extractions(
+        self, namespace: str, descriptor_set: str, items: Sequence[tuple[str, Sequence[Descriptor]]]
+    ) -> None:
+        """:meth:`save_extraction` for several packets in one transaction (one commit for a batch:
+        a build of cheap rule-based descriptors is otherwise bound by one fsync per turn)."""
         ns = validate_namespace(namespace)
         dset = require_str(descriptor_set, "descriptor_set")
-        pid = require_str(packet_id, "packet_id")
-        rows = [descriptor_row(ns, dset, pid, d) for d in descriptors]
+        prepared = []
+        for packet_id, descriptors in items:
+            pid = require_str(packet_id, "packet_id")
+            prepared.append((pid, [descriptor_row(ns, dset, pid, d) for d in descriptors]))
+        if not prepared:
+            return
         with self._write() as c:
-            if c.execute(
-                "SELECT 1 FROM packets WHERE namespace = ? AND packet_id = ?", (ns, pid)
-            ).fetchone() is None:
-                raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r} to attach descriptors to")
-            c.execute(
-                "DELETE FROM descriptors WHERE namespace = ? AND descriptor_set = ? AND packet_id = ?",
-                (ns, dset, pid),
-            )
-            try:
-                c.executemany(DESCRIPTOR_INSERT, rows)
-            except sqlite3.IntegrityError as exc:
-                raise StoreError(
-                    f"{self.path}: descriptors of {ns!r}/{pid!r} in set {dset!r} violate a constraint "
-                    f"({exc}); descriptor ids must be unique within a set"
-                ) from exc
-            c.execute(
-                "INSERT OR REPLACE INTO extraction_markers "
-                "(namespace, descriptor_set, packet_id, n_descriptors, created_at) VALUES (?, ?, ?, ?, ?)",
-                (ns, dset, pid, len(rows), time.time()),
-            )
+            for pid, rows in prepared:
+                self._save_extraction_rows(c, ns, dset, pid, rows)
             self._bump(c, ns)
+
+    def _save_extraction_rows(self, c: sqlite3.Connection, ns: str, dset: str, pid: str, rows: list) -> None:
+        """One packet's descriptors and marker, inside the caller's write transaction."""
+        if c.execute(
+            "SELECT 1 FROM packets WHERE namespace = ? AND packet_id = ?", (ns, pid)
+        ).fetchone() is None:
+            raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r} to attach descriptors to")
+        c.execute(
+            "DELETE FROM descriptors WHERE namespace = ? AND descriptor_set = ? AND packet_id = ?",
+            (ns, dset, pid),
+        )
+        try:
+            c.executemany(DESCRIPTOR_INSERT, rows)
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(
+                f"{self.path}: descriptors of {ns!r}/{pid!r} in set {dset!r} violate a constraint "
+                f"({exc}); descriptor ids must be unique within a set"
+            ) from exc
+        c.execute(
+            "INSERT OR REPLACE INTO extraction_markers "
+            "(namespace, descriptor_set, packet_id, n_descriptors, created_at) VALUES (?, ?, ?, ?, ?)",
+            (ns, dset, pid, len(rows), time.time()),
+        )
 
     def extracted_packet_ids(self, namespace: str, descriptor_set: str) -> set[str]:
         """Packet ids of ``namespace`` already extracted for ``descriptor_set``."""
