@@ -41,6 +41,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder  # noqa: E402
+from memcompile_local.adapters.models import minilm_path  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall, nearest_rank_percentile  # noqa: E402
 from memcompile_local.build import context_document_keys, packet_document_keys  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
@@ -49,7 +50,7 @@ from memcompile_local.data.longmemeval import load_longmemeval  # noqa: E402
 from memcompile_local.evidence.presets import apply_preset  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.store import MemoryStore  # noqa: E402
-from memcompile_local.types import Conversation, Session, Turn  # noqa: E402
+from memcompile_local.types import Conversation, Session  # noqa: E402
 
 LOCOMO = "/work/shared/data/locomo/locomo_dev4.json"
 LONGMEMEVAL = "/work/shared/data/longmemeval/longmemeval_s_single.json"
@@ -120,9 +121,7 @@ def cold_build(conv: Conversation, embedder: Any, question: str | None) -> float
 
 def raw_turns_once(conv: Conversation) -> tuple[float, float]:
     """(model load s, encode s) of plain sentence-transformers on torch CPU over the raw turns."""
-    from sentence_transformers import SentenceTransformer  # heavy; this reference needs it
-
-    from memcompile_local.adapters.models import minilm_path
+    from sentence_transformers import SentenceTransformer  # heavy; only this reference needs it
 
     texts = [t.text for s in conv.sessions for t in s.turns]
     load, model = timed(lambda: SentenceTransformer(str(minilm_path()), device="cpu"))
