@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from memcompile_local.errors import ConfigError
-from memcompile_local.llm.extras import require
+
+from .models import require_embed
 
 
 def cpu_threads() -> int:
@@ -85,8 +86,8 @@ class OnnxSentenceEncoder:
     def __init__(self, model_dir: Path, onnx_path: Path, *, threads: int | None = None,
                  per_text: bool = False) -> None:
         self.per_text = per_text
-        ort = require("onnxruntime", "embed", "the ONNX embedding backend")
-        tokenizers = require("tokenizers", "embed", "the ONNX embedding backend")
+        ort = require_embed("onnxruntime", "the ONNX embedding backend")
+        tokenizers = require_embed("tokenizers", "the ONNX embedding backend")
         self.layout = model_layout(model_dir)
         tok_file = model_dir / "tokenizer.json"
         if not tok_file.is_file():

@@ -18,11 +18,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from memcompile_local.adapters._specs import embed_inputs
-from memcompile_local.errors import ConfigError, MissingExtraError
-from memcompile_local.llm.extras import require
+from memcompile_local.errors import ConfigError
 
 from .embed_onnx import OnnxSentenceEncoder
-from .models import EMBED_INSTALL, MINILM_NAME, check_model_string, resolve_local_or_name, set_offline, weights_fingerprint
+from .models import MINILM_NAME, check_model_string, require_embed, resolve_local_or_name, set_offline, weights_fingerprint
 from .onnx_export import EXPORT_VERSION, exported_model
 
 logger = logging.getLogger(__name__)
@@ -33,21 +32,18 @@ DEVICES = ("auto", "cpu", "cuda")
 DEFAULT_ONNX_PRECISION = "int8"
 
 
-def _require(module: str, purpose: str) -> Any:
-    """Import an embedding dependency; when missing, an error saying exactly what to run."""
+def importable(module: str) -> bool:
+    """Whether ``module`` can be imported (checked without importing it)."""
     try:
-        return require(module, "embed", purpose)
-    except MissingExtraError as exc:
-        message = f"{exc.package!r} is needed for {purpose} but is not installed; {EMBED_INSTALL}"
-        exc.args = (message,)
-        exc.msg = message  # ImportError prints msg, not args
-        raise
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        return False
 
 
 def cuda_present() -> bool:
     """Whether torch can use a CUDA GPU. Without the NVIDIA driver library there is none, and
     torch is not imported (the ONNX path runs without it once its model is exported)."""
-    if ctypes.util.find_library("cuda") is None or importlib.util.find_spec("torch") is None:
+    if ctypes.util.find_library("cuda") is None or not importable("torch"):
         return False
     import torch  # heavy; only where a driver exists
 
@@ -124,7 +120,7 @@ class SentenceTransformerEmbedder:
                 device = "cpu"
             if backend == "auto":
                 onnx_ok = (device == "cpu" and self.local_path is not None
-                           and importlib.util.find_spec("onnxruntime") is not None)
+                           and importable("onnxruntime"))
                 backend = "onnx" if onnx_ok else "torch"
             if backend == "onnx":
                 if device == "cuda":
@@ -190,8 +186,8 @@ class SentenceTransformerEmbedder:
             if self._model is None:
                 set_offline(self.allow_download)
                 _backend, device, precision = self.resolved()
-                _require("torch", "sentence-transformers embeddings")
-                st = _require("sentence_transformers", "sentence-transformers embeddings")
+                require_embed("torch", "sentence-transformers embeddings")
+                st = require_embed("sentence_transformers", "sentence-transformers embeddings")
                 logger.info("loading sentence-transformers model %s on %s (%s)", self.model_ref, device, precision)
                 model = st.SentenceTransformer(self.model_ref, device=device,
                                                local_files_only=not self.allow_download)

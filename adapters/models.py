@@ -21,9 +21,11 @@ import logging
 import os
 import threading
 from pathlib import Path
+from types import ModuleType
 from typing import Iterable
 
-from memcompile_local.errors import ConfigError, ModelNotFoundError
+from memcompile_local.errors import ConfigError, MissingExtraError, ModelNotFoundError
+from memcompile_local.llm.extras import require
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,18 @@ EMBED_INSTALL = (
     "(or use --embedder hash: no model at all, lower recall)"
 )
 MINILM_INSTALL = EMBED_INSTALL
+
+
+def require_embed(module: str, purpose: str) -> ModuleType:
+    """Import a dependency of the default embedder (the ``embed`` extra); when it is missing,
+    a ``MissingExtraError`` whose message says exactly what to run (CPU torch first)."""
+    try:
+        return require(module, "embed", purpose)
+    except MissingExtraError as exc:
+        message = f"{exc.package!r} is needed for {purpose} but is not installed; {EMBED_INSTALL}"
+        exc.args = (message,)
+        exc.msg = message  # ImportError prints msg, not args
+        raise
 
 # Weight files above this total size are fingerprinted by sampling instead of hashed whole.
 FULL_HASH_LIMIT = 4 * 1024**3

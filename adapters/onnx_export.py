@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from memcompile_local.errors import ConfigError, ModelNotFoundError
-from memcompile_local.llm.extras import require
+
+from .models import require_embed
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +91,8 @@ def _tmp_name(target: Path) -> Path:
 
 
 def _export_fp32(model_dir: Path, target: Path) -> None:
-    torch = require("torch", "embed", "the ONNX export of a sentence-transformers model")
-    transformers = require("transformers", "embed", "the ONNX export of a sentence-transformers model")
+    torch = require_embed("torch", "the ONNX export of a sentence-transformers model")
+    transformers = require_embed("transformers", "the ONNX export of a sentence-transformers model")
     if not (model_dir / "config.json").is_file():
         raise ModelNotFoundError(f"{model_dir}: expected a transformer folder with config.json to export to ONNX")
     logger.info("exporting %s to ONNX (once; cached in %s)", model_dir, target.parent)
@@ -126,8 +127,8 @@ def _export_fp32(model_dir: Path, target: Path) -> None:
 
 
 def _quantize_int8(source: Path, target: Path) -> None:
-    require("onnx", "embed", "int8 quantization of the ONNX embedder")
-    quantization = require("onnxruntime.quantization", "embed", "int8 quantization of the ONNX embedder")
+    require_embed("onnx", "int8 quantization of the ONNX embedder")
+    quantization = require_embed("onnxruntime.quantization", "int8 quantization of the ONNX embedder")
     logger.info("quantizing %s to int8 (dynamic, weights only)", source)
     tmp = _tmp_name(target)
     root = logging.getLogger()

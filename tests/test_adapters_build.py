@@ -292,12 +292,14 @@ def test_transformers_batch_plan_and_kwargs_without_transformers(monkeypatch, fa
 
 
 def test_embedders_without_their_packages(monkeypatch):
-    hide(monkeypatch, "sentence_transformers", "openai")
+    # Without onnxruntime the CPU default falls back to torch, and without sentence-transformers
+    # that fails naming the embed extra (and the CPU torch to install first).
+    hide(monkeypatch, "sentence_transformers", "onnxruntime", "openai")
     st = SentenceTransformerEmbedder()
     assert st.model_ref == str(models.minilm_path())
     with pytest.raises(MissingExtraError) as err:
         st.embed(["x"])
-    assert err.value.extra == "cpu"
+    assert err.value.extra == "embed" and "download.pytorch.org/whl/cpu" in str(err.value)
     oe = OpenAIEmbedder("emb", base_url="http://127.0.0.1:1/v1")
     assert oe.identity() == {"embedder": "openai", "model": "emb", "base_url": "http://127.0.0.1:1/v1"}
     with pytest.raises(MissingExtraError) as err:

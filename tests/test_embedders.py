@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from _fake_openai import FakeOpenAIServer, Reply
 
-from memcompile_local.adapters import embed_st
+from memcompile_local.adapters import embed_st, models
 from memcompile_local.adapters.embed_onnx import model_layout
 from memcompile_local.adapters.embed_openai import OpenAIEmbedder
 from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder
@@ -193,7 +193,7 @@ def test_a_missing_embedding_package_says_exactly_what_to_run(monkeypatch):
     def missing(module, extra, purpose=""):
         raise MissingExtraError(module, extra, purpose)
 
-    monkeypatch.setattr(embed_st, "require", missing)
+    monkeypatch.setattr(models, "require", missing)
     emb = SentenceTransformerEmbedder(backend="torch", device="cpu")
     with pytest.raises(MissingExtraError) as err:
         emb.embed(["x"])
