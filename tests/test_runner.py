@@ -204,7 +204,7 @@ def test_a_self_judge_is_refused_unless_allowed(tmp_path):
                         echo=lambda s: None).run()
     assert {r.stage for r in judge.requests} == {"judge"} and "judge" not in {r.stage for r in answerer.requests}
     info = json.loads((Path(s.out) / "config.json").read_text())["judge"]
-    assert info["prompt_version"] == "locomo-judge-v1" and info["self_judge"] is False
+    assert info["prompt_version"] == "locomo-judge-v2" and info["self_judge"] is False
     assert result["judge"] == info
     assert "- `judge`: scripted" in (Path(s.out) / "report.md").read_text()
     # Allowed explicitly, the report says that the answer model judged itself.
@@ -382,4 +382,4 @@ def test_eval_over_http_with_a_judge_of_its_own(tmp_path):
     assert (info["backend"], info["model"], info["base_url"], info["self_judge"]) == (
         "openai", "judge-m", srv.base_url, False)
     report = (Path(s.out) / "report.md").read_text()
-    assert f"- `judge`: openai judge-m, prompt locomo-judge-v1, at {srv.base_url}" in report
+    assert f"- `judge`: openai judge-m, prompt locomo-judge-v2, at {srv.base_url}" in report
