@@ -132,16 +132,16 @@ class FusionConfig:
     __pydantic_config__ = _STRICT_FIELDS
 
     lexical_weight: float = 1.0
-    packet_weight: float = 1.5
+    packet_weight: float = 1.0
     speaker_weight: float = 0.3
-    temporal_weight: float = 0.1
+    temporal_weight: float = 0.2
     neighbor_context: bool = True  # lexical documents take in the in-session neighbours
     dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
     bm25_k1: NonNeg = 1.5
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).
-    time_match_weight: float = 1.0  # bonus for turns dated in the period the question names
-    packet_scale: Literal["cosine", "max"] = "max"  # "max": cosines divided by the query's best
+    time_match_weight: float = 0.5  # bonus for turns dated in the period the question names
+    packet_scale: Literal["cosine", "max"] = "cosine"  # "max": cosines divided by the query's best
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
     complement: Literal["none", "mmr", "pursuit"] = "none"  # complementary selection over the fused top-P

@@ -350,6 +350,13 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
         ("combined: time match, scaled dense", "plain",
          [{**base, **g} for g in grid(time_match_weight=(0.5, 1.0), packet_scale=("max",), packet_weight=(1.5, 2.0),
                                       temporal_weight=(0.2, 0.1))]),
+        ("combined: time match, weights refit", "plain",
+         [{**base, **g} for g in grid(time_match_weight=(0.5, 0.75), packet_weight=(1.0, 1.5), speaker_weight=(0.3, 0.5),
+                                      temporal_weight=(0.2, 0.1))]),
+        ("combined: time match, MemPursuit (list)", "plain",
+         [{**base, **g} for g in grid(time_match_weight=(0.5, 0.75), complement=("pursuit",), complement_keep=(6, 8))]),
+        ("combined: time match, bursts and tolerant names", "burst",
+         [{**base, "bursts": True, "tolerant_names": True, "time_match_weight": w} for w in (0.5, 0.75)]),
         ("package defaults (shipped; fit on all four, not a CV figure)", "plain", [{}]),
     ]
     return rows
