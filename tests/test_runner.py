@@ -383,3 +383,34 @@ def test_eval_over_http_with_a_judge_of_its_own(tmp_path):
         "openai", "judge-m", srv.base_url, False)
     report = (Path(s.out) / "report.md").read_text()
     assert f"- `judge`: openai judge-m, prompt locomo-judge-v2, at {srv.base_url}" in report
+
+
+def test_a_small_answer_model_is_evaluated_with_its_small_model_settings(tmp_path):
+    """Regression: eval answered every model with the full prompts and all blocks, so a run of
+    the embedded SmolLM2 scored a prompt that Memory.answer never sends it."""
+    def restating(req):
+        if req.stage == "answer":
+            return "The answer is blue."
+        return judge_and_answer(req)
+
+    small = cfg()  # the default model section is the embedded SmolLM2 ("auto" -> small)
+    assert (small.model.backend, small.model.model) == ("llamacpp", "smollm2-135m")
+    s = spec(tmp_path, "small", "s.sqlite")
+    backend = ScriptedBackend(restating)
+    EvalRunner(s, small, backend=backend, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    answers = [r for r in backend.requests if r.stage == "answer"]
+    assert answers and all(r.prompt_version == "answer-small/2" and r.max_tokens == 16 for r in answers)
+    for r in answers:
+        evidence = r.messages[-1].content.split("\n\nQuestion: ")[0]
+        assert evidence.count("\n\n") == 0  # the first block only
+    rows = read_jsonl(Path(s.out) / "predictions.jsonl")
+    assert rows and all(r["prediction"] == "blue" for r in rows)  # restatement dropped
+    config = json.loads((Path(s.out) / "config.json").read_text())
+    assert config["answer"]["prompt"] == "answer-small/2" and config["answer"]["max_blocks"] == 1
+
+    full = spec(tmp_path, "full", "f.sqlite")
+    EvalRunner(full, cfg().replace(model={"answer_prompt": "full"}), backend=ScriptedBackend(judge_and_answer),
+               embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    full_config = json.loads((Path(full.out) / "config.json").read_text())
+    assert full_config["answer"]["prompt"] == "answer/temporal" and full_config["answer"]["max_blocks"] is None
+    assert full_config["run_id"] != config["run_id"]

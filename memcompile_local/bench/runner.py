@@ -35,7 +35,7 @@ from ..data import count_dataset, load_locomo, load_longmemeval
 from ..data.hf import is_hf_source, resolve_hf_source
 from ..errors import ConfigError, DataFormatError, ModelError
 from ..evidence import prompts as evidence_prompts
-from ..evidence.answer import answer_question, use_temporal_prompt
+from ..evidence.answer import AnswerSettings, answer_question, answer_settings, first_blocks, use_temporal_prompt
 from ..language.tokens import count_tokens
 from ..llm.batching import MicroBatcher
 from ..llm.client import LLMClient, NoModelBackend
@@ -154,8 +154,18 @@ def run_identity(spec: EvalSpec, cfg: PipelineConfig, data_sha: str) -> str:
         "conversations": list(spec.conversations or []), "baseline": spec.baseline,
         "code": {"package": __version__, "prompts": prompt_versions(),
                  "rule_extractor": extract_rule.RULE_EXTRACTOR_VERSION},
+        "answer": answer_record(answer_settings(cfg.model)) if spec.answer else None,
     }
     return "eval-" + stable_hash(ident)[:16]
+
+
+def answer_record(settings: AnswerSettings) -> dict[str, Any]:
+    """What the answer step of a run does, for its id and config.json: the prompt version
+    ("answer/temporal" for the full prompts chosen per question), the completion cap, the
+    blocks read (None: all) and whether a restated question is dropped."""
+    return {"prompt": settings.prompt.version if settings.prompt else "answer/temporal",
+            "max_tokens": settings.max_tokens, "max_blocks": settings.max_blocks,
+            "strip_restatement": settings.strip_restatement, "summary": settings.describe()}
 
 
 def check_run_folder(out: Path, run_id: str) -> None:
@@ -395,9 +405,14 @@ class EvalRunner:
             candidate_packets = [c.packet_id for c in ctx.address.candidates[:40]]
         prediction = None
         if self.spec.answer:
+            # The same settings Memory.answer uses, so the embedded small model is evaluated
+            # with the prompt it is answered with.
+            settings = answer_settings(self.cfg.model)
             prediction = answer_question(
-                qclient, q.question, text, temporal=use_temporal_prompt(q.question), namespace=conv.namespace,
-                max_tokens=self.cfg.model.max_tokens,
+                qclient, q.question, first_blocks(text, settings.max_blocks),
+                temporal=use_temporal_prompt(q.question), namespace=conv.namespace,
+                max_tokens=settings.max_tokens, prompt=settings.prompt,
+                strip_restatement=settings.strip_restatement,
                 question_date=q.question_date if self.spec.benchmark == "longmemeval" else None).text
         tokens = {stage: v["prompt"] + v["completion"] for stage, v in qclient.totals().items()}
         row: dict[str, Any] = {
@@ -538,6 +553,7 @@ class EvalRunner:
             "config": self.cfg.to_dict(),
             "versions": _versions(),
             "prompt_versions": prompt_versions(),
+            "answer": answer_record(answer_settings(self.cfg.model)) if self.spec.answer else None,
             "model_identity": client._backend_identity if uses_model else None,
             "embedder_identity": embed_identity,
             "judge": judge_info,
