@@ -18,6 +18,8 @@ from .bench.export import export_from_args
 from .bench.runner import run_eval_from_args
 from .config import PipelineConfig, config_needs_llm
 from .data import counts, load_any
+from .data.hf import is_hf_source, resolve_hf_source
+from .data.jsonio import DEFAULT_MAX_TURN_CHARS
 from .data.plain import GivenIds, load_plain_given_ids
 from .demo import run_demo
 from .errors import ConfigError, DataFormatError, MemCompileError
@@ -74,6 +76,17 @@ def _add_quiet(p: argparse.ArgumentParser) -> None:
                    help="no progress bars (also those of sentence-transformers, datasets and the HF hub)")
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 FORMAT_HELP = ("input layout: auto (default: detect from the first record), locomo (locomo10.json), "
                "longmemeval (S, M or oracle file), plain (our own {'sessions': [...]} JSON or JSONL; "
                "see docs/data-formats.md)")
@@ -89,12 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("ingest", help="read a dataset or memory file into a store")
-    p.add_argument("path", help="LoCoMo, LongMemEval or plain JSON/JSONL file")
+    p.add_argument("path", help="LoCoMo, LongMemEval or plain JSON/JSONL file, or an hf: source as for eval "
+                                "(hf:ORG/NAME[:FILE] or hf:/saved/dataset; needs --format locomo or longmemeval "
+                                "unless the file says which)")
     p.add_argument("--format", default="auto", choices=["auto", "locomo", "longmemeval", "plain"], help=FORMAT_HELP)
     p.add_argument("--namespace", help="namespace for a plain file (default: from the file)")
     p.add_argument("--limit", type=int,
                    help="only the first N conversations (LoCoMo, plain) or questions (LongMemEval: one "
                         "namespace per question)")
+    p.add_argument("--max-turn-chars", type=_positive_int, default=None, metavar="N",
+                   help="refuse a file holding a string longer than N characters (default: "
+                        f"{DEFAULT_MAX_TURN_CHARS:,})")
     p.add_argument("--build", action="store_true", help="also build descriptors, Cells and embeddings")
     _add_store(p); _add_model(p); _add_quiet(p)
 
@@ -177,9 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
                    description=COMPOSITION_HELP)
     add_service_commands(sub, add_store=_add_store, add_model=_add_model)
 
-    p = sub.add_parser("demo", help="ingest the shipped example conversation and answer a question")
+    p = sub.add_parser("demo", help="ingest the shipped example conversation, answer every example question "
+                                    "and print the score")
     p.add_argument("--store", default=None, help="store file (default: a temporary file)")
-    p.add_argument("--question", default=None)
+    p.add_argument("--question", default=None, help="answer this question instead of the example questions")
     _add_model(p); _add_quiet(p)
     for name, command in sub.choices.items():
         # -v after the subcommand too; SUPPRESS keeps a -v given before it.
@@ -317,6 +336,12 @@ def cmd_ingest(args) -> int:
         if args.format not in ("auto", "plain"):
             raise ConfigError(f"--namespace applies to plain memory files only, not --format {args.format}")
         kw["namespace"] = args.namespace
+    if args.max_turn_chars is not None:
+        kw["max_turn_chars"] = args.max_turn_chars
+    if is_hf_source(args.path):
+        # Resolved to a local JSON file first, as eval does (downloaded or exported into the cache).
+        benchmark = args.format if args.format in ("locomo", "longmemeval") else None
+        args.path = str(resolve_hf_source(args.path, benchmark=benchmark))
     convs = load_any(args.path, args.format, **kw)  # validates the whole file before anything is written
     if args.limit:
         convs = convs[: args.limit]

@@ -62,6 +62,33 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
     assert not store.exists()
 
 
+def test_ingest_max_turn_chars_reaches_the_loader(tmp_path, capsys):
+    """Regression: ingest had no way to change the loaders' string cap."""
+    store = tmp_path / "s.sqlite"
+    # The example conversation's longest turn is well over 20 characters and well under 100,000.
+    assert main(["ingest", str(example_conversation_path()), "--store", str(store), "--quiet",
+                 "--max-turn-chars", "20"]) == 2
+    assert "at most 20 characters" in capsys.readouterr().err and not store.exists()
+    plain = tmp_path / "mine.json"
+    plain.write_text(json.dumps({"namespace": "mine", "sessions": [
+        {"time": "2024-01-01", "turns": [{"speaker": "Ana", "text": "a turn of thirty characters.."}]}]}))
+    assert main(["ingest", str(plain), "--store", str(store), "--quiet", "--max-turn-chars", "20"]) == 2
+    assert "at most 20 characters" in capsys.readouterr().err and not store.exists()
+    assert main(["ingest", str(plain), "--store", str(store), "--quiet", "--max-turn-chars", "40"]) == 0
+    assert "mine: 1 turns added" in capsys.readouterr().out
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["ingest", str(plain), "--max-turn-chars", bad])
+    assert "expected a positive integer" in capsys.readouterr().err
+
+
+def test_demo_help_says_it_scores_the_example_questions(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert "answer every example question and print the score" in " ".join(out.split())
+
+
 def test_unknown_preset_is_reported(tmp_path, capsys):
     rc = main(["ask", "x", "q", "--store", str(tmp_path / "s.sqlite"), "--preset", "A9"])
     assert rc == 2 and "unknown preset" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import pytest
 
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.bench.runner import EvalRunner, EvalSpec
+from memcompile_local.cli import main
 from memcompile_local.config import PipelineConfig
 from memcompile_local.data import load_locomo, load_longmemeval
 from memcompile_local.data.hf import HubUnavailableError, parse_hf_source, resolve_hf_source, rows_to_json
@@ -96,6 +97,17 @@ def test_eval_runs_on_an_hf_source(tmp_path):
     assert result["questions"] == 4
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     assert config["data"] == f"hf:{folder}" and len(config["data_sha256"]) == 64
+
+
+def test_ingest_reads_an_hf_source(tmp_path, capsys):
+    """ingest takes the same hf: sources as eval."""
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_list(_arrow_rows(LOCOMO_MINI)).save_to_disk(str(folder))
+    store = str(tmp_path / "s.sqlite")
+    assert main(["ingest", f"hf:{folder}", "--format", "locomo", "--store", store, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "mini-1: 36 turns added" in out and "mini-2: 24 turns added" in out
+    assert main(["ingest", f"hf:{tmp_path / 'missing'}", "--store", store, "--quiet"]) == 2
 
 
 _OFFLINE_SNIPPET = r"""

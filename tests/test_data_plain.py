@@ -209,3 +209,23 @@ def test_conversation_from_in_memory_objects():
         conversation_from_obj({"namespace": "m", "sessions": [{"time": 1, "turns": []}]},
                               source="<add>")
     assert (err.value.path, err.value.where) == ("<add>", "$.sessions[0].time")
+
+
+def test_plain_files_take_a_turn_length_cap(tmp_path):
+    """Regression: load_plain and load_any on a plain file refused max_turn_chars, so only the
+    benchmark loaders could change the cap."""
+    doc = {"namespace": "cap", "sessions": [{"time": "2024-01-01", "turns": [{"speaker": "Ana", "text": "x" * 30}]}]}
+    json_path = write(tmp_path / "cap.json", doc)
+    jsonl_path = write_jsonl(tmp_path / "cap.jsonl", doc["sessions"])
+    for path in (json_path, jsonl_path):
+        assert load_plain(path).sessions[0].turns[0].text == "x" * 30  # the default cap is far above
+        with pytest.raises(DataFormatError, match="at most 20 characters"):
+            load_plain(path, max_turn_chars=20)
+        with pytest.raises(DataFormatError, match="at most 20 characters"):
+            load_any(path, max_turn_chars=20)
+        assert load_any(path, "plain", max_turn_chars=30)[0].sessions[0].turns[0].text == "x" * 30
+    huge = write(tmp_path / "huge.json", {"namespace": "h", "sessions": [
+        {"time": "t", "turns": [{"speaker": "Ana", "text": "y" * 100_001}]}]})
+    with pytest.raises(DataFormatError):
+        load_plain(huge)
+    assert len(load_plain(huge, max_turn_chars=None).sessions[0].turns[0].text) == 100_001

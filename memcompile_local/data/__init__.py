@@ -76,7 +76,7 @@ def detect_format(doc: Any) -> str | None:
 _OPTIONS: dict[str, frozenset[str]] = {
     "locomo": frozenset({"conversations", "max_turn_chars"}),
     "longmemeval": frozenset({"limit", "question_ids", "max_turn_chars"}),
-    "plain": frozenset({"namespace"}),
+    "plain": frozenset({"namespace", "max_turn_chars"}),
 }
 
 
@@ -94,8 +94,8 @@ def load_any(path: str | Path, fmt: Format = "auto", **kw: Any) -> list[Conversa
     ``fmt="auto"`` reads ``.jsonl`` files as plain JSONL and otherwise looks at the
     parsed JSON (see :func:`detect_format`). Extra keyword arguments go to the chosen
     loader (``conversations=`` for LoCoMo, ``limit=`` / ``question_ids=`` for
-    LongMemEval, ``max_turn_chars=`` for both of those, ``namespace=`` for plain, whose turn
-    cap is the default ``DEFAULT_MAX_TURN_CHARS``); one that does not apply to the file's
+    LongMemEval, ``namespace=`` for plain, ``max_turn_chars=`` for every format, default
+    ``DEFAULT_MAX_TURN_CHARS``); one that does not apply to the file's
     format raises ``ConfigError`` naming it. A plain file gives a one-element list.
     """
     if fmt not in FORMATS:

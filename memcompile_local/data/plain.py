@@ -37,7 +37,7 @@ from typing import Any
 from ..errors import DataFormatError, NamespaceError
 from ..store.namespace import validate_namespace
 from ..types import Conversation, Session, Turn
-from .jsonio import FieldReader, child, iter_jsonl, load_json, read_text
+from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, iter_jsonl, load_json, read_text
 
 _HEADER_KEYS = ("namespace", "speakers")
 
@@ -54,36 +54,32 @@ class GivenIds:
     turns: tuple[tuple[bool, ...], ...]
 
 
-def load_plain(path: str | Path, *, namespace: str | None = None) -> Conversation:
+def load_plain(path: str | Path, *, namespace: str | None = None,
+               max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> Conversation:
     """Read a plain-format JSON or JSONL file into one Conversation.
 
     A ``.jsonl`` file is read line by line; any other file is read as JSON, falling back
-    to JSONL when the file holds several JSON values one after another. Raises
+    to JSONL when the file holds several JSON values one after another. ``max_turn_chars``
+    caps every string (None: no cap). Raises
     :class:`~memcompile_local.errors.DataFormatError` on malformed input.
     """
-    if Path(path).suffix.lower() == ".jsonl":
-        return parse_plain_jsonl(iter_jsonl(path), path, namespace=namespace)
-    try:
-        doc = load_json(path)
-    except DataFormatError as exc:
-        if looks_like_jsonl(exc, path):
-            return parse_plain_jsonl(iter_jsonl(path), path, namespace=namespace)
-        raise
-    return parse_plain(doc, path, namespace=namespace)
+    return load_plain_given_ids(path, namespace=namespace, max_turn_chars=max_turn_chars)[0]
 
 
-def load_plain_given_ids(path: str | Path, *, namespace: str | None = None) -> tuple[Conversation, GivenIds]:
+def load_plain_given_ids(path: str | Path, *, namespace: str | None = None,
+                         max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> tuple[Conversation, GivenIds]:
     """Like :func:`load_plain`, also saying which session and turn ids the file gave."""
     given: list[tuple[bool, tuple[bool, ...]]] = []
     if Path(path).suffix.lower() == ".jsonl":
-        conv = _parse_jsonl(iter_jsonl(path), path, namespace, given)
+        conv = _parse_jsonl(iter_jsonl(path), path, namespace, given, max_turn_chars)
     else:
         try:
-            return parse_plain_given_ids(load_json(path), path, namespace=namespace)
+            return parse_plain_given_ids(load_json(path), path, namespace=namespace,
+                                         max_turn_chars=max_turn_chars)
         except DataFormatError as exc:
             if not looks_like_jsonl(exc, path):
                 raise
-            conv = _parse_jsonl(iter_jsonl(path), path, namespace, given)
+            conv = _parse_jsonl(iter_jsonl(path), path, namespace, given, max_turn_chars)
     return conv, GivenIds(sessions=tuple(g[0] for g in given), turns=tuple(g[1] for g in given))
 
 
@@ -102,15 +98,16 @@ def looks_like_jsonl(exc: DataFormatError, path: str | Path) -> bool:
         return False
 
 
-def parse_plain(doc: Any, path: str | Path, *, namespace: str | None = None) -> Conversation:
+def parse_plain(doc: Any, path: str | Path, *, namespace: str | None = None,
+                max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> Conversation:
     """Convert an already parsed plain-format JSON document (object or list of sessions)."""
-    return parse_plain_given_ids(doc, path, namespace=namespace)[0]
+    return parse_plain_given_ids(doc, path, namespace=namespace, max_turn_chars=max_turn_chars)[0]
 
 
-def parse_plain_given_ids(doc: Any, path: str | Path, *,
-                          namespace: str | None = None) -> tuple[Conversation, GivenIds]:
+def parse_plain_given_ids(doc: Any, path: str | Path, *, namespace: str | None = None,
+                          max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> tuple[Conversation, GivenIds]:
     """Like :func:`parse_plain`, also saying which session and turn ids the document gave."""
-    r = FieldReader(path)
+    r = FieldReader(path, max_turn_chars=max_turn_chars)
     if isinstance(doc, (list, tuple)):
         header: Mapping[str, Any] = {}
         sessions_where = "$"
@@ -142,18 +139,19 @@ def conversation_from_obj(obj: Any, source: str = "<memory>", *,
 
 
 def parse_plain_jsonl(lines: Iterable[tuple[int, Any]], path: str | Path, *,
-                      namespace: str | None = None) -> Conversation:
+                      namespace: str | None = None,
+                      max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> Conversation:
     """Convert ``(line_number, value)`` pairs of a plain-format JSONL file.
 
     The first value is a header when it has no ``turns`` key; every other value must be
     a session object. Locations in errors read ``line L, $.turns[2].text``.
     """
-    return _parse_jsonl(lines, path, namespace, None)
+    return _parse_jsonl(lines, path, namespace, None, max_turn_chars)
 
 
 def _parse_jsonl(lines: Iterable[tuple[int, Any]], path: str | Path, namespace: str | None,
-                 given: list | None) -> Conversation:
-    r = FieldReader(path)
+                 given: list | None, max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> Conversation:
+    r = FieldReader(path, max_turn_chars=max_turn_chars)
     header: Mapping[str, Any] = {}
     header_where = "$"
     located: list[tuple[str, Any]] = []
