@@ -19,27 +19,19 @@ import numpy as np
 
 from .address.extract_llm import LLMExtractor
 from .address.extract_rule import RuleExtractor
-from .address.index import AddressIndex
-from .build import (
-    BuildResult,
-    build_memory,
-    embed_contexts,
-    embed_packets,
-    layout_id,
-    load_context_matrix,
-    load_packet_matrix,
-)
+from .build import BuildResult, build_memory, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError
 from .evidence.answer import answer_question, answer_settings, first_blocks, use_temporal_prompt
-from .fused import FusionIndex, fused_scores
+from .fused import fused_scores
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 from .pipeline import Context, MemoryView, compile_context
 from .store import IngestResult, MemoryStore
 from .turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
+from .view_load import ViewLoader
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +184,8 @@ class Memory:
         # One lock per namespace serialises view builds: concurrent first compiles build it once
         # and get the same object, while other namespaces are not held up.
         self._view_locks: dict[str, threading.Lock] = {}
+        # Each namespace's last view load, so the next load after an append redoes only new work.
+        self._loader = ViewLoader()
 
     # -- models -------------------------------------------------------------------------
     @property
@@ -299,6 +293,7 @@ class Memory:
         """Erase ``namespace`` from the store (``MemoryStore.forget``); rows deleted per table."""
         with self._lock:
             self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
+        self._loader.drop(namespace)
         return self.store.forget(namespace)
 
     def delete_turn(self, namespace: str, packet_id: str) -> dict[str, int]:
@@ -316,6 +311,7 @@ class Memory:
             raise ConfigError(f"namespace {namespace!r} has no turn {packet_id!r} in {self.store.path}")
         with self._lock:
             self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
+        self._loader.drop(namespace)
         return self.store.delete_packet(namespace, packet_id)
 
     def get_all(self, namespace: str, *, offset: int = 0, limit: int = 100) -> PacketPage:
@@ -386,40 +382,9 @@ class Memory:
 
     def _load_view(self, namespace: str) -> tuple[MemoryView, int]:
         """Read a built namespace into a MemoryView (embedding any document not embedded yet),
-        with the generation read before its data."""
-        dset = self.extractor().descriptor_set
-        lid = layout_id(dset, self.config.placement)
-        embed_packets(self.store, namespace, dset, self.embedder)
-        if self.uses_context_embeddings():
-            embed_contexts(self.store, namespace, self.embedder)
-        generation = self.store.generation(namespace)
-        packets = self.store.packets(namespace)
-        descriptors = self.store.descriptors(namespace, dset)
-        cells = self.store.cells(namespace, lid)
-        matrix = load_packet_matrix(self.store, namespace, dset, self.embedder)
-        by_packet: dict[str, list] = {}
-        for d in descriptors:
-            by_packet.setdefault(d.packet_id, []).append(d)
-        fusion = None
-        if self.uses_fusion():
-            context = (load_context_matrix(self.store, namespace, self.embedder, packets)
-                       if self.uses_context_embeddings() else None)
-            fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, self.config.fusion,
-                                       packet_matrix=matrix, context_matrix=context)
-        index = AddressIndex.build(packets, descriptors, cells if self.config.placement.layout != "flat" else [],
-                                   matrix, layout=self.config.placement.layout,
-                                   placement=self.config.placement, routing=self.config.routing)
-        view = MemoryView(
-            namespace=namespace,
-            packets=tuple(packets),
-            packets_by_id={p.packet_id: p for p in packets},
-            descriptors_by_packet={k: tuple(v) for k, v in by_packet.items()},
-            index=index,
-            packet_matrix=matrix,
-            row_of={p.packet_id: i for i, p in enumerate(packets)},
-            fusion=fusion,
-        )
-        return view, generation
+        with the generation read before its data. Reuses the per-packet work of the previous
+        load of the namespace where the texts are unchanged (``view_load.ViewLoader``)."""
+        return self._loader.load(self, namespace)
 
     def compile(self, namespace: str, question: str, *, client: Any = None,
                 address_trace: bool = False, build: bool = True) -> Context:
