@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 
+from memcompile_local.cli import main as cli_main
 from memcompile_local.service.core import owner_alive
 from memcompile_local.store import MemoryStore
+from memcompile_local.store.check import check_store
 from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
 
@@ -78,3 +81,19 @@ def test_session_indexes_are_shared_across_connections_and_follow_stored_packets
     assert q2.session_indexes("ns", ["s3", "s2", "old"]) == {"s3": 7, "s2": 6, "old": 4}
     assert q1.forget("ns") == 4
     assert q1.session_indexes("ns", ["s9"]) == {"s9": 5}  # packets of "old" are still stored
+
+
+def test_store_check_accepts_the_service_tables(tmp_path):
+    """A store the service wrote to (queue entry, lease, session index) passes `check`: the
+    three service_* tables are the service's own, not damage or a foreign file."""
+    store = MemoryStore(tmp_path / "m.sqlite")
+    q = BuildQueue(store)
+    assert q.enqueue("ns", 2) and q.acquire("other", "w1")
+    q.session_indexes("ns", ["s1", "s2"])
+    store.close()
+    report = check_store(tmp_path / "m.sqlite")
+    assert report.ok and report.problems == []
+    with sqlite3.connect(tmp_path / "m.sqlite") as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'service_%'")}
+    assert names == {"service_build_queue", "service_build_leases", "service_sessions"}
+    assert cli_main(["check", "--store", str(tmp_path / "m.sqlite")]) == 0
