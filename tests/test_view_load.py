@@ -1,0 +1,228 @@
+"""View loads that reuse the previous load (memcompile_local/view_load.py).
+
+A view loaded after appends, reusing the earlier load's rows and tokens, must select and score
+exactly as a view built from scratch on the same store; a forget in between must never let the
+old data through; the AddressIndex is built only when a path reads it, and then traces as
+an index built up front does. Model-free path, hash embedder: no model is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+from memcompile_local import view_load
+from memcompile_local.adapters.scripted import HashEmbedder
+from memcompile_local.address.index import AddressIndex
+from memcompile_local.config import PipelineConfig
+from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.fused import FusionIndex, fused_scores
+from memcompile_local.llm.client import LLMClient, NoModelBackend
+from memcompile_local.memory import Memory
+from memcompile_local.pipeline import compile_context
+from memcompile_local.store import MemoryStore
+from memcompile_local.view_load import LazyAddressIndex
+
+FIRST = [
+    {"time": "2024-05-02 10:00", "id": "s1", "turns": [
+        {"speaker": "Ines", "text": "We finally booked the ferry to Tallinn for June.", "id": "a1"},
+        {"speaker": "Kofi", "text": "Nice! Are you taking the bikes along?", "id": "a2"},
+        {"speaker": "Ines", "text": "Only mine, the tandem has a flat tyre.", "id": "a3"},
+    ]},
+    {"time": "2024-05-09 19:15", "id": "s2", "turns": [
+        {"speaker": "Kofi", "text": "My cousin Ama started a bakery in Kumasi last month.", "id": "b1"},
+        {"speaker": "Ines", "text": "What does she bake? Sourdough?", "id": "b2"},
+        {"speaker": "Kofi", "text": "Mostly sugar bread and meat pies.", "id": "b3"},
+    ]},
+]
+# Appends: one to the end of a session (the turn before it gets a new neighbour, so its
+# lexical and context documents change), a run of messages by one speaker, a new session.
+APPENDS = [
+    [{"time": "2024-05-09 19:15", "id": "s2", "turns": [
+        {"speaker": "Ines", "text": "I would fly to Kumasi just for those meat pies.", "id": "b4"}]}],
+    [{"time": "2024-05-09 19:15", "id": "s2", "turns": [
+        {"speaker": "Kofi", "text": "ama ships them frozen too", "id": "b5"},
+        {"speaker": "Kofi", "text": "she told me in 2023 she wanted a second shop", "id": "b6"}]}],
+    [{"time": "2024-06-20 08:00", "id": "s3", "turns": [
+        {"speaker": "Ines", "text": "Back from Tallinn. The ferry was three hours late.", "id": "c1"},
+        {"speaker": "Kofi", "text": "Did the bike survive the trip?", "id": "c2"}]}],
+]
+QUESTIONS = ["When did Ines take the ferry to Tallinn?", "What does Ama bake in Kumasi?",
+             "Who has a flat tyre?", "What did kofi say about frozen pies?", "What happened in June 2024?",
+             "What did Ama want in 2023?"]
+
+
+def config(**fusion) -> PipelineConfig:
+    cfg = apply_preset("model-free", PipelineConfig())
+    return cfg.replace(fusion=fusion) if fusion else cfg
+
+
+def memory(store: MemoryStore, cfg: PipelineConfig) -> Memory:
+    return Memory(store, cfg, embedder=HashEmbedder(dim=64), client=LLMClient(NoModelBackend(), store))
+
+
+def selection(mem: Memory, ns: str) -> list[tuple]:
+    """Every question's selected ids, rendered text and fused scores of all packets."""
+    view = mem.view(ns)
+    out = []
+    for q in QUESTIONS:
+        ctx = mem.compile(ns, q)
+        qvec = np.asarray(mem.embedder.embed_query([ctx.question]) if hasattr(mem.embedder, "embed_query")
+                          else mem.embedder.embed([ctx.question]), dtype=np.float32)[0]
+        total = fused_scores(view.fusion, q, qvec, mem.config.fusion).total
+        out.append((ctx.packet_ids, ctx.text, total.tolist()))
+    return out
+
+
+def same_fusion(a: FusionIndex, b: FusionIndex) -> None:
+    assert a.packet_ids == b.packet_ids and a.speakers == b.speakers and a.participants == b.participants
+    assert a.expansion_terms == b.expansion_terms and a.tolerant_names == b.tolerant_names
+    assert np.array_equal(a.dated, b.dated)
+    assert set(a.period_rows) == set(b.period_rows)
+    for k in a.period_rows:
+        assert np.array_equal(a.period_rows[k], b.period_rows[k])
+    for m in ("packet_matrix", "context_matrix"):
+        x, y = getattr(a, m), getattr(b, m)
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert x.dtype == y.dtype and np.array_equal(x, y)
+    for q in QUESTIONS:
+        terms = b.query_terms(q)
+        assert np.array_equal(a.lexical.scores(terms), b.lexical.scores(terms))
+
+
+@pytest.mark.parametrize("fusion", [{}, {"bursts": True, "tolerant_names": True},
+                                    {"neighbor_context": False, "dense_neighbor_context": False}])
+def test_incremental_load_after_appends_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config(**fusion)
+    live = memory(store, cfg)
+    live.add("u", FIRST)
+    selection(live, "u")
+    stemmed: list[str] = []
+    real_stem = view_load.stem_terms
+    monkeypatch.setattr(view_load, "stem_terms", lambda text: stemmed.append(text) or real_stem(text))
+    for batch in APPENDS:
+        before = live.view("u")
+        live.add("u", batch)
+        stemmed.clear()
+        incremental = selection(live, "u")
+        view = live.view("u")
+        assert view is not before and len(view.packets) == len(before.packets) + len(batch[0]["turns"])
+        # Only documents whose text changed were stemmed again: the new turns, their in-session
+        # neighbours (and, with bursts, the rest of their burst), and new expansion words.
+        assert len(stemmed) <= 4 * len(batch[0]["turns"]) + 4 < len(view.packets) + 4
+        scratch = memory(store, cfg)  # a new Memory remembers no earlier load
+        assert not scratch._loader.remembered("u")
+        assert selection(scratch, "u") == incremental
+        same_fusion(view.fusion, FusionIndex.build(
+            view.packets, view.descriptors_by_packet, cfg.fusion, packet_matrix=scratch.view("u").packet_matrix,
+            context_matrix=scratch.view("u").fusion.context_matrix))
+        same_fusion(view.fusion, scratch.view("u").fusion)
+        assert np.array_equal(view.packet_matrix, scratch.view("u").packet_matrix)
+    store.close()
+
+
+def test_a_changed_neighbour_document_is_not_served_from_the_old_load(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    live = memory(store, config())
+    live.add("u", FIRST)
+    old = live.view("u")
+    live.add("u", APPENDS[0])  # b4 follows b3 in session s2: b3's documents now quote b4
+    new = live.view("u")
+    row = new.row_of["b3"]
+    assert not np.array_equal(old.fusion.context_matrix[old.row_of["b3"]], new.fusion.context_matrix[row])
+    scratch = memory(store, config()).view("u")
+    assert np.array_equal(new.fusion.context_matrix, scratch.fusion.context_matrix)
+    assert np.array_equal(old.fusion.context_matrix[old.row_of["a1"]], new.fusion.context_matrix[new.row_of["a1"]])
+    store.close()
+
+
+def test_a_forget_between_loads_is_never_served_from_the_old_view(tmp_path):
+    path = tmp_path / "m.sqlite"
+    store = MemoryStore(path)
+    live = memory(store, config())
+    live.add("u", FIRST)
+    assert "Tallinn" in live.compile("u", "Where did the ferry go?").text
+    # Another process forgets the user and writes a different memory under the same ids.
+    other_store = MemoryStore(path)
+    other = memory(other_store, config())
+    other.forget("u")
+    replaced = [{"time": "2024-05-02 10:00", "id": "s1", "turns": [
+        {"speaker": "Omar", "text": "The ferry strike means I take the night bus to Porto.", "id": "a1"},
+        {"speaker": "Yuki", "text": "The bus to Porto is slow but cheap.", "id": "a2"}]}]
+    other.add("u", replaced)
+    ctx = live.compile("u", "Where did the ferry go?")
+    view = live.view("u")
+    assert [p.packet_id for p in view.packets] == ["a1", "a2"]
+    assert "Tallinn" not in ctx.text and "Porto" in ctx.text
+    assert {p.speaker for p in view.packets} == {"Omar", "Yuki"}
+    scratch = memory(store, config())
+    assert selection(live, "u") == selection(scratch, "u")
+    assert np.array_equal(view.packet_matrix, scratch.view("u").packet_matrix)
+    # This process's own forget drops what it remembered of the namespace.
+    live.forget("u")
+    assert not live._loader.remembered("u")
+    other_store.close()
+    store.close()
+
+
+def test_the_address_index_is_built_only_when_asked_and_traces_as_before(tmp_path, monkeypatch):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config()
+    mem = memory(store, cfg)
+    mem.add("u", FIRST)
+    mem.add("u", APPENDS[0])
+    builds: list[int] = []
+    real_build = AddressIndex.build.__func__
+    monkeypatch.setattr(view_load.AddressIndex, "build",
+                        classmethod(lambda cls, *a, **k: builds.append(1) or real_build(cls, *a, **k)))
+    q = QUESTIONS[1]
+    plain = mem.compile("u", q)
+    view = mem.view("u")
+    assert isinstance(view.index, LazyAddressIndex) and not view.index.built and builds == []
+    traced = mem.compile("u", q, address_trace=True)
+    assert view.index.built and builds == [1] and mem.view("u") is view
+    assert traced.packet_ids == plain.packet_ids and traced.address.ran and traced.pool
+    # The same trace as a view whose AddressIndex was built up front from the same records.
+    flat = cfg.placement.layout == "flat"
+    eager = real_build(AddressIndex, view.packets, [d for p in view.packets for d in view.descriptors_by_packet.get(p.packet_id, ())],
+                       [] if flat else store.cells("u", view_load.layout_id(mem.extractor().descriptor_set,
+                                                                              cfg.placement)),
+                       view.packet_matrix, layout=cfg.placement.layout, placement=cfg.placement,
+                       routing=cfg.routing)
+    ref = compile_context(q, dataclasses.replace(view, index=eager), cfg, embedder=mem.embedder, address_trace=True)
+    assert traced.address.candidates == ref.address.candidates
+    assert traced.pool == ref.pool and traced.dense == ref.dense and traced.text == ref.text
+    mem.compile("u", QUESTIONS[0], address_trace=True)
+    assert builds == [1]  # built once per view
+    # The representative-claim view reads U_q, so it builds the index without a trace.
+    rep = memory(store, apply_preset("view-representative", cfg))
+    rep.compile("u", q)
+    assert rep.view("u").index.built
+    store.close()
+
+
+def test_concurrent_first_reads_build_the_address_index_once():
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def make():
+        gate.wait(5)
+        calls.append(1)
+        return object()
+
+    lazy = LazyAddressIndex(make)  # type: ignore[arg-type]
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(lazy.get())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert calls == [1] and len(got) == 8 and all(g is got[0] for g in got)
+    with pytest.raises(AttributeError):
+        lazy._missing  # noqa: B018  private names are never forwarded to the index
