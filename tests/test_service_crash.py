@@ -41,6 +41,17 @@ def wait_for(fn, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def built_and_dequeued(c: httpx.Client, user: str) -> bool:
+    """Whether a memory's build has finished: every turn extracted and its queue entry removed.
+
+    ``pending_turns`` reaches 0 as soon as the extractions are saved, while the build still
+    embeds and the worker completes the queue entry (and marks the backend up) only after
+    that; a check made at ``pending_turns == 0`` alone raced with that tail under load.
+    """
+    state = c.get(f"/v1/memories/{user}").json()
+    return state["pending_turns"] == 0 and not state["build"]["queued"]
+
+
 def test_sigkill_during_appends_loses_no_acknowledged_turn(tmp_path):
     store = tmp_path / "mem.sqlite"
     down = tmp_path / "backend-down"
@@ -112,7 +123,7 @@ def test_sigkill_during_appends_loses_no_acknowledged_turn(tmp_path):
                 if x != "seed":
                     assert set(sent_by_id[x]) <= set(ids), f"request {sent_by_id[x]} was half written"
         # The queue resumes after the restart and drains.
-        wait_for(lambda: all(c.get(f"/v1/memories/{u}").json()["pending_turns"] == 0 for u in users), 120,
+        wait_for(lambda: all(built_and_dequeued(c, u) for u in users), 120,
                  "the build queue to drain after the restart")
         assert c.get("/healthz").json()["queue"] == {"namespaces": 0, "turns": 0}
         c.close()
@@ -144,7 +155,7 @@ def test_full_queue_is_429_and_a_down_backend_is_503(tmp_path):
         assert "down" in failing
         assert c.get("/healthz").json()["backend"] == "down"
         down.unlink()
-        wait_for(lambda: c.get("/v1/memories/q").json()["pending_turns"] == 0, 60, "the retried build")
+        wait_for(lambda: built_and_dequeued(c, "q"), 60, "the retried build")
         assert c.get("/healthz").json()["backend"] == "ok"
         r = c.post("/v1/memories/q/answer", json={"query": "what was queued?"})
         assert r.status_code == 200 and r.json()["answer"] == "a scripted answer"
