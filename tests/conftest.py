@@ -40,6 +40,17 @@ def longmemeval_mini() -> Path:
     return LONGMEMEVAL_MINI
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _restore_environment_after_module():
+    """The same at the end of every module, for module-scoped fixtures that run the CLI
+    in-process (their setup runs before any one test's snapshot is taken)."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture(autouse=True)
 def _restore_environment():
     """Put ``os.environ`` back after every test: the CLI's ``--quiet`` sets process-wide

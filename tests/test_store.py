@@ -31,16 +31,6 @@ from memcompile_local.types import (
 WORKER = Path(__file__).with_name("_ingest_worker.py")
 REPO = Path(__file__).resolve().parents[1]
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_environment():
-    """main([..., "--quiet"]) switches library progress bars off through os.environ, for the whole
-    process; put the environment back so that later test modules see the one they started with."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 
 def conv(ns: str, sessions: list[tuple[int, str, list[Turn]]]) -> Conversation:
     return Conversation(

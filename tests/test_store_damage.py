@@ -3,7 +3,6 @@ changed turn is caught by its sha256, and ``check`` reports what is damaged."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import sqlite3
@@ -19,16 +18,6 @@ from memcompile_local.store.check import check_store
 
 MF = ["--preset", "model-free", "--embedder", "hash"]
 NS = "example-1"
-
-@pytest.fixture(scope="module", autouse=True)
-def _restore_environment():
-    """main([..., "--quiet"]) switches library progress bars off through os.environ, for the whole
-    process; put the environment back so that later test modules see the one they started with."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
 
 
 @pytest.fixture(scope="module")

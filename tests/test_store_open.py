@@ -22,16 +22,6 @@ from memcompile_local.types import Conversation, Session, Turn
 REPO = Path(__file__).resolve().parents[1]
 MF = ["--preset", "model-free", "--embedder", "hash"]
 
-@pytest.fixture(scope="module", autouse=True)
-def _restore_environment():
-    """main([..., "--quiet"]) switches library progress bars off through os.environ, for the whole
-    process; put the environment back so that later test modules see the one they started with."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 
 def side_files(path: Path) -> list[str]:
     return sorted(p.name for p in path.parent.iterdir() if p.name != path.name and p.name.startswith(path.name))
