@@ -109,9 +109,26 @@ class _Memo:
     participants: tuple[str, ...]  # the participants ``tokens`` were made canonical against
     periods: Mapping[tuple, frozenset]
     expansion: Mapping[str, tuple[str, ...]]
+    documents: Mapping[tuple, str]  # (packet, its descriptors) -> packet document z(p)
 
 
-_EMPTY = _Memo((), {}, {}, (), {}, {})
+_EMPTY = _Memo((), {}, {}, (), {}, {}, {})
+
+
+def _packet_documents(packets: Sequence[SourcePacket], by_packet: Mapping[str, Sequence[Descriptor]],
+                      old: Mapping[tuple, str]) -> tuple[list[str], dict[tuple, str]]:
+    """z(p) of each packet, taken from ``old`` when the packet and its descriptors are equal
+    to a remembered one's; returns (documents, the memo for the next load)."""
+    memo: dict[tuple, str] = {}
+    docs = []
+    for p in packets:
+        key = (p, tuple(by_packet.get(p.packet_id, ())))
+        doc = old.get(key)
+        if doc is None:
+            doc = packet_document(p, key[1])
+        memo[key] = doc
+        docs.append(doc)
+    return docs, memo
 
 
 def _matrix(store: Any, namespace: str, model_id: str, embedder: Any, keys: list[str], docs: list[str],
@@ -256,6 +273,7 @@ class ViewLoader:
         if memo.identity != identity:
             memo = _EMPTY
         rows = dict(memo.rows)
+        documents: Mapping[tuple, str] = memo.documents
         # Two passes at most: a pass that embedded something wrote to the store, which moved the
         # generation; the data are then read again after reading the generation, so the view is
         # never keyed on a generation newer than its data.
@@ -271,7 +289,8 @@ class ViewLoader:
             matrix = context = None
             if embedder is not None:
                 model_id = embedding_model_id(embedder)
-                keys, docs = _keyed(packets, [packet_document(p, by_packet.get(p.packet_id, [])) for p in packets])
+                pdocs, documents = _packet_documents(packets, by_packet, documents)
+                keys, docs = _keyed(packets, pdocs)
                 rows[model_id], n = _matrix(store, namespace, model_id, embedder, keys, docs,
                                             rows.get(model_id), "packet")
                 embedded += n
@@ -312,5 +331,5 @@ class ViewLoader:
         # The memo holds this load's rows and texts only (one view's worth), not every old one.
         with self._lock:
             self._memos[namespace] = _Memo(identity, rows, parts["tokens"], parts["participants"],
-                                           parts["periods"], parts["expansion"])
+                                           parts["periods"], parts["expansion"], documents)
         return view, generation
