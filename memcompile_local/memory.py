@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .address.extract_llm import LLMExtractor
+from .address.extract_memo import MemoizedExtractor
 from .address.extract_rule import RuleExtractor
 from .build import BuildResult, build_memory, layout_id
 from .config import PipelineConfig, config_needs_llm
@@ -219,7 +220,8 @@ class Memory:
         """The configured descriptor extractor; ``client`` overrides the LLM client (sub-runs)."""
         c = self.config.extraction
         if c.extractor == "rule":
-            return RuleExtractor(c)
+            # Memoized by turn content: namespaces sharing sessions (LongMemEval) extract each turn once.
+            return MemoizedExtractor(RuleExtractor(c))
         return LLMExtractor(client or self.client, combined=c.combined_call, config=c,
                             max_tokens=self.config.model.max_tokens)
 

@@ -11,6 +11,8 @@ import pytest
 
 from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
 from memcompile_local.address.extract_llm import LLMExtractor
+from memcompile_local.address.extract_memo import MemoizedExtractor
+from memcompile_local.address.extract_rule import RuleExtractor
 from memcompile_local.build import (
     context_document_keys,
     embedding_model_id,
@@ -236,4 +238,36 @@ def test_extraction_requests_carry_no_namespace_or_ids(tmp_path):
     calls = backend.generate_calls
     ext.extract([(cur2, prev2)])
     assert backend.generate_calls == calls  # served from the cache
+    store.close()
+
+
+class CountingRule(RuleExtractor):
+    def __init__(self):
+        super().__init__()
+        self.seen = 0
+
+    def extract(self, items):
+        self.seen += len(items)
+        return super().extract(items)
+
+
+def test_repeated_turns_are_rule_extracted_once_with_their_own_ids(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    mem = model_free(store, None)
+    mem.add("q1", [SESSION_A, SESSION_B])
+    mem.add("q2", [SESSION_B, SESSION_A])  # same sessions, other order: ids and session indexes differ
+    packets = {ns: store.packets(ns) for ns in ("q1", "q2")}
+    inner = CountingRule()
+    memo = MemoizedExtractor(inner)
+    items = {ns: [(p, ps[i - 1] if i else None) for i, p in enumerate(ps)] for ns, ps in packets.items()}
+    got1 = memo.extract(items["q1"])
+    first = inner.seen
+    got2 = memo.extract(items["q2"])
+    # q2's turns after the same previous turn were not extracted again: only the first turn of
+    # each session (a new previous turn) and the first turn overall.
+    assert inner.seen - first == 2
+    plain = RuleExtractor()
+    assert got1 == plain.extract(items["q1"]) and got2 == plain.extract(items["q2"])
+    assert {d.namespace for ds in got2 for d in ds} == {"q2"}
+    assert all(d.descriptor_id.startswith("q2:") for ds in got2 for d in ds)
     store.close()

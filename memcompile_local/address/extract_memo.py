@@ -1,0 +1,67 @@
+"""Extract each distinct turn once per process: a content-keyed memo around a deterministic extractor.
+
+A LongMemEval run builds one namespace per question, and the haystacks share most sessions, so
+the same turn (same speaker, text, image fields and session time, after the same previous turn)
+is extracted again and again. The rule-based extractor is a pure function of those fields, so
+its descriptors for a repeated turn are the stored ones with the identity fields (namespace,
+packet id, descriptor id, session index) rebound. LLM extraction needs no memo: its requests
+carry no ids, so the request cache already serves repeats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Sequence
+
+from ..types import Descriptor, SourcePacket, descriptor_id
+
+MAX_ENTRIES = 200_000
+"""Memo size bound (distinct turns); the memo is cleared when it would grow past it."""
+
+_lock = threading.Lock()
+_memo: dict[tuple, tuple[Descriptor, ...]] = {}
+
+
+def _content(p: SourcePacket | None) -> tuple | None:
+    if p is None:
+        return None
+    return (p.speaker, p.content, p.image_caption, p.image_query, p.session_time)
+
+
+def _rebind(d: Descriptor, packet: SourcePacket) -> Descriptor:
+    return dataclasses.replace(d, descriptor_id=descriptor_id(packet.namespace, packet.packet_id, d.claim_index),
+                               namespace=packet.namespace, packet_id=packet.packet_id,
+                               session_index=packet.session_index)
+
+
+class MemoizedExtractor:
+    """``inner``'s descriptors, computed once per distinct (turn, previous turn) content.
+
+    ``inner`` must be deterministic and read nothing of a packet but its speaker, text, image
+    fields and session time, and its identity fields only to copy them into the descriptors
+    (true of ``RuleExtractor``). Thread-safe; the memo is shared by every instance in the
+    process and keyed by the descriptor set too.
+    """
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.descriptor_set = inner.descriptor_set
+        # Everything that shapes the output: the set name and the extractor's whole configuration.
+        self._key = (type(inner).__qualname__, inner.descriptor_set, repr(getattr(inner, "config", None)))
+
+    def extract(self, items: Sequence[tuple[SourcePacket, SourcePacket | None]]) -> list[list[Descriptor]]:
+        items = list(items)
+        keys = [(self._key, _content(p), _content(prev)) for p, prev in items]
+        with _lock:
+            found = [_memo.get(k) for k in keys]
+        todo = [i for i, f in enumerate(found) if f is None]
+        if todo:
+            fresh = self.inner.extract([items[i] for i in todo])
+            with _lock:
+                if len(_memo) + len(todo) > MAX_ENTRIES:
+                    _memo.clear()
+                for i, descriptors in zip(todo, fresh):
+                    found[i] = tuple(descriptors)
+                    _memo[keys[i]] = found[i]
+        return [[_rebind(d, packet) for d in f] for (packet, _), f in zip(items, found)]
