@@ -7,6 +7,8 @@ from memcompile_local.errors import TransportError
 from memcompile_local.llm.batching import MicroBatcher
 from memcompile_local.llm.interface import LLMRequest, Message
 
+from _threads import run_threads
+
 
 def req(text: str) -> LLMRequest:
     return LLMRequest(messages=(Message("user", text),), stage="answer")
@@ -22,11 +24,7 @@ def test_concurrent_calls_are_merged_and_answers_go_back_to_their_callers():
         barrier.wait()
         out[i] = [r.text for r in batcher.generate([req(f"q{i}a"), req(f"q{i}b")])]
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(worker, 6) == []
     assert out == {i: [f"echo q{i}a", f"echo q{i}b"] for i in range(6)}
     # 12 requests from 6 threads reached the backend in fewer calls than 6.
     assert backend.generate_calls < 6

@@ -26,6 +26,8 @@ from memcompile_local.language import (
 from memcompile_local.language import stemming
 from memcompile_local.language.lemmas import lemma
 
+from _threads import run_threads
+
 # Inflected forms of my own choosing; the many shapes (-ies, -ing, -ed, doubled consonants,
 # long derivations) exercise different Snowball steps, where a shared stemmer's state breaks.
 _FORMS = """camping camped campers hiking hiked hikes painting painted paintings studies studied
@@ -91,11 +93,7 @@ def test_each_thread_gets_its_own_stemmer_object():
         seen.append(id(stemming._stemmer()))
         stemming._stemmer()  # the second call on a thread reuses that thread's object
 
-    threads = [threading.Thread(target=grab) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(lambda _: grab(), 4) == []
     assert len(set(seen)) == 4
     assert stemming._stemmer() is stemming._stemmer()
 

@@ -32,6 +32,8 @@ from memcompile_local.store import MemoryStore
 
 from memcompile_local.adapters.scripted import ScriptedBackend, ScriptedReply
 
+from _threads import run_threads
+
 FACT_SCHEMA = {
     "type": "object",
     "properties": {"facts": {"type": "array", "items": {"type": "string"}}},
@@ -424,23 +426,14 @@ def test_concurrent_clients_compute_each_key_once(ledger):
     client = client_for(backend, ledger(), run_id="threads")
     barrier = threading.Barrier(6)
     outputs: list = [None] * 6
-    errors: list = []
 
     def work(i: int) -> None:
-        try:
-            barrier.wait()
-            order = WORKLOAD if i % 2 == 0 else list(reversed(WORKLOAD))
-            res = client.complete_many(order)
-            outputs[i] = {r.messages[-1].content: x.text for r, x in zip(order, res)}
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        barrier.wait()
+        order = WORKLOAD if i % 2 == 0 else list(reversed(WORKLOAD))
+        res = client.complete_many(order)
+        outputs[i] = {r.messages[-1].content: x.text for r, x in zip(order, res)}
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert run_threads(work, 6) == []
     sent = [r.messages[-1].content for r in backend.requests]
     assert sorted(sent) == sorted(r.messages[-1].content for r in WORKLOAD)  # each exactly once
     assert all(o == outputs[0] for o in outputs)

@@ -19,6 +19,8 @@ from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore
 
+from _threads import run_threads
+
 MONDAY = {"time": "2024-03-04 09:00", "turns": [
     {"speaker": "Ana", "text": "My sister Lena adopted a grey cat called Pepper."},
     {"speaker": "Ben", "text": "Pepper is a lovely name for a cat."},
@@ -162,21 +164,12 @@ def test_concurrent_first_compiles_build_the_view_once(mem):
     mem._load_view = counting  # type: ignore[method-assign]
     barrier = threading.Barrier(16)
     views: list[object] = []
-    errors: list[BaseException] = []
 
-    def worker():
-        try:
-            barrier.wait()
-            views.append(mem.view("alice"))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def worker(_: int) -> None:
+        barrier.wait()
+        views.append(mem.view("alice"))
 
-    threads = [threading.Thread(target=worker) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not run_threads(worker, 16)
     assert len(built) == 1
     assert len({id(v) for v in views}) == 1
 

@@ -7,7 +7,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,8 @@ from memcompile_local.types import (
     Turn,
     content_sha256,
 )
+
+from _threads import run_threads
 
 WORKER = Path(__file__).with_name("_ingest_worker.py")
 REPO = Path(__file__).resolve().parents[1]
@@ -398,24 +399,14 @@ def test_token_totals_waste_and_mark_used(store):
 
 
 def test_cache_from_many_threads(store):
-    errors: list[BaseException] = []
-
     def work(t: int) -> None:
-        try:
-            for i in range(40):
-                key = f"k{i % 25}"  # threads race on the same keys: exactly one insert wins each
-                store.cache_put(key, namespace="u1", stage="fact", identity_json="{}", response=resp(f"t{t}", 1, 1))
-                store.mark_used(f"run{t}", [key])
-                assert store.cache_get(key) is not None
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
-            errors.append(exc)
+        for i in range(40):
+            key = f"k{i % 25}"  # threads race on the same keys: exactly one insert wins each
+            store.cache_put(key, namespace="u1", stage="fact", identity_json="{}", response=resp(f"t{t}", 1, 1))
+            store.mark_used(f"run{t}", [key])
+            assert store.cache_get(key) is not None
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert errors == []
+    assert run_threads(work, 6) == []
     assert store.token_totals(namespace="u1") == {"fact": {"prompt": 25, "completion": 25, "calls": 25}}
     for t in range(6):
         assert store.token_totals(run_id=f"run{t}")["fact"]["calls"] == 25
