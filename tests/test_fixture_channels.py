@@ -8,16 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from memcompile_local.address.cells import place_descriptors
-from memcompile_local.address.index import AddressIndex
 from memcompile_local.address.lexical import LexicalIndex, tokenize
-from memcompile_local.address.query import address_query
 from memcompile_local.config import RoutingConfig
-from memcompile_local.normalize import normalize_to_packets
-from memcompile_local.types import QueryIntent
 
 from _data_paths import LOCOMO_MINI
-from test_address_query import dev_namespace, strip
+from test_address_query import assert_address_consistent, dev_namespace
 from test_lexical import assert_same_ranking, raw_turn_docs, reference_top
 
 SAMPLES = json.loads(LOCOMO_MINI.read_text(encoding="utf-8"))
@@ -45,21 +40,5 @@ def test_address_query_is_deterministic_and_consistent_on_the_fixture():
     sample = SAMPLES[0]
     packets, descriptors = dev_namespace(sample)
     assert len(packets) == 36 and descriptors
-    cells = place_descriptors(descriptors)
-    assert cells == place_descriptors(descriptors)
-    a = AddressIndex.build(packets, descriptors, cells)
-    b = AddressIndex.build(list(reversed(packets)), descriptors, place_descriptors(descriptors))
-    names = {sample["conversation"]["speaker_a"], sample["conversation"]["speaker_b"]}
-    hits = 0
-    for qa in sample["qa"]:
-        people = tuple(n for n in names if n in qa["question"])
-        intent = QueryIntent(qa["question"], people=people, is_temporal=qa["question"].startswith("When"))
-        first, second = address_query(a, intent, cfg), address_query(b, intent, cfg)
-        assert strip(first) == strip(second)
-        assert len(first.opened_cells) <= cfg.cell_budget
-        flat = address_query(a, intent, cfg, layout="flat")
-        assert {c.descriptor_id for c in flat.candidates} <= {c.descriptor_id for c in first.candidates}
-        pool = normalize_to_packets(first.candidates, a.packet_ordinal)
-        assert {p.packet_id for p in pool} == {c.packet_id for c in first.candidates}
-        hits += bool(first.candidates)
+    hits = assert_address_consistent(sample, sample["qa"], cfg)
     assert hits >= len(sample["qa"]) - 2  # nearly every question reaches some descriptor
