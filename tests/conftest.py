@@ -3,7 +3,8 @@
 ``dev_locomo`` and ``dev_longmemeval`` give the path of a dev file of ``../shared/data``;
 a test asking for one is skipped with a visible reason when the file is missing locally and
 fails when ``CI`` is set (see ``tests/_data_paths.py``). ``locomo_mini`` and
-``longmemeval_mini`` give the fixtures of ``tests/fixtures/``, which every clone has.
+``longmemeval_mini`` give the fixtures of ``tests/fixtures/``, which every clone has;
+``conv`` is the shipped example conversation, parsed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import os
 from pathlib import Path
 
 import pytest
+
+from memcompile_local.data import example_conversation_path, load_locomo
+from memcompile_local.types import Conversation
 
 from _data_paths import LOCOMO_DEV, LOCOMO_MINI, LONGMEMEVAL_DEV, LONGMEMEVAL_MINI, require_dev
 
@@ -38,6 +42,12 @@ def locomo_mini() -> Path:
 def longmemeval_mini() -> Path:
     """Two LongMemEval-layout questions of our own writing (one answerable, one _abs)."""
     return LONGMEMEVAL_MINI
+
+
+@pytest.fixture
+def conv() -> Conversation:
+    """The shipped example conversation (examples/, our own writing), loaded for each test."""
+    return load_locomo(example_conversation_path())[0]
 
 
 @pytest.fixture(scope="module", autouse=True)

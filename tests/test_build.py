@@ -11,7 +11,6 @@ from memcompile_local.address.extract_llm import LLMExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
 from memcompile_local.build import build_memory, layout_id
 from memcompile_local.config import PlacementConfig
-from memcompile_local.data import example_conversation_path, load_locomo
 from memcompile_local.errors import ExtractionError
 from memcompile_local.protocols import DescriptorExtractor
 from memcompile_local.llm.client import LLMClient
@@ -27,11 +26,6 @@ def failing_on(packet_text: str):
             return "this is not json"
         return responder(req)
     return reply
-
-
-@pytest.fixture()
-def conv():
-    return load_locomo(example_conversation_path())[0]
 
 
 def test_failed_packets_raise_after_saving_the_others_then_rule_fallback(tmp_path, conv):

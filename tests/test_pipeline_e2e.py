@@ -13,7 +13,6 @@ import pytest
 
 from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
 from memcompile_local.config import PipelineConfig
-from memcompile_local.data import example_conversation_path, load_locomo
 from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
@@ -40,11 +39,6 @@ def responder(req):
     if req.stage == "answer":
         return "scripted answer"
     return None
-
-
-@pytest.fixture()
-def conv():
-    return load_locomo(example_conversation_path())[0]
 
 
 def test_full_pipeline_with_scripted_model(tmp_path, conv):
