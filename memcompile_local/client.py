@@ -21,6 +21,11 @@ from urllib.parse import quote
 from .errors import MemCompileError, MissingExtraError
 
 
+def _given(**fields: Any) -> dict[str, Any]:
+    """The optional request fields that were given (None means "leave it to the server")."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 class ServiceRequestError(MemCompileError):
     """The server answered with an error (``status``, ``code``, ``field`` from its JSON error)."""
 
@@ -73,31 +78,20 @@ class MemoryClient:
 
     def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None) -> dict:
         """The compiled evidence (packets, rendered context, timings) for ``query``."""
-        body: dict[str, Any] = {"query": query}
-        if k is not None:
-            body["k"] = k
-        if preset is not None:
-            body["preset"] = preset
+        body = {"query": query, **_given(k=k, preset=preset)}
         return self._call("POST", f"/v1/memories/{self._user(user_id)}/search", json=body)
 
     search = compile
 
     def answer(self, user_id: str, query: str, *, k: int | None = None, question_date: str | None = None) -> dict:
-        body: dict[str, Any] = {"query": query}
-        if k is not None:
-            body["k"] = k
-        if question_date is not None:
-            body["question_date"] = question_date
+        body = {"query": query, **_given(k=k, question_date=question_date)}
         return self._call("POST", f"/v1/memories/{self._user(user_id)}/answer", json=body)
 
     def stats(self, user_id: str) -> dict:
         return self._call("GET", f"/v1/memories/{self._user(user_id)}")
 
     def users(self, *, limit: int = 100, after: str | None = None) -> dict:
-        params: dict[str, Any] = {"limit": limit}
-        if after is not None:
-            params["after"] = after
-        return self._call("GET", "/v1/memories", params=params)
+        return self._call("GET", "/v1/memories", params={"limit": limit, **_given(after=after)})
 
     def turns(self, user_id: str, *, offset: int = 0, limit: int = 100) -> dict:
         return self._call("GET", f"/v1/memories/{self._user(user_id)}/turns", params={"offset": offset, "limit": limit})

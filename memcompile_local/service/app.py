@@ -157,32 +157,30 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         body = await json_body(request)
         return await run(service.add_turns, p.tenant, user_id, body)
 
-    @app.post("/v1/memories/{user_id}/search", openapi_extra=_body_doc(_QUERY_SCHEMA), tags=["memories"],
-              summary="Compiled evidence for a query")
-    async def search(user_id: str, request: Request):
-        p = principal(request)
+    async def query_body(request: Request, fields: set[str]) -> dict:
+        """The JSON object of a search or answer request: only ``fields``, ``query`` required."""
         body = await json_body(request)
         if not isinstance(body, dict):
             raise ServiceError(400, "bad_request", "the body must be a JSON object", field="$")
-        unknown = sorted(set(body) - {"query", "k", "preset"})
+        unknown = sorted(set(body) - fields)
         if unknown:
             raise ServiceError(400, "bad_request", f"unexpected fields {unknown}", field=unknown[0])
         if "query" not in body:
             raise ServiceError(400, "bad_request", "query is required", field="query")
+        return body
+
+    @app.post("/v1/memories/{user_id}/search", openapi_extra=_body_doc(_QUERY_SCHEMA), tags=["memories"],
+              summary="Compiled evidence for a query")
+    async def search(user_id: str, request: Request):
+        p = principal(request)
+        body = await query_body(request, {"query", "k", "preset"})
         return await run(service.search, p.tenant, user_id, body["query"], k=body.get("k"), preset=body.get("preset"))
 
     @app.post("/v1/memories/{user_id}/answer", openapi_extra=_body_doc(_QUERY_SCHEMA), tags=["memories"],
               summary="Compile the evidence and answer with the configured model")
     async def answer(user_id: str, request: Request):
         p = principal(request)
-        body = await json_body(request)
-        if not isinstance(body, dict):
-            raise ServiceError(400, "bad_request", "the body must be a JSON object", field="$")
-        unknown = sorted(set(body) - {"query", "k", "preset", "question_date"})
-        if unknown:
-            raise ServiceError(400, "bad_request", f"unexpected fields {unknown}", field=unknown[0])
-        if "query" not in body:
-            raise ServiceError(400, "bad_request", "query is required", field="query")
+        body = await query_body(request, {"query", "k", "preset", "question_date"})
         return await run(service.answer, p.tenant, user_id, body["query"], k=body.get("k"),
                          preset=body.get("preset"), question_date=body.get("question_date"))
 
