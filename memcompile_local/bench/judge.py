@@ -201,13 +201,19 @@ def locomo_judge_request(question: str, gold: Any, prediction: Any, *,
                          max_tokens: int = JUDGE_MAX_TOKENS, namespace: str | None = None) -> LLMRequest:
     """The judge request for one LoCoMo answer (gold numbers are rendered as text)."""
     user = _LOCOMO_TEMPLATE.format(question=_text(question), gold=_text(gold), prediction=_text(prediction))
+    return _judge_request(user, _LOCOMO_SPEC, LOCOMO_JUDGE_PROMPT_VERSION, max_tokens, namespace)
+
+
+def _judge_request(user: str, output: Any, prompt_version: str, max_tokens: int,
+                   namespace: str | None) -> LLMRequest:
+    """A judge call: our system prompt, the user message, a JSON spec, temperature 0."""
     return LLMRequest(
         messages=(Message("system", _SYSTEM), Message("user", user)),
         stage="judge",
-        output=_LOCOMO_SPEC,
+        output=output,
         max_tokens=max_tokens,
         temperature=0.0,
-        prompt_version=LOCOMO_JUDGE_PROMPT_VERSION,
+        prompt_version=prompt_version,
         namespace=namespace,
     )
 
@@ -233,15 +239,8 @@ def longmemeval_judge_request(question_id: str, question_type: str, question: st
     kind = longmemeval_prompt_kind(question_id, question_type)
     user = _LME_PROMPTS[kind].format(question=_text(question), gold=_text(gold),
                                      prediction=_text(prediction))
-    return LLMRequest(
-        messages=(Message("system", _SYSTEM), Message("user", user)),
-        stage="judge",
-        output=_LONGMEMEVAL_SPEC,
-        max_tokens=max_tokens,
-        temperature=0.0,
-        prompt_version=f"{LONGMEMEVAL_JUDGE_PROMPT_VERSION}:{kind}",
-        namespace=namespace,
-    )
+    return _judge_request(user, _LONGMEMEVAL_SPEC, f"{LONGMEMEVAL_JUDGE_PROMPT_VERSION}:{kind}",
+                          max_tokens, namespace)
 
 
 # --------------------------------------------------------------------------------------
@@ -297,12 +296,7 @@ def judge_locomo_many(client: Any, items: Sequence[Sequence[Any]], *, max_tokens
     checked = _items(items, 3, "question, gold, prediction")
     requests = [locomo_judge_request(q, g, p, max_tokens=max_tokens, namespace=namespace)
                 for q, g, p in checked]
-    if not requests:
-        return []
-    outcomes = client.complete_many(requests)
-    results = [_to_result(o, "label", {"CORRECT": "CORRECT", "WRONG": "WRONG"}) for o in outcomes]
-    _log_errors("locomo", results)
-    return results
+    return _judge_many(client, requests, "label", {"CORRECT": "CORRECT", "WRONG": "WRONG"}, "locomo")
 
 
 def judge_longmemeval_many(client: Any, items: Sequence[Sequence[Any]], *,
@@ -316,18 +310,19 @@ def judge_longmemeval_many(client: Any, items: Sequence[Sequence[Any]], *,
     checked = _items(items, 5, "question_id, question_type, question, gold, prediction")
     requests = [longmemeval_judge_request(qid, qtype, q, g, p, max_tokens=max_tokens, namespace=namespace)
                 for qid, qtype, q, g, p in checked]
+    return _judge_many(client, requests, "answer", {"yes": "CORRECT", "no": "WRONG"}, "longmemeval")
+
+
+def _judge_many(client: Any, requests: list[LLMRequest], field_name: str, mapping: dict[str, str],
+                benchmark: str) -> list[JudgeResult]:
+    """Send ``requests`` in one ``complete_many`` batch; one result each, failures logged."""
     if not requests:
         return []
-    outcomes = client.complete_many(requests)
-    results = [_to_result(o, "answer", {"yes": "CORRECT", "no": "WRONG"}) for o in outcomes]
-    _log_errors("longmemeval", results)
-    return results
-
-
-def _log_errors(benchmark: str, results: Sequence[JudgeResult]) -> None:
+    results = [_to_result(o, field_name, mapping) for o in client.complete_many(requests)]
     failed = sum(1 for r in results if r.error is not None)
     if failed:
         logger.warning("%s judge: %d of %d calls failed and count as errors", benchmark, failed, len(results))
+    return results
 
 
 def judge_summary(results: Sequence[JudgeResult]) -> dict[str, Any]:
