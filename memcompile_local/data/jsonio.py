@@ -27,12 +27,14 @@ import ast
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from ..errors import DataFormatError, NamespaceError
 from ..fence import label_problem
+
+_T = TypeVar("_T")
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -205,6 +207,38 @@ class FieldReader:
                 if isinstance(parsed, list):
                     return parsed
         return self.as_list(value, where, what)
+
+    def unique_records(self, doc: Any, what: str, id_field: str,
+                       parse: Callable[[Any, str], tuple[str, _T]]) -> tuple[list[_T], dict[str, int]]:
+        """The records of a benchmark file: ``doc`` must be a non-empty list of ``what``, each
+        item read by ``parse(raw, where) -> (id, record)``; ids must be unique in the file.
+
+        Returns the records in file order and ``{id: position}``.
+        """
+        items = self.as_list(doc, "$", f"a list of {what}")
+        if not items:
+            self.fail("$", f"a non-empty list of {what}", "found an empty list")
+        records: list[_T] = []
+        first_seen: dict[str, int] = {}
+        for i, raw in enumerate(items):
+            key, record = parse(raw, f"$[{i}]")
+            if key in first_seen:
+                self.fail(f"$[{i}].{id_field}", f"a {id_field} that is unique in the file",
+                          f"{key!r} is also used at $[{first_seen[key]}]")
+            first_seen[key] = i
+            records.append(record)
+        return records, first_seen
+
+    def wanted_ids(self, wanted: str | Sequence[str], first_seen: Mapping[str, int], id_field: str,
+                   what: str) -> list[str]:
+        """The ids a caller asked for (one string is one id), each checked to be in the file;
+        a missing one fails naming ``what`` ("sample", "question") and the file's first ids."""
+        ids = [wanted] if isinstance(wanted, str) else list(wanted)
+        missing = [w for w in ids if w not in first_seen]
+        if missing:
+            shown = ", ".join(list(first_seen)[:10]) + (" ..." if len(first_seen) > 10 else "")
+            self.fail(f"$[*].{id_field}", f"a {what} with {id_field} {missing[0]!r}", f"the file has: {shown}")
+        return ids
 
     def require(self, obj: Mapping[str, Any], key: str, where: str) -> Any:
         """Return ``obj[key]``; a missing key is reported at ``where`` (the object's path)."""

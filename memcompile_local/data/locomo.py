@@ -72,26 +72,15 @@ def parse_locomo(doc: Any, path: str | Path, *, conversations: Sequence[str] | N
                  max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
     """Convert an already parsed LoCoMo document; ``path`` is used in error messages."""
     r = FieldReader(path, max_turn_chars=max_turn_chars)
-    samples = r.as_list(doc, "$", "a list of LoCoMo samples")
-    if not samples:
-        r.fail("$", "a non-empty list of LoCoMo samples", "found an empty list")
-    out: list[Conversation] = []
-    first_seen: dict[str, int] = {}
-    for i, raw in enumerate(samples):
-        conv = _parse_sample(r, raw, f"$[{i}]", str(path))
-        if conv.namespace in first_seen:
-            r.fail(f"$[{i}].sample_id", "a sample_id that is unique in the file",
-                   f"{conv.namespace!r} is also used at $[{first_seen[conv.namespace]}]")
-        first_seen[conv.namespace] = i
-        out.append(conv)
+
+    def sample(raw: Any, where: str) -> tuple[str, Conversation]:
+        conv = _parse_sample(r, raw, where, str(path))
+        return conv.namespace, conv
+
+    out, first_seen = r.unique_records(doc, "LoCoMo samples", "sample_id", sample)
     if conversations is None:
         return out
-    wanted = [conversations] if isinstance(conversations, str) else list(conversations)
-    missing = [w for w in wanted if w not in first_seen]
-    if missing:
-        r.fail("$[*].sample_id", f"a sample with sample_id {missing[0]!r}",
-               "the file has: " + ", ".join(first_seen))
-    keep = set(wanted)
+    keep = set(r.wanted_ids(conversations, first_seen, "sample_id", "sample"))
     return [c for c in out if c.namespace in keep]
 
 

@@ -66,26 +66,14 @@ def parse_longmemeval(doc: Any, path: str | Path, *, limit: int | None = None,
                               or limit < 0):
         raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
     r = FieldReader(path, max_turn_chars=max_turn_chars)
-    items = r.as_list(doc, "$", "a list of LongMemEval questions")
-    if not items:
-        r.fail("$", "a non-empty list of LongMemEval questions", "found an empty list")
-    out: list[Conversation] = []
-    first_seen: dict[str, int] = {}
-    for i, raw in enumerate(items):
-        conv, qid = _parse_question(r, raw, f"$[{i}]", str(path))
-        if qid in first_seen:
-            r.fail(f"$[{i}].question_id", "a question_id that is unique in the file",
-                   f"{qid!r} is also used at $[{first_seen[qid]}]")
-        first_seen[qid] = i
-        out.append(conv)
+
+    def question(raw: Any, where: str) -> tuple[str, Conversation]:
+        conv, qid = _parse_question(r, raw, where, str(path))
+        return qid, conv
+
+    out, first_seen = r.unique_records(doc, "LongMemEval questions", "question_id", question)
     if question_ids is not None:
-        wanted = [question_ids] if isinstance(question_ids, str) else list(question_ids)
-        missing = [w for w in wanted if w not in first_seen]
-        if missing:
-            shown = ", ".join(list(first_seen)[:10]) + (" ..." if len(first_seen) > 10 else "")
-            r.fail("$[*].question_id", f"a question with question_id {missing[0]!r}",
-                   f"the file has: {shown}")
-        keep = {NAMESPACE_PREFIX + w for w in wanted}
+        keep = {NAMESPACE_PREFIX + w for w in r.wanted_ids(question_ids, first_seen, "question_id", "question")}
         out = [c for c in out if c.namespace in keep]
     if limit is not None:
         out = out[:limit]
