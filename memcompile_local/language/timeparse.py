@@ -299,41 +299,55 @@ def _h_season_year(m, anchor, prefer):
     return f"{m['season'].lower()} {m['year']}", "season"
 
 
-def _day_offset(days: int) -> Handler:
-    def handler(m, anchor, prefer):
+def _relative(handler: Handler) -> Handler:
+    """A handler of an expression relative to the anchor ("yesterday", "last month"): without an
+    anchor the expression is kept as written, lower-cased, with granularity "relative"."""
+
+    @functools.wraps(handler)
+    def anchored(m, anchor, prefer):
         if anchor is None:
             return _raw(m), "relative"
+        return handler(m, anchor, prefer)
+
+    return anchored
+
+
+def _vague_count(m: re.Match, sign: int, units: str, since: str) -> tuple[str, str]:
+    """A count that is not a number ("a few months ago"): said relative to ``since``."""
+    word = "before" if sign < 0 else "after"
+    return f"{' '.join(m['num'].lower().split())} {units} {word} {since}", "relative"
+
+
+def _day_offset(days: int) -> Handler:
+    @_relative
+    def handler(m, anchor, prefer):
         return _iso(anchor.date() + dt.timedelta(days=days)), "day"
 
     return handler
 
 
 def _h_days_count(sign: int) -> Handler:
+    @_relative
     def handler(m, anchor, prefer):
-        if anchor is None:
-            return _raw(m), "relative"
         n = _number(m["num"])
         if n is None:
-            word = "before" if sign < 0 else "after"
-            return f"{' '.join(m['num'].lower().split())} days {word} {_iso(anchor.date())}", "relative"
+            return _vague_count(m, sign, "days", _iso(anchor.date()))
         return _iso(anchor.date() + dt.timedelta(days=sign * n)), "day"
 
     return handler
 
 
 def _week_phrase(template: str) -> Handler:
+    @_relative
     def handler(m, anchor, prefer):
-        if anchor is None:
-            return _raw(m), "relative"
         return template.format(d=_iso(anchor.date())), "week"
 
     return handler
 
 
 def _h_weeks_count(sign: int) -> Handler:
+    @_relative
     def handler(m, anchor, prefer):
-        if anchor is None:
-            return _raw(m), "relative"
         unit = "weekend" if m["unit"].lower().startswith("weekend") else "week"
         word = "before" if sign < 0 else "after"
         count = " ".join(m["num"].lower().split())
@@ -345,9 +359,8 @@ def _h_weeks_count(sign: int) -> Handler:
     return handler
 
 
+@_relative
 def _h_weekday(m, anchor, prefer):
-    if anchor is None:
-        return _raw(m), "relative"
     rel = " ".join((m["rel"] or "").lower().split())
     if rel in ("last", "past", "this past"):
         word = "before"
@@ -359,9 +372,8 @@ def _h_weekday(m, anchor, prefer):
 
 
 def _month_offset(delta: int) -> Handler:
+    @_relative
     def handler(m, anchor, prefer):
-        if anchor is None:
-            return _raw(m), "relative"
         y, mo = _add_months(anchor.year, anchor.month, delta)
         return _ym(y, mo), "month"
 
@@ -369,14 +381,11 @@ def _month_offset(delta: int) -> Handler:
 
 
 def _h_months_count(sign: int) -> Handler:
+    @_relative
     def handler(m, anchor, prefer):
-        if anchor is None:
-            return _raw(m), "relative"
         n = _number(m["num"])
         if n is None:
-            word = "before" if sign < 0 else "after"
-            count = " ".join(m["num"].lower().split())
-            return f"{count} months {word} {_ym(anchor.year, anchor.month)}", "relative"
+            return _vague_count(m, sign, "months", _ym(anchor.year, anchor.month))
         y, mo = _add_months(anchor.year, anchor.month, sign * n)
         return _ym(y, mo), "month"
 
@@ -384,31 +393,26 @@ def _h_months_count(sign: int) -> Handler:
 
 
 def _year_offset(delta: int) -> Handler:
+    @_relative
     def handler(m, anchor, prefer):
-        if anchor is None:
-            return _raw(m), "relative"
         return f"{anchor.year + delta:04d}", "year"
 
     return handler
 
 
 def _h_years_count(sign: int) -> Handler:
+    @_relative
     def handler(m, anchor, prefer):
-        if anchor is None:
-            return _raw(m), "relative"
         n = _number(m["num"])
         if n is None:
-            word = "before" if sign < 0 else "after"
-            count = " ".join(m["num"].lower().split())
-            return f"{count} years {word} {anchor.year:04d}", "relative"
+            return _vague_count(m, sign, "years", f"{anchor.year:04d}")
         return f"{anchor.year + sign * n:04d}", "year"
 
     return handler
 
 
+@_relative
 def _h_season_rel(m, anchor, prefer):
-    if anchor is None:
-        return _raw(m), "relative"
     rel = " ".join(m["rel"].lower().split())
     season = m["season"].lower()
     d = _iso(anchor.date())
