@@ -142,40 +142,30 @@ class LLMExtractor:
         self.descriptor_set = f"llm:{versions}:k{self.max_keywords}:m{self.max_tokens}:{model_hash}"
 
     # -- requests -----------------------------------------------------------------------------
-    def fact_request(self, packet: SourcePacket, previous: SourcePacket | None) -> LLMRequest:
+    def _request(self, stage: str, system: str, user: str, model: type, prompt_version: str,
+                 packet: SourcePacket) -> LLMRequest:
+        """An extraction call: temperature 0, the output constrained by ``model``'s schema."""
         return LLMRequest(
-            messages=(Message("system", FACT_SYSTEM), Message("user", build_fact_user(packet, previous))),
-            stage="fact",
-            output=spec_for(FactList),
+            messages=(Message("system", system), Message("user", user)),
+            stage=stage,
+            output=spec_for(model),
             max_tokens=self.max_tokens,
             temperature=0.0,
-            prompt_version=FACT_PROMPT_VERSION,
+            prompt_version=prompt_version,
             namespace=packet.namespace,
         )
+
+    def fact_request(self, packet: SourcePacket, previous: SourcePacket | None) -> LLMRequest:
+        return self._request("fact", FACT_SYSTEM, build_fact_user(packet, previous), FactList,
+                             FACT_PROMPT_VERSION, packet)
 
     def metadata_request(self, claim: str, packet: SourcePacket, previous: SourcePacket | None) -> LLMRequest:
-        return LLMRequest(
-            messages=(Message("system", METADATA_SYSTEM),
-                      Message("user", build_metadata_user(claim, packet, previous))),
-            stage="metadata",
-            output=spec_for(ClaimMetadata),
-            max_tokens=self.max_tokens,
-            temperature=0.0,
-            prompt_version=METADATA_PROMPT_VERSION,
-            namespace=packet.namespace,
-        )
+        return self._request("metadata", METADATA_SYSTEM, build_metadata_user(claim, packet, previous),
+                             ClaimMetadata, METADATA_PROMPT_VERSION, packet)
 
     def combined_request(self, packet: SourcePacket, previous: SourcePacket | None) -> LLMRequest:
-        return LLMRequest(
-            messages=(Message("system", COMBINED_SYSTEM),
-                      Message("user", build_combined_user(packet, previous))),
-            stage="extract",
-            output=spec_for(CombinedExtraction),
-            max_tokens=self.max_tokens,
-            temperature=0.0,
-            prompt_version=COMBINED_PROMPT_VERSION,
-            namespace=packet.namespace,
-        )
+        return self._request("extract", COMBINED_SYSTEM, build_combined_user(packet, previous),
+                             CombinedExtraction, COMBINED_PROMPT_VERSION, packet)
 
     # -- extraction ---------------------------------------------------------------------------
     def extract(self, items: Sequence[tuple[SourcePacket, SourcePacket | None]]) -> list[list[Descriptor]]:
