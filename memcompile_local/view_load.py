@@ -274,9 +274,10 @@ class ViewLoader:
             memo = _EMPTY
         rows = dict(memo.rows)
         documents: Mapping[tuple, str] = memo.documents
-        # Two passes at most: a pass that embedded something wrote to the store, which moved the
-        # generation; the data are then read again after reading the generation, so the view is
-        # never keyed on a generation newer than its data.
+        # Two passes at most. The view is keyed on the generation read before its data. A pass
+        # that embedded (or linked) a vector wrote to the store, which moved the generation, as
+        # does any other writer meanwhile: then the data are read once more, so the view's key
+        # is current (the next search finds it) and never newer than its data.
         for attempt in range(2):
             generation = store.generation(namespace)
             packets = store.packets(namespace)
@@ -301,7 +302,7 @@ class ViewLoader:
                     rows[cid], n = _matrix(store, namespace, cid, embedder, ckeys, cdocs, rows.get(cid), "context")
                     embedded += n
                     context = rows[cid].matrix
-            if not embedded:
+            if not embedded and store.generation(namespace) == generation:
                 break
         descriptors_by_packet = {k: tuple(v) for k, v in by_packet.items()}
         fusion = None

@@ -17,6 +17,7 @@ import pytest
 from memcompile_local import view_load
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.address.index import AddressIndex
+from memcompile_local.build import extract_descriptors, place_cells
 from memcompile_local.config import PipelineConfig
 from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.fused import FusionIndex, fused_scores
@@ -226,3 +227,25 @@ def test_concurrent_first_reads_build_the_address_index_once():
     assert calls == [1] and len(got) == 8 and all(g is got[0] for g in got)
     with pytest.raises(AttributeError):
         lazy._missing  # noqa: B018  private names are never forwarded to the index
+
+
+def test_a_load_that_only_links_shared_vectors_is_keyed_on_the_current_generation(tmp_path, monkeypatch):
+    """A namespace with the same turns as another gets its vectors linked, not embedded: that
+    is a write too, and the view must be keyed after it (else every search reloads it)."""
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config()
+    mem = memory(store, cfg)
+    mem.add("a", FIRST)
+    mem.view("a")
+    mem.add("b", FIRST)
+    # Built as the service builds an append: descriptors and Cells, embeddings left to the view.
+    extractor = mem.extractor()
+    extract_descriptors(store, "b", extractor)
+    place_cells(store, "b", extractor.descriptor_set, cfg.placement)
+    loads: list[str] = []
+    real = mem._loader.load
+    monkeypatch.setattr(mem._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
+    first = mem.view("b")
+    assert mem.view("b") is first and loads == ["b"]
+    assert selection(mem, "b") == selection(memory(store, cfg), "b")
+    store.close()
