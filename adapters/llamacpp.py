@@ -44,11 +44,9 @@ def build_chat_call(request: LLMRequest) -> dict[str, Any]:
     Pure function: testable without llama-cpp-python. max_tokens is always passed because
     llama-cpp-python's own default is 16 tokens.
     """
-    if request.max_tokens <= 0:
-        raise ConfigError(f"request stage={request.stage}: max_tokens must be positive, got {request.max_tokens}")
     return {
         "messages": chat_messages(request.messages),
-        "max_tokens": int(request.max_tokens),
+        "max_tokens": request.checked_max_tokens(),
         "temperature": float(request.temperature),
         "seed": int(request.seed),
         # Plain greedy/temperature sampling: the library's extra samplers (top-k 40, top-p

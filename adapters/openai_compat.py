@@ -207,10 +207,8 @@ class OpenAICompatBackend:
 
     def request_kwargs(self, request: LLMRequest) -> dict[str, Any]:
         """The ``chat.completions.create`` arguments for one request (no network)."""
-        if request.max_tokens <= 0:
-            raise ConfigError(f"request stage={request.stage}: max_tokens must be positive, got {request.max_tokens}")
         return openai_chat_kwargs(
-            request.messages, request.output, model=self.model, max_tokens=request.max_tokens,
+            request.messages, request.output, model=self.model, max_tokens=request.checked_max_tokens(),
             temperature=request.temperature, seed=request.seed, server_kind=self.server_kind,
             strict=self.strict, extra_body=self.extra_body,
         )

@@ -37,10 +37,9 @@ class GroupKey:
 
 def group_key(request: LLMRequest) -> GroupKey:
     """The batch group of a request."""
-    if request.max_tokens <= 0:
-        raise ConfigError(f"request stage={request.stage}: max_tokens must be positive, got {request.max_tokens}")
+    max_tokens = request.checked_max_tokens()
     schema = json_schema_of(request.output)
-    return GroupKey(schema_key(schema) if schema is not None else None, int(request.max_tokens),
+    return GroupKey(schema_key(schema) if schema is not None else None, max_tokens,
                     float(request.temperature), int(request.seed))
 
 

@@ -31,11 +31,9 @@ logger = logging.getLogger(__name__)
 
 def sampling_kwargs(request: LLMRequest) -> dict[str, Any]:
     """SamplingParams keyword arguments for one request, without the constraint."""
-    if request.max_tokens <= 0:
-        raise ConfigError(f"request stage={request.stage}: max_tokens must be positive, got {request.max_tokens}")
     return {
         "temperature": float(request.temperature),
-        "max_tokens": int(request.max_tokens),
+        "max_tokens": request.checked_max_tokens(),
         "seed": int(request.seed),
     }
 

@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Sequence, runtime_checkable
 
+from memcompile_local.errors import ConfigError
+
 Stage = Literal["fact", "metadata", "extract", "intent", "schedule", "frontier", "answer", "judge"]
 STAGES: tuple[str, ...] = ("fact", "metadata", "extract", "intent", "schedule", "frontier", "answer", "judge")
 
@@ -160,6 +162,13 @@ class LLMRequest:
     seed: int = 0
     prompt_version: str = ""
     namespace: str | None = None  # the memory whose text the prompt contains (for forget)
+
+    def checked_max_tokens(self) -> int:
+        """The completion cap as an int, for a backend to send; ``ConfigError`` when it is not
+        positive (a server would refuse it, or a library fall back to its own small default)."""
+        if self.max_tokens <= 0:
+            raise ConfigError(f"request stage={self.stage}: max_tokens must be positive, got {self.max_tokens}")
+        return int(self.max_tokens)
 
     def identity(self) -> dict[str, Any]:
         """Everything about the request that shapes the response (backend identity is added by the cache)."""
