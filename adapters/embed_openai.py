@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Sequence
 
 from memcompile_local.adapters._specs import embed_inputs
 from memcompile_local.errors import ConfigError, TransportError
 
 from memcompile_local.llm.extras import require
-from .openai_compat import _LOCAL_KEY, map_openai_error
+from .openai_compat import map_openai_error, resolve_endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -46,21 +45,12 @@ class OpenAIEmbedder:
         max_retries: int = 2,
         dim: int | None = None,
     ) -> None:
-        model = model or os.environ.get("OPENAI_EMBEDDING_MODEL")
-        if not model or not isinstance(model, str):
-            raise ConfigError("OpenAIEmbedder: expected a model name (argument model= or $OPENAI_EMBEDDING_MODEL)")
+        self.model, self.base_url, self._api_key = resolve_endpoint(
+            "OpenAIEmbedder", model, "OPENAI_EMBEDDING_MODEL", base_url, api_key, api_key_env)
         if batch_size < 1:
             raise ConfigError(f"OpenAIEmbedder(batch_size=...): expected >= 1, got {batch_size}")
         if dim is not None and dim < 1:
             raise ConfigError(f"OpenAIEmbedder(dim=...): expected >= 1, got {dim}")
-        self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").rstrip("/") or None
-        key = api_key if api_key is not None else os.environ.get(api_key_env)
-        if not key:
-            if self.base_url is None:
-                raise ConfigError(f"OpenAIEmbedder: no API key (argument api_key= or ${api_key_env}) for OpenAI's API")
-            key = _LOCAL_KEY
-        self._api_key = key
         self.batch_size = batch_size
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)

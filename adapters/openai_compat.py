@@ -28,6 +28,26 @@ logger = logging.getLogger(__name__)
 _LOCAL_KEY = "EMPTY"  # servers without auth still need the client to send some key
 
 
+def resolve_endpoint(who: str, model: str | None, model_env: str, base_url: str | None,
+                     api_key: str | None, api_key_env: str) -> tuple[str, str | None, str]:
+    """``(model, base_url, key)`` of an OpenAI-compatible client named ``who`` in errors.
+
+    The model comes from the argument or ``$model_env``, the base URL from the argument or
+    ``$OPENAI_BASE_URL`` (None: OpenAI's own API), the key from the argument or
+    ``$api_key_env``; a custom base URL without a key gets a placeholder, OpenAI's API does not.
+    """
+    model = model or os.environ.get(model_env)
+    if not model or not isinstance(model, str):
+        raise ConfigError(f"{who}: expected a model name (argument model= or ${model_env})")
+    url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").rstrip("/") or None
+    key = api_key if api_key is not None else os.environ.get(api_key_env)
+    if not key:
+        if url is None:
+            raise ConfigError(f"{who}: no API key (argument api_key= or ${api_key_env}) for OpenAI's API")
+        key = _LOCAL_KEY
+    return model, url, key
+
+
 def parse_retry_after(headers: Any) -> float | None:
     """Seconds to wait from ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date)."""
     if headers is None:
@@ -155,9 +175,8 @@ class OpenAICompatBackend:
         strict: bool | None = None,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
-        model = model or os.environ.get("OPENAI_MODEL")
-        if not model or not isinstance(model, str):
-            raise ConfigError("OpenAICompatBackend: expected a model name (argument model= or $OPENAI_MODEL)")
+        self.model, self.base_url, self._api_key = resolve_endpoint(
+            "OpenAICompatBackend", model, "OPENAI_MODEL", base_url, api_key, api_key_env)
         if server_kind not in SERVER_KINDS:
             raise ConfigError(f"OpenAICompatBackend(server_kind=...): expected one of {', '.join(SERVER_KINDS)}, "
                               f"got {server_kind!r}")
@@ -167,16 +186,6 @@ class OpenAICompatBackend:
             raise ConfigError(f"OpenAICompatBackend(timeout=...): expected > 0 seconds, got {timeout}")
         if max_retries < 0:
             raise ConfigError(f"OpenAICompatBackend(max_retries=...): expected >= 0, got {max_retries}")
-        self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "").rstrip("/") or None
-        key = api_key if api_key is not None else os.environ.get(api_key_env)
-        if not key:
-            if self.base_url is None:
-                raise ConfigError(
-                    f"OpenAICompatBackend: no API key (argument api_key= or ${api_key_env}) for OpenAI's API"
-                )
-            key = _LOCAL_KEY
-        self._api_key = key
         self.server_kind = server_kind
         self.concurrency = concurrency
         self.timeout = float(timeout)
