@@ -95,24 +95,29 @@ def run_clients(url: str, users: list[tuple[str, str]], n_clients: int, per_clie
         local = {"search": [], "append": [], "searchable": [], "fresh": []}
         errors = cross = missed = requests = 0
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=60) as c:
+
+            def post(what: str, route: str, body: dict) -> tuple[httpx.Response | None, float]:
+                """One counted request: (the response, or None after a non-200; when it ended)."""
+                nonlocal requests, errors
+                r = c.post(f"/v1/memories/{user}/{route}", json=body)
+                ended = time.perf_counter()
+                requests += 1
+                if r.status_code != 200:
+                    errors += 1
+                    error_samples.append(f"{what} {r.status_code} {r.text[:200]}")
+                    return None, ended
+                return r, ended
+
             barrier.wait()
             for i in range(per_client):
                 word = f"zq{ci}x{i}x{seed}"
                 t0 = time.perf_counter()
-                r = c.post(f"/v1/memories/{user}/turns", json={"speaker": "Mara", "time": "2023-12-01 09:00",
-                                                                "text": f"I keep the {word} in the shed {tag}#live]"})
-                t1 = time.perf_counter()
-                requests += 1
-                if r.status_code != 200:
-                    errors += 1
-                    error_samples.append(f"append {r.status_code} {r.text[:200]}")
+                r, t1 = post("append", "turns", {"speaker": "Mara", "time": "2023-12-01 09:00",
+                                                 "text": f"I keep the {word} in the shed {tag}#live]"})
+                if r is None:
                     continue
-                r = c.post(f"/v1/memories/{user}/search", json={"query": f"where is the {word}?"})
-                t2 = time.perf_counter()
-                requests += 1
-                if r.status_code != 200:
-                    errors += 1
-                    error_samples.append(f"search {r.status_code} {r.text[:200]}")
+                r, t2 = post("search", "search", {"query": f"where is the {word}?"})
+                if r is None:
                     continue
                 local["append"].append(t1 - t0)
                 local["searchable"].append(t2 - t0)
@@ -122,12 +127,8 @@ def run_clients(url: str, users: list[tuple[str, str]], n_clients: int, per_clie
                 missed += not any(word in t for t in texts)
                 q = rng.choice(QUESTIONS).format(a=rng.choice(NAMES), p=rng.choice(PLACES), t=rng.choice(THINGS))
                 t3 = time.perf_counter()
-                r = c.post(f"/v1/memories/{user}/search", json={"query": q})
-                t4 = time.perf_counter()
-                requests += 1
-                if r.status_code != 200:
-                    errors += 1
-                    error_samples.append(f"search {r.status_code} {r.text[:200]}")
+                r, t4 = post("search", "search", {"query": q})
+                if r is None:
                     continue
                 local["search"].append(t4 - t3)
                 cross += sum(tag not in p["text"] for p in r.json()["packets"])
