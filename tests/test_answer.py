@@ -18,6 +18,8 @@ from memcompile_local.evidence.prompts import ANSWER, TEMPORAL_ANSWER
 from memcompile_local.llm.client import LLMClient
 from memcompile_local.llm.interface import TextSpec
 
+from test_language import TEMPORAL_QUESTIONS
+
 CONTEXT = "[1] dia_id=D1:2 | recorded: 8 May 2023 | speaker: Caroline\n- Caroline went hiking on 7 May 2023."
 
 
@@ -90,18 +92,7 @@ def test_empty_reply_becomes_unknown_and_transport_errors_propagate():
         answer_question(LLMClient(backend), "Where?", CONTEXT, temporal=False)
 
 
-@pytest.mark.parametrize(
-    "question,temporal",
-    [
-        ("When did Caroline go to the LGBTQ support group?", True),
-        ("How long has Melanie been practicing art?", True),
-        ("Which year did Caroline move from Sweden?", True),
-        ("How many days did the trip take?", True),
-        ("What is Caroline's identity?", False),
-        ("Would Caroline likely pursue writing as a career?", False),
-        ("May I know what Melanie's kids like?", False),
-    ],
-)
+@pytest.mark.parametrize("question,temporal", TEMPORAL_QUESTIONS)
 def test_use_temporal_prompt_is_the_shared_classifier(question, temporal):
     # One definition of "temporal" for the whole pipeline: the answer step must agree with it.
     assert use_temporal_prompt(question) is temporal

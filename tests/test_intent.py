@@ -16,27 +16,9 @@ from memcompile_local.address.intent import (
 )
 from memcompile_local.address.prompts import INTENT_PROMPT_VERSION
 from memcompile_local.errors import OutputValidationError
-from memcompile_local.language.timecues import is_temporal_question
 from memcompile_local.llm.client import LLMClient
 
 PEOPLE = ("Caroline", "Melanie")
-
-
-@pytest.mark.parametrize("question, temporal", [
-    ("When did Caroline go to the support group?", True),
-    ("What date is the concert?", True),
-    ("How long ago did Melanie start painting?", True),
-    ("How long has Melanie been married?", True),
-    ("In which year did they meet?", True),
-    ("Which month did Sam move?", True),
-    ("How many weeks did the course last?", True),
-    ("Did she call when the storm hit?", True),
-    ("What is Caroline's favorite book?", False),
-    ("How many kids does Melanie have?", False),
-    ("Where did they go camping?", False),
-])
-def test_temporal_cues(question, temporal):
-    assert is_temporal_question(question) is temporal
 
 
 @pytest.mark.parametrize("question, attribute", [

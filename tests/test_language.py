@@ -104,15 +104,38 @@ def test_stems_of_inflections_meet():
     assert stem_terms("") == [] and stem_words([]) == []
 
 
-@pytest.mark.parametrize("question, temporal", [
+# (question, whether it asks about time): the one table of the temporal-question classifier,
+# which test_answer.py also runs through the answer step's prompt choice.
+TEMPORAL_QUESTIONS = [
     ("When is the bake sale?", True),
     ("How long has Ravi kept bees?", True),
     ("In which month did the lease end?", True),
     ("How many weeks was the trip?", True),
+    ("When did Caroline go to the support group?", True),
+    ("When did Caroline go to the LGBTQ support group?", True),
+    ("What date is the concert?", True),
+    ("How long ago did Melanie start painting?", True),
+    ("How long has Melanie been married?", True),
+    ("How long has Melanie been practicing art?", True),
+    ("In which year did they meet?", True),
+    ("Which year did Caroline move from Sweden?", True),
+    ("Which month did Sam move?", True),
+    ("How many weeks did the course last?", True),
+    ("How many days did the trip take?", True),
+    ("Did she call when the storm hit?", True),
     ("What colour is Ravi's kayak?", False),
     ("How many bees does Ravi keep?", False),
+    ("What is Caroline's favorite book?", False),
+    ("How many kids does Melanie have?", False),
+    ("Where did they go camping?", False),
+    ("What is Caroline's identity?", False),
+    ("Would Caroline likely pursue writing as a career?", False),
+    ("May I know what Melanie's kids like?", False),
     ("", False),
-])
+]
+
+
+@pytest.mark.parametrize("question, temporal", TEMPORAL_QUESTIONS)
 def test_temporal_question_cues(question, temporal):
     assert is_temporal_question(question) is temporal
 
