@@ -84,22 +84,15 @@ def test_aliasing_audit_hand_example():
         ["x", "x"],  # too short for either depth
     ]
     out = E.aliasing_audit(ranked, depths=(3, 5))
-    d3 = out[3]
+    approx = pytest.approx
     # q1[:3] = a b a: 2 unique, 1 duplicate slot, top packet in 2 slots; q2[:3]: 3 unique, none
-    assert d3["eligible"] == 2
-    assert d3["unique_mean"] == pytest.approx(2.5)
-    assert d3["dbr"] == pytest.approx(1 / 6)
-    assert d3["affected"] == pytest.approx(0.5)
-    assert d3["max_source_mean"] == pytest.approx(1.5)
-    assert d3["max_source_p95"] == 2 and d3["max_source_max"] == 2
-    d5 = out[5]
+    assert out[3] == {"depth": 3, "eligible": 2, "unique_mean": approx(2.5), "dbr": approx(1 / 6),
+                      "affected": approx(0.5), "max_source_mean": approx(1.5), "max_source_p95": 2,
+                      "max_source_max": 2}
     # q1: a b a c a -> 3 unique, 2 duplicate slots, a fills 3 slots; q2: 5 unique
-    assert d5["eligible"] == 2
-    assert d5["unique_mean"] == pytest.approx(4.0)
-    assert d5["dbr"] == pytest.approx(2 / 10)
-    assert d5["affected"] == pytest.approx(0.5)
-    assert d5["max_source_mean"] == pytest.approx(2.0)
-    assert d5["max_source_p95"] == 3 and d5["max_source_max"] == 3
+    assert out[5] == {"depth": 5, "eligible": 2, "unique_mean": approx(4.0), "dbr": approx(2 / 10),
+                      "affected": approx(0.5), "max_source_mean": approx(2.0), "max_source_p95": 3,
+                      "max_source_max": 3}
 
 
 def test_aliasing_audit_mapping_and_no_eligible():
