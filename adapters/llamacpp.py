@@ -29,7 +29,8 @@ from memcompile_local.errors import ConfigError, TransportError
 from memcompile_local.llm.interface import LLMRequest, LLMResponse
 
 from memcompile_local.llm.extras import require
-from ._specs import COMPACT_WHITESPACE, chat_messages, json_schema_of, schema_key
+from ._outlines_indexes import SchemaIndexes
+from ._specs import chat_messages, json_schema_of, schema_key
 from .models import SMOLLM2_NAME, check_model_string, resolve_gguf, weights_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -102,8 +103,7 @@ class LlamaCppBackend:
         self.reuse_prefix = reuse_prefix
         self.verbose = verbose
         self._llm: Any = None
-        self._outlines_backend: Any = None
-        self._indexes: dict[str, Any] = {}
+        self._outlines = self._new_indexes()
         self._lock = threading.Lock()
         self._identity: dict[str, Any] | None = None
 
@@ -145,24 +145,15 @@ class LlamaCppBackend:
         # first logits arrive, and a failure there must not turn into unconstrained output.
         require("numba", "cpu", "outlines constrained decoding on llama.cpp (numpy kernels)")
         require("outlines", "cpu", "constrained JSON decoding on llama.cpp")
-        key = schema_key(schema)
-        index = self._indexes.get(key)
-        if self._outlines_backend is None:
-            from outlines.backends.outlines_core import OutlinesCoreBackend
+        return self._outlines.processor(schema_key(schema))
+
+    def _new_indexes(self) -> SchemaIndexes:
+        def outlines_model() -> Any:
             from outlines.models.llamacpp import from_llamacpp
 
-            self._outlines_backend = OutlinesCoreBackend(from_llamacpp(self._load()))
-        from outlines.backends.outlines_core import OutlinesCoreLogitsProcessor
+            return from_llamacpp(self._load())
 
-        if index is None:
-            from outlines_core import Index
-            from outlines_core.json_schema import build_regex_from_schema
-
-            regex = build_regex_from_schema(key, COMPACT_WHITESPACE)
-            index = Index(regex, self._outlines_backend.vocabulary)
-            self._indexes[key] = index
-        # A processor holds per-generation guide state, so each call gets its own.
-        return OutlinesCoreLogitsProcessor(index, "numpy")
+        return SchemaIndexes(outlines_model, "numpy")
 
     def constraint_kwargs(self, request: LLMRequest) -> dict[str, Any]:
         """The constraint argument for one request: ``logits_processor`` or ``grammar``."""
@@ -235,5 +226,4 @@ class LlamaCppBackend:
                 if close is not None:
                     close()
                 self._llm = None
-                self._outlines_backend = None
-                self._indexes.clear()
+                self._outlines = self._new_indexes()  # compiled over the closed model's vocabulary

@@ -19,7 +19,8 @@ from memcompile_local.errors import ConfigError, TransportError
 from memcompile_local.llm.interface import LLMRequest, LLMResponse
 
 from memcompile_local.llm.extras import require
-from ._specs import COMPACT_WHITESPACE, chat_messages, json_schema_of, schema_key
+from ._outlines_indexes import SchemaIndexes
+from ._specs import chat_messages, json_schema_of, schema_key
 from .models import check_model_string, resolve_local_or_name, set_offline, weights_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -115,8 +116,7 @@ class TransformersBackend:
         self._model: Any = None
         self._tok: Any = None
         self._device: str | None = None
-        self._outlines_backend: Any = None
-        self._indexes: dict[str, Any] = {}
+        self._outlines = SchemaIndexes(self._outlines_model, "torch")
         self._lock = threading.Lock()
         self._identity: dict[str, Any] | None = None
 
@@ -160,22 +160,12 @@ class TransformersBackend:
     def _processor(self, schema_text: str) -> Any:
         """A fresh outlines processor (per batch) over the cached index of ``schema_text``."""
         require("outlines", "transformers", "constrained JSON decoding with transformers")
-        model, tok = self._load()
-        if self._outlines_backend is None:
-            import outlines
-            from outlines.backends.outlines_core import OutlinesCoreBackend
+        return self._outlines.processor(schema_text)
 
-            self._outlines_backend = OutlinesCoreBackend(outlines.from_transformers(model, tok))
-        from outlines.backends.outlines_core import OutlinesCoreLogitsProcessor
+    def _outlines_model(self) -> Any:
+        import outlines
 
-        index = self._indexes.get(schema_text)
-        if index is None:
-            from outlines_core import Index
-            from outlines_core.json_schema import build_regex_from_schema
-
-            index = Index(build_regex_from_schema(schema_text, COMPACT_WHITESPACE), self._outlines_backend.vocabulary)
-            self._indexes[schema_text] = index
-        return OutlinesCoreLogitsProcessor(index, "torch")
+        return outlines.from_transformers(*self._load())
 
     def render_prompts(self, requests: Sequence[LLMRequest]) -> list[str]:
         """Chat-templated prompt strings (needs the tokenizer)."""
