@@ -20,7 +20,7 @@ from _data_paths import LOCOMO_MINI
 
 def reply(req):
     if req.stage == "judge":
-        return json.dumps({"label": "CORRECT" if "Gold answer: Biscuit" in req.messages[-1].content else "WRONG"})
+        return json.dumps({"label": "CORRECT" if 'Gold answer: "Biscuit"' in req.messages[-1].content else "WRONG"})
     return "Biscuit"
 
 
