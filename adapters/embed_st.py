@@ -2,9 +2,10 @@
 backends: ONNX Runtime on CPU and torch (the GPU path, CUDA in fp16).
 
 The default CPU backend, ``onnx`` in fp32, was chosen by measurement (scripts/bench_build.py on
-2 shared cores): about 2x the documents/s of torch on the same documents with the same recall@10
-on the LoCoMo dev file (82.24 both). int8 (dynamic quantization) ran about 4x torch but lost 0.9
-points of recall@10 (1.9 with per-channel weights), more than the 0.3 allowed, so it is opt-in.
+2 shared cores): 2-2.5x the documents/s of torch on the same documents with the same recall@10
+of the model-free preset on the 4-conversation LoCoMo dev file (82.24 both; 80.69 both under the
+later model-free defaults). int8 (dynamic quantization) ran 4-5.4x torch but lost 0.9 (later
+0.55) points of recall@10, 1.9 with per-channel weights: more than the 0.3 allowed, so opt-in.
 The backend and precision are part of ``identity()``, so vectors of two backends never share a
 cache entry.
 """
