@@ -140,7 +140,7 @@ class FusionConfig:
     bm25_k1: NonNeg = 1.5
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).
-    time_match_weight: float = 0.5  # bonus for turns dated in the period the question names
+    time_match_weight: float = 0.75  # bonus for turns dated in the period the question names
     packet_scale: Literal["cosine", "max"] = "cosine"  # "max": cosines divided by the query's best
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
