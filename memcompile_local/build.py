@@ -15,10 +15,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .address.cells import place_descriptors
+from .address.cells import PlacementState
 from .address.dense import packet_document
 from .address.extract_rule import RuleExtractor
 from .address.layouts import build_layout
+from .address.placement_memo import PlacementMemo
 from .config import PlacementConfig
 from .errors import ExtractionError, PacketExtractionError
 from .fused import context_documents
@@ -40,6 +41,10 @@ class BuildResult:
     descriptors: int
     cells: int
     embedded_now: int  # documents embedded by this call (z(p), plus context documents when used)
+
+
+# Each store's last placement states (see placement_memo): the next append places only its turn.
+PLACEMENTS = PlacementMemo()
 
 
 def layout_id(descriptor_set: str, placement: PlacementConfig) -> str:
@@ -129,30 +134,44 @@ def _rule_fallback(store: MemoryStore, namespace: str, descriptor_set: str,
 
 
 def place_cells(
-    store: MemoryStore, namespace: str, descriptor_set: str, placement: PlacementConfig
+    store: MemoryStore, namespace: str, descriptor_set: str, placement: PlacementConfig,
+    *, descriptors: Sequence[Descriptor] | None = None,
 ) -> tuple[str, int]:
     """Place descriptors into Cells for the configured layout and store them.
 
     The bounded layout is incremental: descriptors already in stored Cells stay where they
     are, and the unplaced ones (always a suffix in dialogue order, since extraction runs in
     order) are placed after them, which equals a from-scratch build of the whole sequence.
-    Other layouts are cheap and rebuilt from scratch.
+    The placement state is taken from ``PLACEMENTS`` when the store still holds the Cells it
+    produced (else restored from the stored Cells); an unchanged layout is not written again.
+    Other layouts are cheap and rebuilt from scratch. ``descriptors``: the namespace's
+    descriptors of ``descriptor_set`` in store order when the caller has them (else read here).
     """
     lid = layout_id(descriptor_set, placement)
-    descriptors = store.descriptors(namespace, descriptor_set)
-    if placement.layout == "bounded":
-        existing = store.cells(namespace, lid)
-        placed = {d for c in existing for d in c.descriptor_ids}
-        order = {d.descriptor_id: i for i, d in enumerate(descriptors)}
-        new = [d for d in descriptors if d.descriptor_id not in placed]
-        if existing and new and min(order[d.descriptor_id] for d in new) < max(order[x] for x in placed):
-            # Unplaced descriptors precede placed ones: serialized order broken, rebuild.
-            existing, new = [], descriptors
-        by_id = {d.descriptor_id: d for d in descriptors}
-        cells = place_descriptors(new, placement, existing_cells=existing, descriptor_lookup=by_id)
-    else:
+    if descriptors is None:
+        descriptors = store.descriptors(namespace, descriptor_set)
+    if placement.layout != "bounded":
         cells = build_layout(placement.layout, descriptors, placement)
-    store.save_cells(namespace, lid, cells)
+        store.save_cells(namespace, lid, cells)
+        return lid, len(cells)
+    existing = store.cells(namespace, lid)
+    # The state the last placement here left, when the store still holds its Cells: then
+    # nothing is restored (restoring re-reads every placed descriptor).
+    state = PLACEMENTS.take(store, namespace, lid, existing)
+    placed = state.placed_ids if state is not None else {d for c in existing for d in c.descriptor_ids}
+    order = {d.descriptor_id: i for i, d in enumerate(descriptors)}
+    new = [d for d in descriptors if d.descriptor_id not in placed]
+    if existing and new and min(order[d.descriptor_id] for d in new) < max(order[x] for x in placed):
+        # Unplaced descriptors precede placed ones: serialized order broken, rebuild.
+        existing, new, state = [], descriptors, None
+    if state is None:
+        by_id = {d.descriptor_id: d for d in descriptors}
+        state = PlacementState(placement, existing, by_id)
+    state.place(new)
+    cells = state.cells()
+    if cells != existing:  # an up-to-date layout is not written again
+        store.save_cells(namespace, lid, cells)
+    PLACEMENTS.keep(store, namespace, lid, cells, state)
     return lid, len(cells)
 
 
@@ -164,13 +183,16 @@ def embed_packets(
     *,
     batch_size: int = 256,
     on_progress: Callable[[int], None] | None = None,
+    packets: Sequence[SourcePacket] | None = None,
+    descriptors: Sequence[Descriptor] | None = None,
 ) -> int:
     """Embed every packet document z(p) not yet stored; returns how many were embedded now.
 
     The key binds the document's text hash, so a changed descriptor set re-embeds only the
-    packets whose documents changed.
+    packets whose documents changed. ``packets`` and ``descriptors``: what the caller read
+    already (else read here).
     """
-    keys, docs = packet_document_keys(store, namespace, descriptor_set)
+    keys, docs = packet_document_keys(store, namespace, descriptor_set, packets=packets, descriptors=descriptors)
     return _embed_missing(store, namespace, embedding_model_id(embedder), embedder, keys, docs,
                           batch_size=batch_size, on_progress=on_progress)
 
@@ -248,12 +270,19 @@ def _keyed(packets, docs) -> tuple[list[str], list[str]]:
 
 
 def packet_document_keys(
-    store: MemoryStore, namespace: str, descriptor_set: str
+    store: MemoryStore, namespace: str, descriptor_set: str, *,
+    packets: Sequence[SourcePacket] | None = None, descriptors: Sequence[Descriptor] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(keys, documents) of the dense packet channel, in packet order."""
-    packets = store.packets(namespace)
+    """(keys, documents) of the dense packet channel, in packet order.
+
+    ``packets`` and ``descriptors`` (of ``descriptor_set``): what the caller read already.
+    """
+    if packets is None:
+        packets = store.packets(namespace)
+    if descriptors is None:
+        descriptors = store.descriptors(namespace, descriptor_set)
     by_packet: dict[str, list[Descriptor]] = {}
-    for d in store.descriptors(namespace, descriptor_set):
+    for d in descriptors:
         by_packet.setdefault(d.packet_id, []).append(d)
     return _keyed(packets, [packet_document(p, by_packet.get(p.packet_id, [])) for p in packets])
 
@@ -307,25 +336,30 @@ def build_memory(
     context_embeddings: bool = False,
 ) -> BuildResult:
     """Run all build stages for one namespace (idempotent and resumable)."""
-    n_packets = len(store.packets(namespace))
+    n_packets = store.packet_count(namespace)
     done = len(store.extracted_packet_ids(namespace, extractor.descriptor_set))
     with bar(total=n_packets - done, desc=f"extract {namespace}", unit="turn", enabled=progress) as pb:
         extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update, on_failure=on_failure)
-    lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement)
+    # Read the namespace once after extraction; every later stage works from these lists (an
+    # append otherwise re-read every descriptor once per stage).
+    packets = store.packets(namespace)
+    descriptors = store.descriptors(namespace, extractor.descriptor_set)
+    lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement, descriptors=descriptors)
     embedded = 0
     if embedder is not None:
         with bar(total=n_packets, desc=f"embed {namespace}", unit="doc", enabled=progress) as pb:
-            embedded = embed_packets(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update)
+            embedded = embed_packets(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update,
+                                     packets=packets, descriptors=descriptors)
         if context_embeddings:
             with bar(total=n_packets, desc=f"embed context {namespace}", unit="doc", enabled=progress) as pb:
-                embedded += embed_contexts(store, namespace, embedder, on_progress=pb.update)
+                embedded += embed_contexts(store, namespace, embedder, packets=packets, on_progress=pb.update)
     return BuildResult(
         namespace=namespace,
         descriptor_set=extractor.descriptor_set,
         layout_id=lid,
         packets=n_packets,
         extracted_now=extracted,
-        descriptors=len(store.descriptors(namespace, extractor.descriptor_set)),
+        descriptors=len(descriptors),
         cells=n_cells,
         embedded_now=embedded,
     )

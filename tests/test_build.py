@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,9 @@ import pytest
 from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
 from memcompile_local.address.extract_llm import LLMExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
-from memcompile_local.build import build_memory, layout_id
+from memcompile_local.address import cells as cells_module
+from memcompile_local.address.cells import cell_from_descriptors, place_descriptors
+from memcompile_local.build import PLACEMENTS, build_memory, layout_id
 from memcompile_local.config import PlacementConfig
 from memcompile_local.errors import ExtractionError
 from memcompile_local.protocols import DescriptorExtractor
@@ -95,3 +98,86 @@ def test_incremental_build_equals_full_build(tmp_path, conv):
     assert inc.embedded_now < full.embedded_now  # only the new packets were embedded the second time
     a.close()
     b.close()
+
+
+def _turn_prefixes(conv):
+    """The conversation cut after each of its turns, in dialogue order."""
+    for si, session in enumerate(conv.sessions):
+        for ti in range(1, len(session.turns) + 1):
+            cut = conv.sessions[:si] + (dataclasses.replace(session, turns=session.turns[:ti]),)
+            yield Conversation(namespace=conv.namespace, sessions=cut)
+
+
+def _counting_restores(monkeypatch) -> list[int]:
+    """Record the id of every Cell restored from the store into a placement state."""
+    restored: list[int] = []
+    original = cells_module._Placer.restore
+
+    def restore(self, cell, lookup):
+        restored.append(cell.cell_id)
+        return original(self, cell, lookup)
+
+    monkeypatch.setattr(cells_module._Placer, "restore", restore)
+    return restored
+
+
+def test_turn_by_turn_appends_place_into_the_remembered_state_and_equal_a_full_placement(tmp_path, conv,
+                                                                                         monkeypatch):
+    PLACEMENTS.clear()
+    restored = _counting_restores(monkeypatch)
+    ex, cfg = RuleExtractor(), PlacementConfig()
+    lid = layout_id(ex.descriptor_set, cfg)
+    store = MemoryStore(tmp_path / "m.sqlite")
+    prefixes = list(_turn_prefixes(conv))
+    for n, prefix in enumerate(prefixes[:12]):
+        store.ingest(prefix)
+        build_memory(store, conv.namespace, ex, cfg, None)
+        stored = store.cells(conv.namespace, lid)
+        assert stored == place_descriptors(store.descriptors(conv.namespace, ex.descriptor_set), cfg), n
+    assert len(stored) > 1
+    assert restored == []  # every append placed into the state the previous build left
+    PLACEMENTS.clear()  # a fresh process: the state is restored from the store, same result
+    store.ingest(conv)
+    build_memory(store, conv.namespace, ex, cfg, None)
+    assert restored and store.cells(conv.namespace, lid) == place_descriptors(
+        store.descriptors(conv.namespace, ex.descriptor_set), cfg)
+    store.close()
+
+
+def test_cells_written_by_another_writer_are_restored_not_the_remembered_state(tmp_path, conv, monkeypatch):
+    PLACEMENTS.clear()
+    restored = _counting_restores(monkeypatch)
+    ex, cfg = RuleExtractor(), PlacementConfig()
+    lid = layout_id(ex.descriptor_set, cfg)
+    prefixes = list(_turn_prefixes(conv))
+    store = MemoryStore(tmp_path / "m.sqlite")
+    store.ingest(prefixes[5])
+    build_memory(store, conv.namespace, ex, cfg, None)
+    # Another writer lays out the first six turns' descriptors its own way (one per Cell).
+    mine = store.descriptors(conv.namespace, ex.descriptor_set)
+    other = [cell_from_descriptors(i, [d], cfg) for i, d in enumerate(mine)]
+    store.save_cells(conv.namespace, lid, other)
+    store.ingest(prefixes[8])
+    build_memory(store, conv.namespace, ex, cfg, None)
+    assert restored == list(range(len(other)))  # the store's Cells, not the remembered ones
+    new = [d for d in store.descriptors(conv.namespace, ex.descriptor_set) if d not in mine]
+    assert new and store.cells(conv.namespace, lid) == place_descriptors(new, cfg, other, {d.descriptor_id: d
+                                                                                             for d in mine})
+    store.close()
+
+
+def test_unplaced_descriptors_before_placed_ones_rebuild_the_layout_from_scratch(tmp_path, conv, monkeypatch):
+    PLACEMENTS.clear()
+    restored = _counting_restores(monkeypatch)
+    ex, cfg = RuleExtractor(), PlacementConfig()
+    lid = layout_id(ex.descriptor_set, cfg)
+    store = MemoryStore(tmp_path / "m.sqlite")
+    store.ingest(list(_turn_prefixes(conv))[9])
+    build_memory(store, conv.namespace, ex, cfg, None)
+    everything = store.descriptors(conv.namespace, ex.descriptor_set)
+    # Cells that hold only the later half of the descriptors: the earlier ones come out of order.
+    store.save_cells(conv.namespace, lid, place_descriptors(everything[len(everything) // 2:], cfg))
+    build_memory(store, conv.namespace, ex, cfg, None)
+    assert restored == []  # the out-of-order layout was dropped, not restored
+    assert store.cells(conv.namespace, lid) == place_descriptors(everything, cfg)
+    store.close()

@@ -393,6 +393,46 @@ class _Placer:
         return best.cell_id
 
 
+class PlacementState:
+    """Algorithm 2's running state over stored Cells, kept so later batches can be placed.
+
+    Built from ``existing_cells`` (members resolvable through ``descriptor_lookup``, see
+    ``place_descriptors``); ``place`` adds descriptors in dialogue and claim order and
+    ``cells`` returns every Cell by id. Placing batch B into the state left by batch A gives
+    the Cells a single run over A then B gives, because the algorithm only ever appends.
+    Not thread-safe: one caller at a time may place into a state.
+    """
+
+    def __init__(self, cfg: PlacementConfig = PlacementConfig(), existing_cells: Sequence[Cell] = (),
+                 descriptor_lookup: DescriptorLookup | None = None, *, exhaustive: bool = False) -> None:
+        self._placer = _Placer(cfg, exhaustive)
+        lookup = _lookup_fn(descriptor_lookup)
+        for cell in sorted(existing_cells, key=lambda c: c.cell_id):
+            self._placer.restore(cell, lookup)
+        # Frozen Cells, reused until a Cell takes a descriptor (freezing sorts its counters).
+        self._frozen: list[Cell | None] = [None] * len(self._placer.cells)
+
+    @property
+    def placed_ids(self) -> frozenset[str]:
+        """Ids of every descriptor in some Cell."""
+        return frozenset(self._placer.seen)
+
+    def place(self, descriptors: Iterable[Descriptor]) -> None:
+        """Place ``descriptors`` in order; DataFormatError for an id already placed."""
+        for d in descriptors:
+            cid = self._placer.place(_Item.of(d))
+            if cid == len(self._frozen):
+                self._frozen.append(None)
+            self._frozen[cid] = None
+
+    def cells(self) -> list[Cell]:
+        """Every Cell, ordered by id."""
+        for i, cell in enumerate(self._placer.cells):
+            if self._frozen[i] is None:
+                self._frozen[i] = cell.freeze()
+        return list(self._frozen)  # type: ignore[arg-type]  # every entry frozen just above
+
+
 def place_descriptors(
     descriptors: Sequence[Descriptor],
     cfg: PlacementConfig = PlacementConfig(),
@@ -410,10 +450,6 @@ def place_descriptors(
     ``exhaustive=True`` scores every feasible Cell instead of using the inverted index.
     Raises DataFormatError for a descriptor id placed twice or an unresolvable existing Cell.
     """
-    placer = _Placer(cfg, exhaustive)
-    lookup = _lookup_fn(descriptor_lookup)
-    for cell in sorted(existing_cells, key=lambda c: c.cell_id):
-        placer.restore(cell, lookup)
-    for d in descriptors:
-        placer.place(_Item.of(d))
-    return [c.freeze() for c in placer.cells]
+    state = PlacementState(cfg, existing_cells, descriptor_lookup, exhaustive=exhaustive)
+    state.place(descriptors)
+    return state.cells()
