@@ -65,6 +65,7 @@ def extract_descriptors(
     batch_size: int = 16,
     on_progress: Callable[[int], None] | None = None,
     on_failure: str = "error",
+    packets: Sequence[SourcePacket] | None = None,
 ) -> int:
     """Extract descriptors for every packet not yet extracted by this descriptor set.
 
@@ -75,8 +76,10 @@ def extract_descriptors(
     failed packets), and ``on_failure="rule"`` extracts the failed packets with the rule-based
     extractor instead and records their ids in the namespace's meta (``fallback:<set>``),
     which ``stats`` reports. Returns the number of packets extracted by this call.
+    ``packets``: the namespace's packets in dialogue order when the caller has them.
     """
-    packets = store.packets(namespace)
+    if packets is None:
+        packets = store.packets(namespace)
     done = store.extracted_packet_ids(namespace, extractor.descriptor_set)
     todo: list[tuple[SourcePacket, SourcePacket | None]] = []
     for i, p in enumerate(packets):
@@ -336,13 +339,14 @@ def build_memory(
     context_embeddings: bool = False,
 ) -> BuildResult:
     """Run all build stages for one namespace (idempotent and resumable)."""
-    n_packets = store.packet_count(namespace)
+    # The namespace is read once (packets) and once after extraction (descriptors); every stage
+    # works from these lists, where an append used to re-read everything once per stage.
+    packets = store.packets(namespace)
+    n_packets = len(packets)
     done = len(store.extracted_packet_ids(namespace, extractor.descriptor_set))
     with bar(total=n_packets - done, desc=f"extract {namespace}", unit="turn", enabled=progress) as pb:
-        extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update, on_failure=on_failure)
-    # Read the namespace once after extraction; every later stage works from these lists (an
-    # append otherwise re-read every descriptor once per stage).
-    packets = store.packets(namespace)
+        extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update, on_failure=on_failure,
+                                        packets=packets)
     descriptors = store.descriptors(namespace, extractor.descriptor_set)
     lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement, descriptors=descriptors)
     embedded = 0
