@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, fields
+from functools import lru_cache
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -91,6 +92,10 @@ def _json_list(text: object, table: str, key: str, column: str) -> list:
     return value
 
 
+# Read once: ``dataclasses.fields`` is slow enough to show when every stored descriptor is read.
+_EVENT_FIELDS = tuple(f.name for f in fields(EventFields))
+
+
 def event_from_json(text: object, key: str = "?") -> EventFields:
     """EventFields from the ``event_json`` column of descriptor ``key``."""
     try:
@@ -100,19 +105,33 @@ def event_from_json(text: object, key: str = "?") -> EventFields:
     if not isinstance(raw, dict):
         raise row_error("descriptors", key, "column event_json should hold a JSON object")
     kwargs: dict[str, Any] = {}
-    for f in fields(EventFields):
-        if f.name in raw:
-            v = raw[f.name]
+    for name in _EVENT_FIELDS:
+        if name in raw:
+            v = raw[name]
             # JSON has no tuples; every list-valued field of EventFields is a tuple.
-            kwargs[f.name] = tuple(v) if isinstance(v, list) else v
+            kwargs[name] = tuple(v) if isinstance(v, list) else v
     try:
         return EventFields(**kwargs)
     except (TypeError, ValueError) as exc:
         raise row_error("descriptors", key, f"column event_json does not fit EventFields: {exc}") from exc
 
 
+_CLASS_OF = {"s": str, "i": int, "n": (str, type(None)), "b": int}
+
+
+@lru_cache(maxsize=None)
+def _column_classes(types: str) -> tuple[tuple, tuple[int, ...]]:
+    """(the class each column must be an instance of, the positions of 0/1 columns)."""
+    return tuple(_CLASS_OF[t] for t in types), tuple(i for i, t in enumerate(types) if t == "b")
+
+
 def _check_types(table: str, key: str, row: Sequence[Any], names: Sequence[str], types: str) -> None:
     # One letter per column: s = text, i = integer, n = text or NULL, b = 0/1 integer.
+    # A whole-row check first (every stored row is checked on each read), the column loop
+    # below only to name the column of a bad row.
+    classes, flags = _column_classes(types)
+    if len(row) >= len(types) and all(map(isinstance, row, classes)) and all(row[i] in (0, 1) for i in flags):
+        return
     for value, name, t in zip(row, names, types):
         ok = (
             (t == "s" and isinstance(value, str))
