@@ -41,7 +41,7 @@ cross-validation in ``scripts/ablate_model_free.py --cv``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -282,6 +282,25 @@ def _period_matches(asked: Period, have: Period) -> bool:
 # ----------------------------------------------------------------------------- index
 
 
+@dataclass
+class FusionParts:
+    """Per-text results of one ``FusionIndex.build_reusing``, keyed by what each was computed
+    from. A build only reads the ``previous`` parts it is given and fills a new object, so
+    parts handed to concurrent builds are never changed."""
+
+    participants: tuple[str, ...] = ()  # the participants ``tokens`` were made canonical against
+    tokens: dict[str, list[str]] = field(default_factory=dict)  # lexical document -> stemmed tokens
+    periods: dict[tuple, frozenset] = field(default_factory=dict)  # (session time, event times) -> periods
+    expansion: dict[str, tuple[str, ...]] = field(default_factory=dict)  # claim names/keywords -> terms
+
+
+def _memo(new: dict, old: Mapping, key, compute):
+    """``new[key]``, taken from ``old`` or computed once."""
+    if key not in new:
+        new[key] = old[key] if key in old else compute()
+    return new[key]
+
+
 @dataclass(frozen=True)
 class FusionIndex:
     """Query-time structures of the fused selector for one namespace."""
@@ -307,25 +326,51 @@ class FusionIndex:
         packet_matrix: np.ndarray | None = None,
         context_matrix: np.ndarray | None = None,
     ) -> "FusionIndex":
+        return cls.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
+                                 context_matrix=context_matrix)[0]
+
+    @classmethod
+    def build_reusing(
+        cls,
+        packets: Sequence[SourcePacket],
+        descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
+        cfg: FusionConfig,
+        *,
+        packet_matrix: np.ndarray | None = None,
+        context_matrix: np.ndarray | None = None,
+        previous: "FusionParts | None" = None,
+    ) -> "tuple[FusionIndex, FusionParts]":
+        """``build``, taking each per-text result (stemmed document, dated periods, expansion
+        terms) from ``previous`` where its input is unchanged; returns the index and the parts
+        to hand to the next build (a view reload after an append recomputes only new turns)."""
         for name, m in (("packet_matrix", packet_matrix), ("context_matrix", context_matrix)):
             if m is not None and m.shape[0] != len(packets):
                 raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
+        old = previous or FusionParts()
         speakers = tuple(p.speaker for p in packets)
         participants = tuple(dict.fromkeys(speakers))
         docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context,
                                  group_bursts=cfg.bursts)
         if cfg.tolerant_names:
             docs = [canonical_names(d, participants) for d in docs]
-        lexical = LexicalIndex([stem_terms(d) for d in docs], k1=cfg.bm25_k1, b=cfg.bm25_b)
+        # Canonical names depend on the participants: tokens made against others are not reused.
+        old_tokens = old.tokens if old.participants == participants or not cfg.tolerant_names else {}
+        parts = FusionParts(participants=participants)
+        corpus = [_memo(parts.tokens, old_tokens, d, lambda d=d: stem_terms(d)) for d in docs]
+        lexical = LexicalIndex(corpus, k1=cfg.bm25_k1, b=cfg.bm25_b)
         rows: dict[Period, list[int]] = {}
         expansion = []
         for i, p in enumerate(packets):
             descs = descriptors_by_packet.get(p.packet_id, ())
-            for period in packet_periods(p, descs):
+            # A packet's periods depend only on its session time and its claims' event times.
+            when = (p.session_time, tuple(d.event_time for d in descs))
+            for period in _memo(parts.periods, old.periods, when,
+                                lambda p=p, descs=descs: frozenset(packet_periods(p, descs))):
                 rows.setdefault(period, []).append(i)
             words = " ".join(w for d in descs for w in (*d.keywords, *d.people))
-            expansion.append(tuple(dict.fromkeys(stem_terms(words))))
-        return cls(
+            expansion.append(_memo(parts.expansion, old.expansion, words,
+                                   lambda words=words: tuple(dict.fromkeys(stem_terms(words)))))
+        index = cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,
             participants=participants,
@@ -338,6 +383,7 @@ class FusionIndex:
             expansion_terms=tuple(expansion),
             tolerant_names=cfg.tolerant_names,
         )
+        return index, parts
 
     def query_terms(self, question: str) -> list[str]:
         """The question's lexical terms, names made canonical when the index is tolerant."""

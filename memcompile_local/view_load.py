@@ -32,22 +32,15 @@ import numpy as np
 
 from .address.dense import packet_document
 from .address.index import AddressIndex
-from .address.lexical import LexicalIndex
 # Private helpers of build.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
 from .build import _embed_missing, _keyed, context_model_id, embedding_model_id, layout_id
 from .config import FusionConfig
-from .fused import FusionIndex, canonical_names, context_documents, lexical_documents, packet_periods
-from .language.stemming import stem_terms
+from .fused import FusionIndex, FusionParts, context_documents
 from .pipeline import MemoryView
 from .types import Descriptor, SourcePacket
 
 log = logging.getLogger(__name__)
-
-# The fields ``fusion_index`` fills. When FusionIndex gains or loses one, the loader falls back
-# to ``FusionIndex.build`` instead of guessing the new field's value.
-_FUSION_FIELDS = frozenset({"packet_ids", "speakers", "participants", "lexical", "packet_matrix",
-                            "context_matrix", "dated", "period_rows", "expansion_terms", "tolerant_names"})
 
 
 class LazyAddressIndex:
@@ -105,14 +98,11 @@ class _Memo:
 
     identity: tuple
     rows: Mapping[str, _Rows]  # embedding model id -> rows
-    tokens: Mapping[str, list[str]]  # lexical document (names made canonical) -> stemmed tokens
-    participants: tuple[str, ...]  # the participants ``tokens`` were made canonical against
-    periods: Mapping[tuple, frozenset]
-    expansion: Mapping[str, tuple[str, ...]]
+    fusion: FusionParts  # the fused index's per-text results (stemmed documents, periods, terms)
     documents: Mapping[tuple, str]  # (packet, its descriptors) -> packet document z(p)
 
 
-_EMPTY = _Memo((), {}, {}, (), {}, {}, {})
+_EMPTY = _Memo((), {}, FusionParts(), {})
 
 
 def _packet_documents(packets: Sequence[SourcePacket], by_packet: Mapping[str, Sequence[Descriptor]],
@@ -171,67 +161,11 @@ def fusion_index(
     packet_matrix: np.ndarray | None,
     context_matrix: np.ndarray | None,
     memo: _Memo = _EMPTY,
-) -> tuple[FusionIndex, dict]:
+) -> tuple[FusionIndex, FusionParts]:
     """``FusionIndex.build`` with the per-packet work taken from ``memo`` where its inputs are
     unchanged; returns (index, the parts to remember for the next load)."""
-    speakers = tuple(p.speaker for p in packets)
-    participants = tuple(dict.fromkeys(speakers))
-    docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context,
-                             group_bursts=cfg.bursts)
-    if cfg.tolerant_names:
-        docs = [canonical_names(d, participants) for d in docs]
-    # Canonical names depend on the participants: tokens made against others are not reused.
-    old_tokens = memo.tokens if memo.participants == participants or not cfg.tolerant_names else {}
-    tokens: dict[str, list[str]] = {}
-    corpus = []
-    for d in docs:
-        t = tokens.get(d)
-        if t is None:
-            t = old_tokens.get(d)
-            if t is None:
-                t = stem_terms(d)
-            tokens[d] = t
-        corpus.append(t)
-    lexical = LexicalIndex(corpus, k1=cfg.bm25_k1, b=cfg.bm25_b)
-    periods: dict[tuple, frozenset] = {}
-    expansion_memo: dict[str, tuple[str, ...]] = {}
-    rows: dict[tuple, list[int]] = {}
-    expansion = []
-    dated = []
-    for i, p in enumerate(packets):
-        descs = descriptors_by_packet.get(p.packet_id, ())
-        pkey = (p.session_time, tuple(d.event_time for d in descs))
-        have = periods.get(pkey)
-        if have is None:
-            have = memo.periods.get(pkey)
-            if have is None:
-                have = frozenset(packet_periods(p, descs))
-            periods[pkey] = have
-        for period in have:  # rows are appended in dialogue order, as the build appends them
-            rows.setdefault(period, []).append(i)
-        words = " ".join(w for d in descs for w in (*d.keywords, *d.people))
-        terms = expansion_memo.get(words)
-        if terms is None:
-            terms = memo.expansion.get(words)
-            if terms is None:
-                terms = tuple(dict.fromkeys(stem_terms(words)))
-            expansion_memo[words] = terms
-        expansion.append(terms)
-        dated.append(any(d.event_time for d in descs))
-    index = FusionIndex(
-        packet_ids=tuple(p.packet_id for p in packets),
-        speakers=speakers,
-        participants=participants,
-        lexical=lexical,
-        packet_matrix=packet_matrix,
-        context_matrix=context_matrix if cfg.dense_neighbor_context else None,
-        dated=np.asarray(dated, dtype=np.float64),
-        period_rows={k: np.asarray(v, dtype=np.int64) for k, v in rows.items()},
-        expansion_terms=tuple(expansion),
-        tolerant_names=cfg.tolerant_names,
-    )
-    return index, {"tokens": tokens, "participants": participants, "periods": periods,
-                   "expansion": expansion_memo}
+    return FusionIndex.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
+                                     context_matrix=context_matrix, previous=memo.fusion)
 
 
 class ViewLoader:
@@ -305,16 +239,10 @@ class ViewLoader:
             if not embedded and store.generation(namespace) == generation:
                 break
         descriptors_by_packet = {k: tuple(v) for k, v in by_packet.items()}
-        fusion = None
-        parts: dict = {"tokens": {}, "participants": (), "periods": {}, "expansion": {}}
+        fusion, parts = None, FusionParts()
         if use_fusion:
-            if {f.name for f in dataclasses.fields(FusionIndex)} == _FUSION_FIELDS:
-                fusion, parts = fusion_index(packets, descriptors_by_packet, cfg.fusion, packet_matrix=matrix,
-                                             context_matrix=context, memo=memo)
-            else:
-                log.debug("FusionIndex fields changed; building it from scratch")
-                fusion = FusionIndex.build(packets, descriptors_by_packet, cfg.fusion, packet_matrix=matrix,
-                                           context_matrix=context)
+            fusion, parts = fusion_index(packets, descriptors_by_packet, cfg.fusion, packet_matrix=matrix,
+                                         context_matrix=context, memo=memo)
         flat = cfg.placement.layout == "flat"
         index = LazyAddressIndex(lambda: AddressIndex.build(
             packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
@@ -331,6 +259,5 @@ class ViewLoader:
         )
         # The memo holds this load's rows and texts only (one view's worth), not every old one.
         with self._lock:
-            self._memos[namespace] = _Memo(identity, rows, parts["tokens"], parts["participants"],
-                                           parts["periods"], parts["expansion"], documents)
+            self._memos[namespace] = _Memo(identity, rows, parts, documents)
         return view, generation
