@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .address.extract_llm import LLMExtractor
-from .address.extract_memo import MemoizedExtractor
+from .address.extract_memo import MemoizedExtractor, forget_memo
 from .address.extract_rule import RuleExtractor
 from .build import BuildResult, build_memory, layout_id
 from .config import PipelineConfig, config_needs_llm
@@ -296,6 +296,7 @@ class Memory:
         with self._lock:
             self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
         self._loader.drop(namespace)
+        forget_memo()  # the process-wide extraction memo holds the erased turns' text as keys
         return self.store.forget(namespace)
 
     def delete_turn(self, namespace: str, packet_id: str) -> dict[str, int]:
@@ -314,6 +315,7 @@ class Memory:
         with self._lock:
             self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
         self._loader.drop(namespace)
+        forget_memo()
         return self.store.delete_packet(namespace, packet_id)
 
     def get_all(self, namespace: str, *, offset: int = 0, limit: int = 100) -> PacketPage:

@@ -11,6 +11,7 @@ import pytest
 
 from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
 from memcompile_local.address.extract_llm import LLMExtractor
+from memcompile_local.address import extract_memo
 from memcompile_local.address.extract_memo import MemoizedExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
 from memcompile_local.build import (
@@ -270,4 +271,29 @@ def test_repeated_turns_are_rule_extracted_once_with_their_own_ids(tmp_path):
     assert got1 == plain.extract(items["q1"]) and got2 == plain.extract(items["q2"])
     assert {d.namespace for ds in got2 for d in ds} == {"q2"}
     assert all(d.descriptor_id.startswith("q2:") for ds in got2 for d in ds)
+    store.close()
+
+
+def test_forget_and_delete_turn_drop_the_erased_text_from_the_extraction_memo(tmp_path):
+    # The memo keys on turn text; after a forget no key of this process may still hold it.
+    def memo_texts() -> set[str]:
+        with extract_memo._lock:
+            return {key[1][1] for key in extract_memo._memo if key[1] is not None}
+
+    store = MemoryStore(tmp_path / "m.sqlite")
+    mem = model_free(store, CountingEmbedder())
+    mem.add("ana", [SESSION_A])
+    mem.view("ana")
+    assert SESSION_A["turns"][0]["text"] in memo_texts()
+    mem.forget("ana")
+    assert not memo_texts() & {t["text"] for t in SESSION_A["turns"]}
+    mem.add("ben", [SESSION_B])
+    mem.view("ben")
+    assert SESSION_B["turns"][1]["text"] in memo_texts()
+    mem.delete_turn("ben", "S1:2")
+    assert SESSION_B["turns"][1]["text"] not in memo_texts()
+    # The memo is only a speed cache: a rebuild after the purge extracts the same descriptors.
+    again = model_free(store, CountingEmbedder())
+    assert [d.text for d in again.view("ben").descriptors_by_packet["S1:1"]] == \
+        [d.text for d in mem.view("ben").descriptors_by_packet["S1:1"]]
     store.close()

@@ -35,6 +35,19 @@ def _rebind(d: Descriptor, packet: SourcePacket) -> Descriptor:
                                session_index=packet.session_index)
 
 
+def forget_memo() -> None:
+    """Drop every memoized extraction: ``Memory.forget`` and ``delete_turn`` call it so the
+    text of erased turns does not outlive them in this process (it is only a speed cache)."""
+    with _lock:
+        _memo.clear()
+
+
+def memo_size() -> int:
+    """How many distinct turns are memoized (for tests and stats)."""
+    with _lock:
+        return len(_memo)
+
+
 class MemoizedExtractor:
     """``inner``'s descriptors, computed once per distinct (turn, previous turn) content.
 
