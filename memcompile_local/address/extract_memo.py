@@ -42,12 +42,6 @@ def forget_memo() -> None:
         _memo.clear()
 
 
-def memo_size() -> int:
-    """How many distinct turns are memoized (for tests and stats)."""
-    with _lock:
-        return len(_memo)
-
-
 class MemoizedExtractor:
     """``inner``'s descriptors, computed once per distinct (turn, previous turn) content.
 
