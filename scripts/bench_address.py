@@ -96,7 +96,8 @@ def pct(values, q):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path("/work/shared/data/locomo/locomo_dev.json"))
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo_dev.json",
+                    help="LoCoMo-layout file (default: ../shared beside the clone)")
     ap.add_argument("--conversation", default="conv-26")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--embedder", choices=("hash", "st"), default="hash")

@@ -48,7 +48,8 @@ def packets_of(conv: Conversation) -> list[SourcePacket]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/work/shared/data/locomo/locomo_dev.json")
+    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo_dev.json"),
+                    help="LoCoMo-layout file (default: ../shared beside the clone)")
     ap.add_argument("--conv", default="conv-26")
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--n", type=int, default=12)
