@@ -45,7 +45,7 @@ from typing import Any
 from .bench.metrics import locomo_f1
 from .config import PipelineConfig
 from .data import example_conversation_path, load_locomo
-from .evidence.answer import answer_question, answer_settings, first_blocks, use_temporal_prompt
+from .evidence.answer import answer_settings
 from .evidence.presets import apply_preset
 from .memory import Memory
 from .types import QAItem
@@ -125,11 +125,8 @@ def run_demo(args: Any, cfg: PipelineConfig, *, backend: Any = None, embedder: A
             for n, qa in enumerate(questions, start=1):
                 question = args.question if qa is None else qa.question
                 ctx = mem.compile(conv.namespace, question)
-                shown = first_blocks(ctx.text, settings.max_blocks)
-                ans = answer_question(mem.client, question, shown, temporal=use_temporal_prompt(question),
-                                      namespace=conv.namespace, max_tokens=settings.max_tokens,
-                                      prompt=settings.prompt,
-                                      strip_restatement=settings.strip_restatement)
+                shown = settings.shown(ctx.text)
+                ans = settings.answer(mem.client, question, ctx.text, namespace=conv.namespace)
                 print(f"\n[{n}] question: {question}")
                 print("  evidence given to the model:\n" + _indent(shown))
                 print(f"  answer:    {ans.text}")

@@ -7,14 +7,16 @@ import pytest
 from memcompile_local.adapters.scripted import ScriptedBackend
 from memcompile_local.errors import TransportError
 from memcompile_local.evidence import answer as answer_mod
+from memcompile_local.config import ModelConfig
 from memcompile_local.evidence.answer import (
     answer_question,
+    answer_settings,
     postprocess_answer,
     strip_restated_question,
     use_temporal_prompt,
 )
 from memcompile_local.language.timecues import is_temporal_question
-from memcompile_local.evidence.prompts import ANSWER, TEMPORAL_ANSWER
+from memcompile_local.evidence.prompts import ANSWER, SMALL_ANSWER, TEMPORAL_ANSWER
 from memcompile_local.llm.client import LLMClient
 from memcompile_local.llm.interface import TextSpec
 
@@ -125,3 +127,25 @@ def test_answer_question_strips_a_restatement_only_when_asked():
     client, _ = _client("The name of the cat is Pepper.")
     assert answer_question(client, "What is the name of the cat?", CONTEXT, temporal=False,
                            strip_restatement=True).text == "Pepper"
+
+
+def test_answer_settings_answer_applies_every_setting():
+    # The one call Memory.answer, the demo and the runner share: a small-model setting must cut
+    # the context to its first block, cap the tokens, use its own prompt and strip a restatement;
+    # the full setting must pass the whole context with the question-chosen prompt.
+    two_blocks = CONTEXT + "\n\n[2] Second block: Caroline painted a lake."
+    small = answer_settings(ModelConfig(backend="llamacpp", model="smollm2-135m", answer_prompt="auto"))
+    client, backend = _client("The name of the cat is Pepper.")
+    res = small.answer(client, "What is the name of the cat?", two_blocks, namespace="u1")
+    assert res.text == "Pepper" and res.prompt_version == SMALL_ANSWER.version
+    (req,) = backend.requests
+    user = req.messages[1].content
+    assert CONTEXT in user and "Second block" not in user
+    assert req.max_tokens == small.max_tokens <= 16 and req.namespace == "u1"
+
+    full = answer_settings(ModelConfig(backend="openai", model="gpt-4o-mini", answer_prompt="auto"))
+    client, backend = _client("7 May 2023")
+    res = full.answer(client, "When did Caroline go hiking?", two_blocks, question_date="2023/06/01")
+    assert res.prompt_version == TEMPORAL_ANSWER.version
+    user = backend.requests[0].messages[1].content
+    assert "Second block" in user and "2023/06/01" in user

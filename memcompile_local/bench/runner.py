@@ -35,7 +35,7 @@ from ..data import count_dataset, load_locomo, load_longmemeval
 from ..data.hf import is_hf_source, resolve_hf_source
 from ..errors import ConfigError, DataFormatError, ModelError
 from ..evidence import prompts as evidence_prompts
-from ..evidence.answer import AnswerSettings, answer_question, answer_settings, first_blocks, use_temporal_prompt
+from ..evidence.answer import AnswerSettings, answer_settings
 from ..language.tokens import count_tokens
 from ..llm.batching import MicroBatcher
 from ..llm.client import LLMClient, NoModelBackend
@@ -407,12 +407,8 @@ class EvalRunner:
         if self.spec.answer:
             # The same settings Memory.answer uses, so the embedded small model is evaluated
             # with the prompt it is answered with.
-            settings = answer_settings(self.cfg.model)
-            prediction = answer_question(
-                qclient, q.question, first_blocks(text, settings.max_blocks),
-                temporal=use_temporal_prompt(q.question), namespace=conv.namespace,
-                max_tokens=settings.max_tokens, prompt=settings.prompt,
-                strip_restatement=settings.strip_restatement,
+            prediction = answer_settings(self.cfg.model).answer(
+                qclient, q.question, text, namespace=conv.namespace,
                 question_date=q.question_date if self.spec.benchmark == "longmemeval" else None).text
         tokens = {stage: v["prompt"] + v["completion"] for stage, v in qclient.totals().items()}
         row: dict[str, Any] = {

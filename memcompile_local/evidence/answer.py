@@ -98,6 +98,20 @@ class AnswerSettings:
             blocks = "first block only" if self.max_blocks == 1 else f"first {self.max_blocks} blocks"
         return f"{prompt}, at most {self.max_tokens} tokens, {blocks}"
 
+    def shown(self, context_text: str) -> str:
+        """The part of a rendered context the answer model reads under these settings."""
+        return first_blocks(context_text, self.max_blocks)
+
+    def answer(self, client: Any, question: str, context_text: str, *, namespace: str | None = None,
+               question_date: str | None = None) -> AnswerResult:
+        """Answer ``question`` from a rendered context under these settings: the one place
+        that applies the block cut, the temporal-prompt rule, the cap and the reply cleaning,
+        so ``Memory.answer``, the demo and the benchmark runner ask the model alike."""
+        return answer_question(client, question, self.shown(context_text),
+                               temporal=use_temporal_prompt(question), namespace=namespace,
+                               max_tokens=self.max_tokens, question_date=question_date,
+                               prompt=self.prompt, strip_restatement=self.strip_restatement)
+
 
 def answer_settings(model: ModelConfig) -> AnswerSettings:
     """The answer settings of a model section: ``model.answer_prompt`` "full", "small" or "auto"
