@@ -20,12 +20,12 @@ import numpy as np
 from .address.extract_llm import LLMExtractor
 from .address.extract_memo import MemoizedExtractor, forget_memo
 from .address.extract_rule import RuleExtractor
-from .build import BuildResult, build_memory, layout_id
+from .build import BuildResult, build_memory, dense_plan, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError
 from .evidence.answer import answer_question, answer_settings, first_blocks, use_temporal_prompt
-from .fused import fused_scores
+from .fused import fused_scores, query_vector
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 from .pipeline import Context, MemoryView, compile_context
@@ -153,8 +153,8 @@ class _QueryVectors:
         # Query vectors of embedders with a query prefix (e5, bge); others embed queries as documents.
         embed = getattr(self._embedder, "embed_query", None) or self._embedder.embed
         out = np.asarray(embed(texts), dtype=np.float32)
-        if len(texts) == 1:
-            self.last = out[0]
+        if len(texts):
+            self.last = query_vector(out)  # several texts embed one query (FusionConfig.dense_query)
         return out
 
 
@@ -289,7 +289,7 @@ class Memory:
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
                             self.embedder, progress=self.progress,
                             on_failure=self.config.extraction.on_failure,
-                            context_embeddings=self.uses_context_embeddings())
+                            dense=dense_plan(self.config, self.uses_context_embeddings()))
 
     def forget(self, namespace: str) -> dict[str, int]:
         """Erase ``namespace`` from the store (``MemoryStore.forget``); rows deleted per table."""
@@ -378,11 +378,52 @@ class Memory:
             generation = self.store.generation(namespace)
         if not self.store.packet_count(namespace):
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
+        return (namespace, generation, *self._config_key())
+
+    def _config_key(self) -> tuple:
+        """The configuration part of a view's cache key (what its structures are made of)."""
         c = self.config
         dset = self.extractor().descriptor_set
         parts = repr((c.placement, c.routing, c.fusion, c.model.embedder, c.model.embed_model,
                       self.uses_context_embeddings()))
-        return (namespace, generation, dset, layout_id(dset, c.placement), parts)
+        return (dset, layout_id(dset, c.placement), parts)
+
+    def cached_view(self, namespace: str, *, generation: int | None = None) -> tuple[MemoryView, int] | None:
+        """(the view of ``namespace`` this Memory holds, its generation), or None.
+
+        With ``generation`` only a view of exactly that generation counts (pass the store's
+        generation now for a view that is current); without it, the newest one held. Loads
+        and builds nothing, so a search can serve a current view without the checks of ``view``.
+        """
+        config_key = self._config_key()
+        with self._lock:
+            for key, view in self._views.items():
+                if key[0] == namespace and key[2:] == config_key and generation in (None, key[1]):
+                    return view, key[1]
+        return None
+
+    def plan_append(self, namespace: str, base: MemoryView, packets: Sequence[SourcePacket],
+                    descriptors: Mapping[str, Sequence[Any]]):
+        """The view ``base`` becomes once ``packets`` and their descriptors are stored, or None
+        when it must be loaded instead (``view_load.ViewLoader.plan_append``; writes nothing)."""
+        return self._loader.plan_append(self, namespace, base, packets, descriptors)
+
+    def adopt_append(self, plan, cells: Sequence[Any], generation: int) -> MemoryView:
+        """Make a planned append's view the cached view of its namespace at ``generation``.
+
+        The caller has written everything the plan describes and read ``generation`` after
+        its last write, knowing that nobody else wrote the namespace since ``plan.base`` was
+        current. A newer view already held is kept instead.
+        """
+        view = self._loader.adopt(self, plan, cells, generation)
+        key = (plan.namespace, generation, *self._config_key())
+        with self._lock:
+            held = [k for k in self._views if k[0] == plan.namespace]
+            if any(k[1] > generation for k in held):
+                return self._views[max(held, key=lambda k: k[1])]
+            self._views = {k: v for k, v in self._views.items() if k[0] != plan.namespace}
+            self._views[key] = view
+        return view
 
     def _load_view(self, namespace: str) -> tuple[MemoryView, int]:
         """Read a built namespace into a MemoryView (embedding any document not embedded yet),

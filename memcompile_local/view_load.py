@@ -30,15 +30,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .address.dense import packet_document
+from .address.dense import dense_document
 from .address.index import AddressIndex
 # Private helpers of build.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
-from .build import _embed_missing, _keyed, context_model_id, embedding_model_id, layout_id
+from .build import _embed_missing, _keyed, context_model_id, embedding_model_id, layout_id, text_address
+from .build import composed_contexts, dense_plan
 from .config import FusionConfig
-from .fused import FusionIndex, FusionParts, context_documents
+from .fused import FusionIndex, FusionParts, canonical_names, context_documents, lexical_documents, packet_periods
+from .language.stemming import stem_terms
+from .lexical_growth import GrowingLexicalIndex
 from .pipeline import MemoryView
-from .types import Descriptor, SourcePacket
+from .types import Cell, Descriptor, SourcePacket
 
 log = logging.getLogger(__name__)
 
@@ -100,22 +103,28 @@ class _Memo:
     rows: Mapping[str, _Rows]  # embedding model id -> rows
     fusion: FusionParts  # the fused index's per-text results (stemmed documents, periods, terms)
     documents: Mapping[tuple, str]  # (packet, its descriptors) -> packet document z(p)
+    # What an append in place (``plan_append``) extends: the view this memo made, the
+    # generation it is keyed on, and its packets' lexical documents (None until computed).
+    view: MemoryView | None = None
+    generation: int | None = None
+    lexical_docs: tuple[str, ...] | None = None
 
 
 _EMPTY = _Memo((), {}, FusionParts(), {})
 
 
 def _packet_documents(packets: Sequence[SourcePacket], by_packet: Mapping[str, Sequence[Descriptor]],
-                      old: Mapping[tuple, str]) -> tuple[list[str], dict[tuple, str]]:
-    """z(p) of each packet, taken from ``old`` when the packet and its descriptors are equal
-    to a remembered one's; returns (documents, the memo for the next load)."""
+                      old: Mapping[tuple, str], kind: str = "packet") -> tuple[list[str], dict[tuple, str]]:
+    """The dense document (``kind``, default z(p)) of each packet, taken from ``old`` when the
+    packet and its descriptors are equal to a remembered one's; returns (documents, the memo
+    for the next load). The memo is only reused under one configuration (the load identity)."""
     memo: dict[tuple, str] = {}
     docs = []
     for p in packets:
         key = (p, tuple(by_packet.get(p.packet_id, ())))
         doc = old.get(key)
         if doc is None:
-            doc = packet_document(p, key[1])
+            doc = dense_document(p, key[1], kind)
         memo[key] = doc
         docs.append(doc)
     return docs, memo
@@ -200,6 +209,7 @@ class ViewLoader:
         embedder = mem.embedder
         use_fusion = mem.uses_fusion()
         use_context = mem.uses_context_embeddings()
+        dense = dense_plan(cfg, use_context)
         identity = (dset, lid, repr(cfg.fusion), embedding_model_id(embedder) if embedder is not None else None,
                     use_fusion, use_context)
         with self._lock:
@@ -224,13 +234,15 @@ class ViewLoader:
             matrix = context = None
             if embedder is not None:
                 model_id = embedding_model_id(embedder)
-                pdocs, documents = _packet_documents(packets, by_packet, documents)
+                pdocs, documents = _packet_documents(packets, by_packet, documents, dense.document)
                 keys, docs = _keyed(packets, pdocs)
                 rows[model_id], n = _matrix(store, namespace, model_id, embedder, keys, docs,
                                             rows.get(model_id), "packet")
                 embedded += n
                 matrix = rows[model_id].matrix
-                if use_context:
+                if dense.context == "composed":  # summed from the packet rows, nothing embedded
+                    context = composed_contexts(packets, matrix)
+                elif use_context:
                     cid = context_model_id(embedder)
                     ckeys, cdocs = _keyed(packets, context_documents(packets))
                     rows[cid], n = _matrix(store, namespace, cid, embedder, ckeys, cdocs, rows.get(cid), "context")
@@ -259,5 +271,260 @@ class ViewLoader:
         )
         # The memo holds this load's rows and texts only (one view's worth), not every old one.
         with self._lock:
-            self._memos[namespace] = _Memo(identity, rows, parts, documents)
+            self._memos[namespace] = _Memo(identity, rows, parts, documents, view, generation)
         return view, generation
+
+    # ------------------------------------------------------------------ appends in place
+    def plan_append(self, mem: Any, namespace: str, base: MemoryView, packets: Sequence[SourcePacket],
+                    descriptors: Mapping[str, Sequence[Descriptor]]) -> "AppendPlan | None":
+        """The view ``base`` becomes when ``packets`` (with their ``descriptors``, by packet id)
+        are appended, made without reading the namespace from the store.
+
+        ``base`` must be the view this loader made last for ``namespace`` (else None: the caller
+        reloads). Nothing is written: the plan carries the vectors the store must get
+        (``AppendPlan.saves``); after the caller wrote the packets, descriptors, Cells and those
+        vectors, ``adopt`` makes the view current. The dense rows of documents whose text did not
+        change, the stemmed tokens and the BM25 counts of unchanged documents are reused; the
+        rest is computed as a load from scratch computes it (``tests/test_view_load.py``).
+        """
+        cfg = mem.config
+        dset = mem.extractor().descriptor_set
+        embedder = mem.embedder
+        use_fusion = mem.uses_fusion()
+        use_context = mem.uses_context_embeddings()
+        dense = dense_plan(cfg, use_context)
+        identity = (dset, layout_id(dset, cfg.placement), repr(cfg.fusion),
+                    embedding_model_id(embedder) if embedder is not None else None, use_fusion, use_context)
+        with self._lock:
+            memo = self._memos.get(namespace)
+        if memo is None or memo.view is not base or memo.identity != identity or not packets:
+            return None
+        old = list(base.packets)
+        n_old = len(old)
+        if n_old and packets[0].ordinal <= old[-1].ordinal:
+            return None
+        allp = old + list(packets)
+        by_packet = dict(base.descriptors_by_packet)
+        for p in packets:
+            if descriptors.get(p.packet_id):
+                by_packet[p.packet_id] = tuple(descriptors[p.packet_id])
+        rows = dict(memo.rows)
+        documents = dict(memo.documents)
+        saves: list[tuple[str, list[str], np.ndarray, list[str], str]] = []
+        matrix = context = None
+        if embedder is not None:
+            model_id = embedding_model_id(embedder)
+            new_docs, memo_docs = _packet_documents(packets, by_packet, {}, dense.document)
+            documents.update(memo_docs)
+            keys, docs = _keyed(packets, new_docs)
+            rows[model_id], save = _grown_rows(mem.store, embedder, model_id, rows.get(model_id), n_old, {},
+                                               keys, docs)
+            saves.extend(save)
+            matrix = rows[model_id].matrix
+            if dense.context == "composed":  # summed from the packet rows, nothing embedded
+                context = composed_contexts(allp, matrix)
+            elif use_context:
+                cid = context_model_id(embedder)
+                # A context document quotes the turns before and after it in its session: of
+                # the old packets only the last one's can change.
+                start, near = max(0, n_old - 1), max(0, n_old - 2)
+                ckeys, cdocs = _keyed(allp[near:], context_documents(allp[near:]))
+                ckeys, cdocs = ckeys[start - near:], cdocs[start - near:]
+                old_ckeys = list(rows[cid].row_of) if cid in rows else []
+                if len(old_ckeys) != n_old:
+                    return None
+                changed = {start + j: (k, d) for j, (k, d) in enumerate(zip(ckeys, cdocs))
+                           if start + j < n_old and k != old_ckeys[start + j]}
+                rows[cid], save = _grown_rows(mem.store, embedder, cid, rows[cid], n_old, changed,
+                                              ckeys[n_old - start:], cdocs[n_old - start:])
+                saves.extend(save)
+                context = rows[cid].matrix
+        parts, fusion, lexical_docs = memo.fusion, None, memo.lexical_docs
+        if use_fusion:
+            grown = _grown_fusion(base.fusion, memo, allp, n_old, by_packet, cfg.fusion,
+                                  packet_matrix=matrix, context_matrix=context)
+            if grown is None:
+                fusion, parts = fusion_index(allp, by_packet, cfg.fusion, packet_matrix=matrix,
+                                             context_matrix=context, memo=memo)
+                lexical_docs = None
+            else:
+                fusion, parts, lexical_docs = grown
+        return AppendPlan(namespace=namespace, base=base, saves=tuple(saves), packets=tuple(allp),
+                          descriptors_by_packet=by_packet, packet_matrix=matrix, fusion=fusion,
+                          memo=_Memo(identity, rows, parts, documents, None, None, lexical_docs))
+
+    def adopt(self, mem: Any, plan: "AppendPlan", cells: Sequence[Cell], generation: int) -> MemoryView:
+        """The planned view over the stored ``cells``, remembered as this loader's last load of
+        the namespace at ``generation`` (the generation after the append's writes)."""
+        cfg = mem.config
+        packets = list(plan.packets)
+        descriptors = [d for p in packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
+        matrix = plan.packet_matrix
+        flat = cfg.placement.layout == "flat"
+        cells = [] if flat else list(cells)
+        index = LazyAddressIndex(lambda: AddressIndex.build(
+            packets, descriptors, cells, matrix, layout=cfg.placement.layout,
+            placement=cfg.placement, routing=cfg.routing))
+        view = MemoryView(
+            namespace=plan.namespace,
+            packets=plan.packets,
+            packets_by_id={**plan.base.packets_by_id, **{p.packet_id: p for p in packets[len(plan.base.packets):]}},
+            descriptors_by_packet=plan.descriptors_by_packet,
+            index=index,  # type: ignore[arg-type]
+            packet_matrix=matrix,
+            row_of={p.packet_id: i for i, p in enumerate(packets)},
+            fusion=plan.fusion,
+        )
+        with self._lock:
+            if self._memos.get(plan.namespace, _EMPTY).view is plan.base:
+                self._memos[plan.namespace] = dataclasses.replace(plan.memo, view=view, generation=generation)
+        return view
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendPlan:
+    """A view extended by appended packets, before the store has them (``ViewLoader.plan_append``).
+
+    ``saves``: (model id, keys, float32 vectors, content addresses, vector space) the store must
+    hold for the view to equal a load (``MemoryStore.save_embeddings`` with ``content``/``space``).
+    """
+
+    namespace: str
+    base: MemoryView
+    saves: tuple[tuple[str, list[str], np.ndarray, list[str], str], ...]
+    packets: tuple[SourcePacket, ...]
+    descriptors_by_packet: Mapping[str, tuple[Descriptor, ...]]
+    packet_matrix: np.ndarray | None
+    fusion: FusionIndex | None
+    memo: _Memo
+
+
+def _grown_rows(store: Any, embedder: Any, model_id: str, old: _Rows | None, n_old: int,
+                changed: Mapping[int, tuple[str, str]], keys: list[str], docs: list[str],
+                ) -> tuple[_Rows, list[tuple[str, list[str], np.ndarray, list[str], str]]]:
+    """Rows after the documents ``changed`` (row -> (key, document)) are replaced and ``keys``
+    (of ``docs``) appended, and the vectors to save for them.
+
+    A vector is taken from the store when another key already embedded the same text in the
+    embedder's space (content address, as ``build._embed_missing`` does); every other distinct
+    text is embedded once.
+    """
+    if old is None or len(old.row_of) != n_old:
+        raise ValueError("the remembered rows do not match the view")
+    new_keys = [k for k, _ in changed.values()] + keys
+    new_docs = [d for _, d in changed.values()] + docs
+    space = embedding_model_id(embedder)
+    addresses = [text_address(d) for d in new_docs]
+    shared = store.vectors_by_content(space, addresses) if addresses else {}
+    todo = list(dict.fromkeys(a for a in addresses if a not in shared))
+    text_of = dict(zip(addresses, new_docs))
+    if todo:
+        vecs = np.asarray(embedder.embed([text_of[a] for a in todo]), dtype=np.float32)
+        shared = {**shared, **dict(zip(todo, vecs))}
+    vectors = (np.stack([np.asarray(shared[a], dtype=np.float32) for a in addresses]) if addresses
+               else np.zeros((0, old.matrix.shape[1] if old.matrix.ndim == 2 else embedder.dim), np.float32))
+    dim = old.matrix.shape[1] if old.matrix.ndim == 2 and old.matrix.shape[0] else vectors.shape[1]
+    matrix = np.empty((n_old + len(keys), dim), dtype=np.float32)
+    matrix[:n_old] = old.matrix
+    old_keys = list(old.row_of)
+    for j, (row, (k, _)) in enumerate(changed.items()):
+        matrix[row] = vectors[j]
+        old_keys[row] = k
+    matrix[n_old:] = vectors[len(changed):]
+    all_keys = old_keys + keys
+    save = [(model_id, new_keys, vectors, addresses, space)] if new_keys else []
+    return _Rows({k: i for i, k in enumerate(all_keys)}, matrix), save
+
+
+def _lexical_tail(packets: Sequence[SourcePacket], n_old: int, bursts: bool) -> tuple[int, int]:
+    """(near, start): appending after ``packets[:n_old]`` can change the lexical documents of
+    packets from ``start`` on only, and those are computed alike from ``packets[near:]``.
+
+    A document quotes its session neighbours (one turn each side, or with bursts the
+    neighbouring bursts and its own burst), so without bursts only the last old document can
+    change; with bursts the whole last session run is recomputed (nothing before it is quoted).
+    """
+    if n_old == 0:
+        return 0, 0
+    if not bursts:
+        return max(0, n_old - 2), n_old - 1
+    start = n_old - 1
+    while start > 0 and packets[start - 1].session_index == packets[n_old - 1].session_index:
+        start -= 1
+    return start, start
+
+
+def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[SourcePacket], n_old: int,
+                  by_packet: Mapping[str, Sequence[Descriptor]], cfg: FusionConfig, *,
+                  packet_matrix: np.ndarray | None, context_matrix: np.ndarray | None,
+                  ) -> tuple[FusionIndex, FusionParts, tuple[str, ...]] | None:
+    """The fused index of ``packets`` from ``base`` (the index of the first ``n_old``), or None
+    when it has to be built afresh (no base, a new participant under tolerant names)."""
+    if base is None:
+        return None
+    speakers = tuple(p.speaker for p in packets)
+    participants = tuple(dict.fromkeys(speakers))
+    if cfg.tolerant_names and participants != base.participants:
+        return None  # every document's canonical names may change
+    old_docs = memo.lexical_docs
+    if old_docs is None or len(old_docs) != n_old:
+        old_docs = tuple(_lexical_docs(packets[:n_old], by_packet, cfg, participants))
+    near, start = _lexical_tail(packets, n_old, cfg.bursts)
+    tail = _lexical_docs(packets[near:], by_packet, cfg, participants)[start - near:]
+    docs = old_docs[:start] + tuple(tail)
+    old = memo.fusion
+    tokens = dict(old.tokens)
+    periods = dict(old.periods)
+    expansion = dict(old.expansion)
+
+    def stemmed(doc: str) -> list[str]:
+        got = tokens.get(doc)
+        if got is None:
+            got = tokens[doc] = stem_terms(doc)
+        return got
+
+    replaced = {i: stemmed(docs[i]) for i in range(start, n_old) if docs[i] != old_docs[i]}
+    appended = [stemmed(d) for d in docs[n_old:]]
+    lexical = base.lexical
+    if not isinstance(lexical, GrowingLexicalIndex):
+        lexical = GrowingLexicalIndex.from_tokens([stemmed(d) for d in old_docs], k1=cfg.bm25_k1, b=cfg.bm25_b)
+    lexical = lexical.grown(replaced, appended)
+    for i in replaced:  # a replaced text no other document has any more is not kept
+        if old_docs[i] not in docs[start:]:
+            tokens.pop(old_docs[i], None)
+    rows = {k: list(v) for k, v in base.period_rows.items()}
+    dated = list(base.dated)
+    terms = list(base.expansion_terms)
+    for i in range(n_old, len(packets)):
+        p = packets[i]
+        descs = by_packet.get(p.packet_id, ())
+        when = (p.session_time, tuple(d.event_time for d in descs))
+        if when not in periods:
+            periods[when] = frozenset(packet_periods(p, descs))
+        for period in periods[when]:
+            rows.setdefault(period, []).append(i)
+        words = " ".join(w for d in descs for w in (*d.keywords, *d.people))
+        if words not in expansion:
+            expansion[words] = tuple(dict.fromkeys(stem_terms(words)))
+        terms.append(expansion[words])
+        dated.append(float(any(d.event_time for d in descs)))
+    index = FusionIndex(
+        packet_ids=tuple(p.packet_id for p in packets),
+        speakers=speakers,
+        participants=participants,
+        lexical=lexical,
+        packet_matrix=packet_matrix,
+        context_matrix=context_matrix if cfg.dense_neighbor_context else None,
+        dated=np.asarray(dated, dtype=np.float64),
+        period_rows={k: np.asarray(v, dtype=np.int64) for k, v in rows.items()},
+        expansion_terms=tuple(terms),
+        tolerant_names=cfg.tolerant_names,
+    )
+    return index, FusionParts(participants, tokens, periods, expansion), docs
+
+
+def _lexical_docs(packets: Sequence[SourcePacket], by_packet: Mapping[str, Sequence[Descriptor]],
+                  cfg: FusionConfig, participants: tuple[str, ...]) -> list[str]:
+    """The fused selector's lexical documents of ``packets`` (as ``FusionIndex.build_reusing``)."""
+    docs = lexical_documents(packets, by_packet, neighbor_context=cfg.neighbor_context, group_bursts=cfg.bursts)
+    return [canonical_names(d, participants) for d in docs] if cfg.tolerant_names else docs

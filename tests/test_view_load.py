@@ -19,12 +19,15 @@ from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.address.index import AddressIndex
 from memcompile_local.build import extract_descriptors, place_cells
 from memcompile_local.config import PipelineConfig
+from memcompile_local.errors import ImmutablePacketError
 from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.fused import FusionIndex, fused_scores
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
-from memcompile_local.pipeline import compile_context
+from memcompile_local.pipeline import MemoryView, compile_context
+from memcompile_local.service.append import InPlaceAppend
 from memcompile_local.store import MemoryStore
+from memcompile_local.types import Conversation, Session, Turn
 from memcompile_local.view_load import LazyAddressIndex
 
 FIRST = [
@@ -250,4 +253,156 @@ def test_a_load_that_only_links_shared_vectors_is_keyed_on_the_current_generatio
     first = mem.view("b")
     assert mem.view("b") is first and loads == ["b"]
     assert selection(mem, "b") == selection(memory(store, cfg), "b")
+    store.close()
+
+
+# ----------------------------------------------------------------------------- appends in place
+
+
+def as_conversation(store: MemoryStore, ns: str, batch: list[dict]) -> Conversation:
+    """A plain-format batch as the service hands it to the store (session ids keep their index)."""
+    index = {p.session_id: p.session_index for p in store.packets(ns)}
+    sessions = []
+    for s in batch:
+        i = index.setdefault(s["id"], max(index.values(), default=0) + 1)
+        sessions.append(Session(index=i, session_id=s["id"], time=s["time"],
+                                turns=tuple(Turn(packet_id=t["id"], speaker=t["speaker"], text=t["text"])
+                                            for t in s["turns"])))
+    return Conversation(namespace=ns, sessions=tuple(sessions))
+
+
+def appender(mem: Memory) -> InPlaceAppend:
+    return InPlaceAppend(mem, lambda ns: True, lambda ns: None)
+
+
+def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> None:
+    """``live`` (extended in place) holds what a load from scratch holds, field by field; BM25
+    scores are equal up to float64 rounding (a grown index sums in another order)."""
+    assert live.packets == scratch.packets and dict(live.packets_by_id) == dict(scratch.packets_by_id)
+    assert dict(live.descriptors_by_packet) == dict(scratch.descriptors_by_packet)
+    assert dict(live.row_of) == dict(scratch.row_of)
+    assert live.packet_matrix.dtype == scratch.packet_matrix.dtype
+    assert np.array_equal(live.packet_matrix, scratch.packet_matrix)
+    a, b = live.fusion, scratch.fusion
+    assert a.packet_ids == b.packet_ids and a.speakers == b.speakers and a.participants == b.participants
+    assert a.expansion_terms == b.expansion_terms and a.tolerant_names == b.tolerant_names
+    assert np.array_equal(a.dated, b.dated) and set(a.period_rows) == set(b.period_rows)
+    for k in a.period_rows:
+        assert np.array_equal(a.period_rows[k], b.period_rows[k])
+    assert (a.context_matrix is None) == (b.context_matrix is None)
+    if a.context_matrix is not None:
+        assert np.array_equal(a.context_matrix, b.context_matrix)
+    assert a.lexical.n_docs == b.lexical.n_docs
+    for q in [*QUESTIONS, "ferry bike pies Kumasi Tallinn shop frozen", "sugar sugar bread"]:
+        terms = b.query_terms(q)
+        assert np.allclose(a.lexical.scores(terms), b.lexical.scores(terms), rtol=1e-12, atol=0)
+    # The Cell index, built on first use, is made of the same records.
+    assert live.index.cells == scratch.index.cells
+
+
+def same_selection(x: list[tuple], y: list[tuple]) -> None:
+    assert [(ids, text) for ids, text, _ in x] == [(ids, text) for ids, text, _ in y]
+    for (_, _, s), (_, _, t) in zip(x, y):
+        assert np.allclose(s, t, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("fusion", [{}, {"bursts": True, "tolerant_names": True},
+                                    {"neighbor_context": False, "dense_neighbor_context": False}])
+def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config(**fusion)
+    live = memory(store, cfg)
+    live.add("u", FIRST)
+    live.view("u")
+    app = appender(live)
+    loads: list[str] = []
+    real = live._loader.load
+    monkeypatch.setattr(live._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
+    for n, batch in enumerate(APPENDS + [[{"time": "2024-06-20 08:00", "id": "s3", "turns": [
+            {"speaker": "Lena", "text": "Hi both, Lena here: I joined the Tallinn trip in 2024-06.", "id": "c3"}]}]],
+            start=1):
+        before = live.view("u")
+        result = app.add("u", as_conversation(store, "u", batch))
+        assert result is not None and result.added == len(batch[0]["turns"]) and app.in_place == n
+        held = live.cached_view("u", generation=store.generation("u"))
+        assert held is not None and held[0] is not before  # current without a load
+        view = live.view("u")
+        assert view is held[0] and loads == []
+        scratch = memory(store, cfg)
+        assert not scratch._loader.remembered("u")
+        same_view(view, scratch.view("u"), cfg)
+        same_selection(selection(live, "u"), selection(scratch, "u"))
+    # The next load from the store (after another writer) reuses what the appends remembered.
+    live.add("u", [{"time": "2024-07-01 09:00", "id": "s4", "turns": [
+        {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}])
+    same_selection(selection(live, "u"), selection(memory(store, cfg), "u"))
+    assert loads == ["u"]
+    store.close()
+
+
+def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_path, monkeypatch):
+    """A write by another connection (another server process) between the view's load and the
+    append's writes, or during them, must make the next search load the view from the store."""
+    path = tmp_path / "m.sqlite"
+    store = MemoryStore(path)
+    cfg = config()
+    live = memory(store, cfg)
+    live.add("u", FIRST)
+    live.view("u")
+    other_store = MemoryStore(path)
+    other = memory(other_store, cfg)
+    other.add("u", APPENDS[0])  # before the append: the held view is no longer current
+    app = appender(live)
+    assert app.add("u", as_conversation(store, "u", APPENDS[1])) is None and app.in_place == 0
+    live.add("u", APPENDS[1])
+    assert {"b4", "b5", "b6"} <= set(live.view("u").packets_by_id)
+    # During the append's writes: the other connection commits right after our turns.
+    real_ingest = store.ingest
+
+    def ingest_then_other_writes(conv):
+        got = real_ingest(conv)
+        other.add("u", [{"time": "2024-07-01 09:00", "id": "s4", "turns": [
+            {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}])
+        return got
+
+    monkeypatch.setattr(store, "ingest", ingest_then_other_writes)
+    result = app.add("u", as_conversation(store, "u", APPENDS[2]))
+    assert result is not None and result.added == 2 and app.in_place == 0 and app.reloads == 1
+    assert live.cached_view("u", generation=store.generation("u")) is None
+    view = live.view("u")
+    assert {"c1", "c2", "d1"} <= set(view.packets_by_id)
+    same_view(view, memory(store, cfg).view("u"), cfg)
+    other_store.close()
+    store.close()
+
+
+def test_a_failed_append_leaves_the_old_view_serving(tmp_path, monkeypatch):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config()
+    live = memory(store, cfg)
+    live.add("u", FIRST)
+    old = live.view("u")
+    app = appender(live)
+    # A changed text under a stored id: nothing is written, the held view stays current.
+    changed = [{"time": "2024-05-09 19:15", "id": "s2", "turns": [
+        {"speaker": "Kofi", "text": "Mostly coconut bread.", "id": "b3"}]}]
+    assert app.add("u", as_conversation(store, "u", changed)) is None
+    with pytest.raises(ImmutablePacketError):
+        store.ingest(as_conversation(store, "u", changed))
+    assert live.cached_view("u", generation=store.generation("u"))[0] is old
+    # Planning fails before anything is written: nothing stored, the old view still serves.
+    monkeypatch.setattr(live, "plan_append", lambda *a, **k: 1 / 0)
+    assert app.add("u", as_conversation(store, "u", APPENDS[0])) is None
+    assert store.packet_count("u") == 6 and live.cached_view("u", generation=store.generation("u"))[0] is old
+    monkeypatch.undo()
+    # A write fails after the turns are stored: they are built the plain way and the next
+    # search loads a view equal to one from scratch.
+    real = store.save_embeddings
+    monkeypatch.setattr(store, "save_embeddings", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    result = app.add("u", as_conversation(store, "u", APPENDS[0]))
+    assert result is not None and result.added == 1 and app.in_place == 0
+    monkeypatch.setattr(store, "save_embeddings", real)
+    view = live.view("u")
+    assert "b4" in view.packets_by_id
+    same_view(view, memory(store, cfg).view("u"), cfg)
     store.close()

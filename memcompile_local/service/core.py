@@ -36,6 +36,7 @@ from ..pipeline import compile_context
 from ..store import MemoryStore
 from ..store.queue import BuildQueue
 from ..types import Conversation, Session, Turn
+from .append import InPlaceAppend
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .errors import ServiceError
 from .limits import Limits
@@ -135,6 +136,9 @@ class MemoryService:
         self._presets: OrderedDict[str, Memory] = OrderedDict()
         self._presets_lock = threading.Lock()
         self._view_locks: dict[str, threading.Lock] = {}
+        # Appends that extend this process's loaded view instead of making the next search load one.
+        self.appender = InPlaceAppend(self.memory, lambda ns: self._acquire_lease(ns, 10.0),
+                                      lambda ns: self.queue.release(ns, self.owner))
         self.backend_down_since: float | None = None
         # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
         self._warm_queue: queue.Queue[str] = queue.Queue()
@@ -247,6 +251,14 @@ class MemoryService:
                                    f"(limit {self.limits.max_queue_turns}); retry later",
                                    headers={"Retry-After": "5"})
         conv = self._conversation(ns, turns, ids)
+        if self.inline_build:
+            # One append (or view load) of a user at a time in this process: an append in place
+            # extends the view the last one left.
+            with self._view_lock(ns):
+                result = self.appender.add(ns, conv)
+            if result is not None:
+                return {"user_id": user_id, "ids": ids, "added": result.added, "skipped": result.skipped,
+                        "built": True, "pending_turns": 0}
         result = self.memory.add(ns, conv)
         built = False
         if result.added:
@@ -292,6 +304,18 @@ class MemoryService:
         whatever packet and context documents are missing on every load anyway, so embedding
         here as well would compute every document key of the memory twice per append.
         """
+        if not self._acquire_lease(ns, wait_s):
+            return False
+        try:
+            extractor = self.memory.extractor()
+            extract_descriptors(self.store, ns, extractor, on_failure=self.config.extraction.on_failure)
+            place_cells(self.store, ns, extractor.descriptor_set, self.config.placement)
+        finally:
+            self.queue.release(ns, self.owner)
+        return True
+
+    def _acquire_lease(self, ns: str, wait_s: float) -> bool:
+        """Take ``ns``'s build lease, waiting up to ``wait_s``; False when another holder kept it."""
         deadline = time.monotonic() + wait_s
         reaped = False
         while not self.queue.acquire(ns, self.owner, lease_s=60.0):
@@ -302,12 +326,6 @@ class MemoryService:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
-        try:
-            extractor = self.memory.extractor()
-            extract_descriptors(self.store, ns, extractor, on_failure=self.config.extraction.on_failure)
-            place_cells(self.store, ns, extractor.descriptor_set, self.config.placement)
-        finally:
-            self.queue.release(ns, self.owner)
         return True
 
     # ------------------------------------------------------------------ view warming
@@ -394,13 +412,19 @@ class MemoryService:
 
     def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None):
         mem = self.memory_for(preset)
-        if self.inline_build and pending_turns(mem, ns):
-            self.build_now(ns)  # turns left by a request that could not get the lease
-        # One thread per namespace loads a new view; the others wait for it instead of each
-        # rebuilding the same indexes (every write makes the next search load a view).
-        with self._view_lock(ns):
-            view, behind = current_view(mem, self.pending if mem is self.memory else PendingViews(mem), ns,
-                                        allow_build=self.inline_build)
+        # A view held for the store's current generation is complete (only built namespaces
+        # are cached there): serve it without the build checks below.
+        held = mem.cached_view(ns, generation=self.store.generation(ns))
+        if held is not None:
+            view, behind = held[0], 0
+        else:
+            if self.inline_build and pending_turns(mem, ns):
+                self.build_now(ns)  # turns left by a request that could not get the lease
+            # One thread per namespace loads a new view; the others wait for it instead of each
+            # rebuilding the same indexes (every write makes the next search load a view).
+            with self._view_lock(ns):
+                view, behind = current_view(mem, self.pending if mem is self.memory else PendingViews(mem), ns,
+                                            allow_build=self.inline_build)
         cfg = mem.config.replace(evidence={"k0": k}) if k is not None else mem.config
         client = mem.client if config_needs_llm(cfg) else None
         try:
