@@ -16,11 +16,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .address.cells import PlacementState
-from .address.dense import packet_document
+from .address.dense import DENSE_DOCUMENTS, composed_context_matrix, dense_document
 from .address.extract_rule import RuleExtractor
 from .address.layouts import build_layout
 from .address.placement_memo import PlacementMemo
-from .config import PlacementConfig
+from .config import PipelineConfig, PlacementConfig
 from .errors import ExtractionError, PacketExtractionError
 from .fused import context_documents
 from .progress import bar
@@ -41,6 +41,36 @@ class BuildResult:
     descriptors: int
     cells: int
     embedded_now: int  # documents embedded by this call (z(p), plus context documents when used)
+
+
+@dataclass(frozen=True)
+class DensePlan:
+    """What the dense channel embeds for one configuration (``dense_plan``).
+
+    ``document``: the per-packet document kind (``address.dense.DENSE_DOCUMENTS``);
+    ``context``: "none" (no context vectors), "embedded" (each neighbour-context document is
+    embedded) or "composed" (context vectors summed from the packet vectors, nothing embedded).
+    """
+
+    document: str = "packet"
+    context: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.document not in DENSE_DOCUMENTS or self.context not in ("none", "embedded", "composed"):
+            raise ValueError(f"unknown dense plan {self}")
+
+
+def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
+    """The dense plan of ``config``; ``context_vectors``: whether the fused selector reads
+    context vectors (``Memory.uses_context_embeddings``).
+
+    The shorter documents of ``fusion.dense_document`` serve the fused selector only: when it
+    is not the anchor selector (the paper's LLM paths, whose dense proposals D_q read z(p)),
+    the document is z(p) whatever the fusion section says.
+    """
+    document = config.fusion.dense_document if config.evidence.anchor_selector == "fused" else "packet"
+    context = config.fusion.dense_context if context_vectors else "none"
+    return DensePlan(document, context)
 
 
 # Each store's last placement states (see placement_memo): the next append places only its turn.
@@ -188,14 +218,16 @@ def embed_packets(
     on_progress: Callable[[int], None] | None = None,
     packets: Sequence[SourcePacket] | None = None,
     descriptors: Sequence[Descriptor] | None = None,
+    document: str = "packet",
 ) -> int:
-    """Embed every packet document z(p) not yet stored; returns how many were embedded now.
+    """Embed every packet document not yet stored; returns how many were embedded now.
 
     The key binds the document's text hash, so a changed descriptor set re-embeds only the
     packets whose documents changed. ``packets`` and ``descriptors``: what the caller read
-    already (else read here).
+    already (else read here). ``document``: the document kind (``DensePlan.document``).
     """
-    keys, docs = packet_document_keys(store, namespace, descriptor_set, packets=packets, descriptors=descriptors)
+    keys, docs = packet_document_keys(store, namespace, descriptor_set, packets=packets, descriptors=descriptors,
+                                      document=document)
     return _embed_missing(store, namespace, embedding_model_id(embedder), embedder, keys, docs,
                           batch_size=batch_size, on_progress=on_progress)
 
@@ -275,19 +307,24 @@ def _keyed(packets, docs) -> tuple[list[str], list[str]]:
 def packet_document_keys(
     store: MemoryStore, namespace: str, descriptor_set: str, *,
     packets: Sequence[SourcePacket] | None = None, descriptors: Sequence[Descriptor] | None = None,
+    document: str = "packet",
 ) -> tuple[list[str], list[str]]:
     """(keys, documents) of the dense packet channel, in packet order.
 
     ``packets`` and ``descriptors`` (of ``descriptor_set``): what the caller read already.
+    ``document``: the document kind (``address.dense.dense_document``; "turn" reads no
+    descriptors).
     """
     if packets is None:
         packets = store.packets(namespace)
+    if document == "turn":  # the raw turn: no claims needed
+        return _keyed(packets, [dense_document(p, (), "turn") for p in packets])
     if descriptors is None:
         descriptors = store.descriptors(namespace, descriptor_set)
     by_packet: dict[str, list[Descriptor]] = {}
     for d in descriptors:
         by_packet.setdefault(d.packet_id, []).append(d)
-    return _keyed(packets, [packet_document(p, by_packet.get(p.packet_id, [])) for p in packets])
+    return _keyed(packets, [dense_document(p, by_packet.get(p.packet_id, []), document) for p in packets])
 
 
 def context_document_keys(
@@ -303,19 +340,33 @@ def context_document_keys(
 
 
 def load_packet_matrix(
-    store: MemoryStore, namespace: str, descriptor_set: str, embedder: Embedder
+    store: MemoryStore, namespace: str, descriptor_set: str, embedder: Embedder, *, document: str = "packet"
 ) -> np.ndarray:
     """The (N, d) matrix of packet embeddings in packet order (all must be built)."""
-    keys, _ = packet_document_keys(store, namespace, descriptor_set)
+    keys, _ = packet_document_keys(store, namespace, descriptor_set, document=document)
     return _load_matrix(store, namespace, embedding_model_id(embedder), embedder, keys, "packet")
 
 
 def load_context_matrix(
-    store: MemoryStore, namespace: str, embedder: Embedder, packets: Sequence[SourcePacket] | None = None
+    store: MemoryStore, namespace: str, embedder: Embedder, packets: Sequence[SourcePacket] | None = None,
+    *, composed_from: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The (N, d) matrix of context-document embeddings in packet order (all must be built)."""
+    """The (N, d) matrix of context vectors in packet order (all must be built).
+
+    ``composed_from``: the packet matrix, for the "composed" plan (``composed_contexts``).
+    """
+    if composed_from is not None:
+        if packets is None:
+            packets = store.packets(namespace)
+        return composed_contexts(packets, composed_from)
     keys, _ = context_document_keys(store, namespace, packets)
     return _load_matrix(store, namespace, context_model_id(embedder), embedder, keys, "context")
+
+
+def composed_contexts(packets: Sequence[SourcePacket], packet_matrix: np.ndarray) -> np.ndarray:
+    """Composed context vectors of ``packets`` (dialogue order) from their packet matrix rows:
+    each row the normalized sum of its own and its in-session neighbours' rows."""
+    return composed_context_matrix([p.session_index for p in packets], packet_matrix)
 
 
 def _load_matrix(store: MemoryStore, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
@@ -337,8 +388,15 @@ def build_memory(
     progress: bool = False,
     on_failure: str = "error",
     context_embeddings: bool = False,
+    dense: DensePlan | None = None,
 ) -> BuildResult:
-    """Run all build stages for one namespace (idempotent and resumable)."""
+    """Run all build stages for one namespace (idempotent and resumable).
+
+    ``dense``: what to embed (``dense_plan``); None is z(p), plus the embedded context
+    documents when ``context_embeddings``.
+    """
+    if dense is None:
+        dense = DensePlan("packet", "embedded" if context_embeddings else "none")
     # The namespace is read once (packets) and once after extraction (descriptors); every stage
     # works from these lists, where an append used to re-read everything once per stage.
     packets = store.packets(namespace)
@@ -353,8 +411,8 @@ def build_memory(
     if embedder is not None:
         with bar(total=n_packets, desc=f"embed {namespace}", unit="doc", enabled=progress) as pb:
             embedded = embed_packets(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update,
-                                     packets=packets, descriptors=descriptors)
-        if context_embeddings:
+                                     packets=packets, descriptors=descriptors, document=dense.document)
+        if dense.context == "embedded":
             with bar(total=n_packets, desc=f"embed context {namespace}", unit="doc", enabled=progress) as pb:
                 embedded += embed_contexts(store, namespace, embedder, packets=packets, on_progress=pb.update)
     return BuildResult(

@@ -137,6 +137,13 @@ class FusionConfig:
     temporal_weight: float = 0.2
     neighbor_context: bool = True  # lexical documents take in the in-session neighbours
     dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
+    # What the dense channel embeds per turn when the fused selector is the anchor selector
+    # (build.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
+    # keywords and time; "lean" = z(p) without the claim lines; "turn" = the raw turn alone.
+    dense_document: Literal["packet", "lean", "turn"] = "packet"
+    # Context vectors: "embedded" = each turn's neighbour document (previous, own, next turn)
+    # embedded; "composed" = the normalized sum of those turns' dense vectors (nothing embedded).
+    dense_context: Literal["embedded", "composed"] = "embedded"
     bm25_k1: NonNeg = 1.5
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).

@@ -16,7 +16,13 @@ Prints a markdown table (and writes JSON with --out) of:
 4. a LongMemEval-S-like file made from one LongMemEval question: 20 questions whose haystacks
    share most sessions (each drops two of the pool's sessions and adds one of its own), built
    cold into one store, against a build of its unique sessions alone;
-5. latency of one appended turn until it is searchable (``add`` then ``search``), p50/p95.
+5. latency of one appended turn until it is searchable (``add`` then ``search``), p50/p95;
+6. with ``--option-recall``: recall@10 of the model-free preset on the LoCoMo file for each
+   dense document option (``fusion.dense_document`` x ``fusion.dense_context``), default
+   embedder, per conversation and overall (all questions with evidence, and categories 1-4).
+
+``--dense-document`` / ``--dense-context`` set the dense option of the builds of 2, 4 and 5
+(default: the shipped preset's); 2 is then also measured with the shipped preset.
 
 The ONNX export (once per machine, cached in ~/.cache/memcompile-local/onnx) is timed apart.
 Figures depend on the machine's load; compare ratios within one run.
@@ -65,8 +71,14 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def model_free() -> PipelineConfig:
-    return apply_preset("model-free", PipelineConfig())
+DENSE_OPTIONS: dict[str, str] = {}  # fusion.dense_document / dense_context of the builds (set in main)
+
+
+def model_free(**dense: str) -> PipelineConfig:
+    """The model-free preset with the dense options of ``dense`` (else ``DENSE_OPTIONS``)."""
+    cfg = apply_preset("model-free", PipelineConfig())
+    fusion = dense or DENSE_OPTIONS
+    return cfg.replace(fusion=fusion) if fusion else cfg
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -104,11 +116,12 @@ def throughput(docs: list[str]) -> dict[str, float]:
     return out
 
 
-def cold_build(conv: Conversation, embedder: Any, question: str | None) -> float:
+def cold_build(conv: Conversation, embedder: Any, question: str | None,
+               config: PipelineConfig | None = None) -> float:
     """Seconds from an empty store to ``conv`` built, its view loaded and one question searched."""
     with tempfile.TemporaryDirectory() as tmp:
         store = MemoryStore(Path(tmp) / "cold.sqlite")
-        mem = Memory(store, model_free(), embedder=embedder)
+        mem = Memory(store, config or model_free(), embedder=embedder)
         t0 = time.perf_counter()
         mem.add(conv.namespace, conv)
         mem.view(conv.namespace)
@@ -150,6 +163,47 @@ def recall_and_build(convs: list[Conversation], kw: dict[str, Any]) -> tuple[flo
                     scores.append(r)
         store.close()
     return 100.0 * float(np.mean(scores)), build, len(scores)
+
+
+def option_recall(convs: list[Conversation], options: list[tuple[str, str]]) -> dict[str, Any]:
+    """recall@10 per dense option (default embedder), per conversation and overall.
+
+    One store for every option: vectors are content-addressed, so a text two options share is
+    embedded once; each option's namespaces are its own (no view or extraction state shared).
+    """
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MemoryStore(Path(tmp) / "options.sqlite")
+        embedder = SentenceTransformerEmbedder()
+        for document, context in options:
+            name = f"{document}+{context}"
+            mem = Memory(store, model_free(dense_document=document, dense_context=context), embedder=embedder)
+            per: dict[str, float] = {}
+            every: list[float] = []
+            main4: list[float] = []
+            t0 = time.perf_counter()
+            for conv in convs:
+                ns = f"{name}/{conv.namespace}"
+                mem.add(ns, dataclasses.replace(conv, namespace=ns))
+                scores = []
+                for q in conv.questions:
+                    if not q.evidence:
+                        continue
+                    hits = mem.search(ns, q.question, k=10)
+                    r = gold_recall([h.packet.packet_id for h in hits], q.evidence)
+                    if r is not None:
+                        scores.append(r)
+                        every.append(r)
+                        if q.category in (1, 2, 3, 4):
+                            main4.append(r)
+                per[conv.namespace] = 100.0 * float(np.mean(scores))
+            out[name] = {"all": 100.0 * float(np.mean(every)), "cat1-4": 100.0 * float(np.mean(main4)),
+                         "questions": len(every), "questions_cat1-4": len(main4), "per_conversation": per,
+                         "wall_s": time.perf_counter() - t0}
+            log(f"option {name}: recall@10 {out[name]['all']:.2f} (cat 1-4 {out[name]['cat1-4']:.2f}); "
+                + ", ".join(f"{k} {v:.1f}" for k, v in per.items()))
+        store.close()
+    return out
 
 
 def synthetic_longmemeval(path: str, n_questions: int = 20) -> tuple[list[Conversation], Conversation]:
@@ -216,13 +270,36 @@ def main() -> int:
     ap.add_argument("--adds", type=int, default=20, help="appended turns timed")
     ap.add_argument("--skip-recall", action="store_true", help="skip the per-backend recall builds (slow)")
     ap.add_argument("--out", help="write the figures as JSON here")
+    ap.add_argument("--dense-document", choices=("packet", "lean", "turn"),
+                    help="fusion.dense_document of the builds (default: the shipped preset's)")
+    ap.add_argument("--dense-context", choices=("embedded", "composed"),
+                    help="fusion.dense_context of the builds (default: the shipped preset's)")
+    ap.add_argument("--option-recall", action="store_true",
+                    help="recall@10 on the LoCoMo file for each dense option (default embedder)")
+    ap.add_argument("--only-options", action="store_true", help="measure --option-recall alone")
     args = ap.parse_args()
-    res: dict[str, Any] = {"cpu_threads": len(os.sched_getaffinity(0))}
+    if args.dense_document:
+        DENSE_OPTIONS["dense_document"] = args.dense_document
+    if args.dense_context:
+        DENSE_OPTIONS["dense_context"] = args.dense_context
+    shipped = apply_preset("model-free", PipelineConfig()).fusion
+    res: dict[str, Any] = {"cpu_threads": len(os.sched_getaffinity(0)),
+                           "dense": {"document": model_free().fusion.dense_document,
+                                     "context": model_free().fusion.dense_context},
+                           "shipped_dense": {"document": shipped.dense_document, "context": shipped.dense_context}}
 
     convs = load_locomo(args.locomo)
     target = next(c for c in convs if c.namespace == args.conversation)
     log(f"{args.locomo}: {len(convs)} conversations; {target.namespace}: "
         f"{sum(len(s.turns) for s in target.sessions)} turns")
+    if args.option_recall or args.only_options:
+        options = [(d, c) for d in ("packet", "lean", "turn") for c in ("embedded", "composed")]
+        res["option_recall"] = option_recall(convs, options)
+        if args.only_options:
+            print(option_report(res))
+            if args.out:
+                Path(args.out).write_text(json.dumps(res, indent=1))
+            return 0
 
     for name, kw in BACKENDS.items():  # model loads and the one-time ONNX export, apart
         wall, _ = timed(lambda: SentenceTransformerEmbedder(**kw).embed(["warm up"]))
@@ -239,9 +316,11 @@ def main() -> int:
     res["raw_turns_torch"] = {"load_s": load, "encode_s": enc}
     question = next(q.question for q in target.questions if q.evidence)
     res["cold_build_conv_s"] = {}
-    for name in ("default", "torch-cpu"):
-        kw = {} if name == "default" else BACKENDS[name]
-        res["cold_build_conv_s"][name] = cold_build(target, SentenceTransformerEmbedder(**kw), question)
+    runs = [("default", {}, None), ("torch-cpu", BACKENDS["torch-cpu"], None)]
+    if res["dense"] != res["shipped_dense"]:
+        runs.append(("default, shipped dense option", {}, apply_preset("model-free", PipelineConfig())))
+    for name, kw, config in runs:
+        res["cold_build_conv_s"][name] = cold_build(target, SentenceTransformerEmbedder(**kw), question, config)
         log(f"cold build {target.namespace} + 1 question ({name}): {res['cold_build_conv_s'][name]:.1f} s "
             f"(raw turns on torch: {load:.1f} s load + {enc:.1f} s encode)")
     res["default_backend"] = SentenceTransformerEmbedder().resolved()
@@ -265,9 +344,23 @@ def main() -> int:
     log(f"one appended turn searchable: p50 {res['add_ms']['p50']:.0f} ms, p95 {res['add_ms']['p95']:.0f} ms")
 
     print(report(res, target.namespace))
+    if "option_recall" in res:
+        print(option_report(res))
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
     return 0
+
+
+def option_report(r: dict[str, Any]) -> str:
+    rows = r["option_recall"]
+    convs = list(next(iter(rows.values()))["per_conversation"])
+    lines = ["", "recall@10 of the model-free preset per dense option (default embedder)", "",
+             "| fusion.dense_document + dense_context | all | categories 1-4 | " + " | ".join(convs) + " |",
+             "|---|---:|---:|" + "---:|" * len(convs)]
+    for name, v in rows.items():
+        lines.append(f"| {name} | {v['all']:.2f} | {v['cat1-4']:.2f} | "
+                     + " | ".join(f"{v['per_conversation'][c]:.1f}" for c in convs) + " |")
+    return "\n".join(lines)
 
 
 def report(r: dict[str, Any], conv: str) -> str:
@@ -283,10 +376,15 @@ def report(r: dict[str, Any], conv: str) -> str:
                      f"{'' if build is None else f'{build:.1f} s'} |")
     raw = r["raw_turns_torch"]
     cold = r["cold_build_conv_s"]
-    lines += ["", f"- {conv} cold model-free build + 1 question: {cold['default']:.1f} s default, "
-                  f"{cold['torch-cpu']:.1f} s torch; plain sentence-transformers on torch embedding its raw "
-                  f"turns once: {raw['load_s'] + raw['encode_s']:.1f} s ({raw['load_s']:.1f} s load + "
-                  f"{raw['encode_s']:.1f} s encode)",
+    reference = raw["load_s"] + raw["encode_s"]
+    dense = f"dense {r['dense']['document']}+{r['dense']['context']}"
+    shipped = cold.get("default, shipped dense option")
+    lines += ["", f"- {conv} cold model-free build + 1 question ({dense}): {cold['default']:.1f} s default "
+                  f"embedder ({cold['default'] / reference:.2f}x the reference), {cold['torch-cpu']:.1f} s torch"
+                  + ("" if shipped is None else f"; shipped dense option {r['shipped_dense']['document']}+"
+                     f"{r['shipped_dense']['context']}: {shipped:.1f} s ({shipped / reference:.2f}x)")
+                  + f"; reference, plain sentence-transformers on torch embedding its raw turns once: "
+                  f"{reference:.1f} s ({raw['load_s']:.1f} s load + {raw['encode_s']:.1f} s encode)",
               f"- synthetic LongMemEval-S-like file (20 questions, {r['lme_turns']['questions']} turns; "
               f"{r['lme_turns']['unique']} unique): {r['lme_questions_s']:.1f} s vs. unique sessions alone "
               f"{r['lme_unique_s']:.1f} s ({r['lme_questions_s'] / r['lme_unique_s']:.2f}x)",

@@ -3,7 +3,10 @@
 Every SourcePacket gets a document z(p): the raw turn (speaker and content), the image
 caption and image query when present, every claim extracted from the packet in construction
 order, the packet's people and keywords (union over its claims, first-seen order,
-case-insensitively deduplicated) and the recorded session time. The enriched query q+ is the
+case-insensitively deduplicated) and the recorded session time. The model-free path may
+embed a shorter document instead (``dense_document``: z(p) without claim lines, or the raw
+turn) and compose its neighbour-context vectors from the turn vectors
+(``composed_context_matrix``); the LLM paths always embed z(p). The enriched query q+ is the
 question followed by the query-only people, keywords and time (``QueryIntent.lexical_query``).
 Embeddings are l2-normalized, so cosine similarity is one matrix-vector product; the top K_D
 packets are taken with ties broken by packet ordinal (the row order of the matrix).
@@ -31,14 +34,15 @@ def _distinct(values) -> list[str]:
     return out
 
 
-def packet_document(packet: SourcePacket, claims: Sequence[Descriptor] = ()) -> str:
-    """z(p): the text embedded for a packet (``claims`` in construction order)."""
-    lines = [f"{packet.speaker}: {packet.content}".strip()]
-    if packet.image_caption:
-        lines.append(f"Image: {packet.image_caption}")
-    if packet.image_query:
-        lines.append(f"Image query: {packet.image_query}")
-    lines.extend(c.text for c in claims if c.text)
+def packet_document(packet: SourcePacket, claims: Sequence[Descriptor] = (), *, claim_lines: bool = True) -> str:
+    """z(p): the text embedded for a packet (``claims`` in construction order).
+
+    ``claim_lines=False`` leaves out the claim sentences and keeps the people, keywords and
+    time (the model-free path's "lean" document: rule claims mostly repeat the turn's words).
+    """
+    lines = [turn_document(packet)]
+    if claim_lines:
+        lines.extend(c.text for c in claims if c.text)
     people = _distinct(p for c in claims for p in c.people)
     keywords = _distinct(k for c in claims for k in c.keywords)
     if people:
@@ -48,6 +52,53 @@ def packet_document(packet: SourcePacket, claims: Sequence[Descriptor] = ()) -> 
     if packet.session_time:
         lines.append(f"Time: {packet.session_time}")
     return "\n".join(lines)
+
+
+def turn_document(packet: SourcePacket) -> str:
+    """The raw turn as the dense channel embeds it: speaker and content, then the image
+    caption and image query when present (the first lines of z(p))."""
+    lines = [f"{packet.speaker}: {packet.content}".strip()]
+    if packet.image_caption:
+        lines.append(f"Image: {packet.image_caption}")
+    if packet.image_query:
+        lines.append(f"Image query: {packet.image_query}")
+    return "\n".join(lines)
+
+
+DENSE_DOCUMENTS = ("packet", "lean", "turn")
+"""What the dense channel may embed per packet: z(p), z(p) without claim lines, the raw turn."""
+
+
+def dense_document(packet: SourcePacket, claims: Sequence[Descriptor] = (), kind: str = "packet") -> str:
+    """The document of ``packet`` of one of ``DENSE_DOCUMENTS``; ``"packet"`` is the paper's z(p)."""
+    if kind == "packet":
+        return packet_document(packet, claims)
+    if kind == "lean":
+        return packet_document(packet, claims, claim_lines=False)
+    if kind == "turn":
+        return turn_document(packet)
+    raise ConfigError(f"dense document kind {kind!r}: expected one of {', '.join(DENSE_DOCUMENTS)}")
+
+
+def composed_context_matrix(session_indices: Sequence[int], matrix: np.ndarray) -> np.ndarray:
+    """Context vectors composed from per-turn vectors, without embedding anything.
+
+    Row i is the l2-normalized sum of the l2-normalized rows i-1, i and i+1 of ``matrix``, a
+    neighbour counting only when it lies in the same session as i (``session_indices[i]``,
+    rows in dialogue order): the vector analogue of the neighbour-context document (previous,
+    own and next turn of the session).
+    """
+    m = l2_normalize(matrix)
+    s = np.asarray(session_indices)
+    if m.ndim != 2 or m.shape[0] != s.shape[0]:
+        raise DataFormatError("<dense context>", "packet matrix",
+                              f"a 2-d array with one row per packet ({s.shape[0]} rows)", f"got shape {m.shape}")
+    out = m.copy()
+    if m.shape[0] > 1:
+        same = s[1:] == s[:-1]  # same[j]: rows j and j+1 share a session
+        out[1:][same] += m[:-1][same]
+        out[:-1][same] += m[1:][same]
+    return l2_normalize(out)
 
 
 def enriched_query(intent: QueryIntent) -> str:
