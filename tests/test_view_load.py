@@ -27,6 +27,7 @@ from memcompile_local.memory import Memory
 from memcompile_local.pipeline import MemoryView, compile_context
 from memcompile_local.service.append import InPlaceAppend
 from memcompile_local.store import MemoryStore
+from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
 from memcompile_local.view_load import LazyAddressIndex
 
@@ -272,7 +273,7 @@ def as_conversation(store: MemoryStore, ns: str, batch: list[dict]) -> Conversat
 
 
 def appender(mem: Memory) -> InPlaceAppend:
-    return InPlaceAppend(mem, lambda ns: True, lambda ns: None)
+    return InPlaceAppend(mem, BuildQueue(mem.store), "test-owner")
 
 
 def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> None:
@@ -341,8 +342,9 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
 
 
 def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_path, monkeypatch):
-    """A write by another connection (another server process) between the view's load and the
-    append's writes, or during them, must make the next search load the view from the store."""
+    """A write by another connection (another server process) after the view was loaded, even
+    between the append's plan and its transaction, or a build lease another process holds,
+    must leave the append to the plain path: the next search loads the view from the store."""
     path = tmp_path / "m.sqlite"
     store = MemoryStore(path)
     cfg = config()
@@ -353,25 +355,37 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
     other = memory(other_store, cfg)
     other.add("u", APPENDS[0])  # before the append: the held view is no longer current
     app = appender(live)
-    assert app.add("u", as_conversation(store, "u", APPENDS[1])) is None and app.in_place == 0
+    assert app.add("u", as_conversation(store, "u", APPENDS[1])) is None
+    assert app.in_place == 0 and app.declined == 1
+    assert store.packet_count("u") == 7  # nothing of the declined append was stored
     live.add("u", APPENDS[1])
     assert {"b4", "b5", "b6"} <= set(live.view("u").packets_by_id)
-    # During the append's writes: the other connection commits right after our turns.
-    real_ingest = store.ingest
+    # Between the plan (made from the held view) and the transaction.
+    real_plan = live.plan_append
 
-    def ingest_then_other_writes(conv):
-        got = real_ingest(conv)
+    def plan_then_other_writes(*a, **k):
+        plan = real_plan(*a, **k)
         other.add("u", [{"time": "2024-07-01 09:00", "id": "s4", "turns": [
             {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}])
-        return got
+        return plan
 
-    monkeypatch.setattr(store, "ingest", ingest_then_other_writes)
-    result = app.add("u", as_conversation(store, "u", APPENDS[2]))
-    assert result is not None and result.added == 2 and app.in_place == 0 and app.reloads == 1
+    monkeypatch.setattr(live, "plan_append", plan_then_other_writes)
+    assert app.add("u", as_conversation(store, "u", APPENDS[2])) is None and app.declined == 2
+    monkeypatch.undo()
+    assert store.get_packet("u", "c1") is None
     assert live.cached_view("u", generation=store.generation("u")) is None
+    live.add("u", APPENDS[2])
     view = live.view("u")
     assert {"c1", "c2", "d1"} <= set(view.packets_by_id)
     same_view(view, memory(store, cfg).view("u"), cfg)
+    # Another process is building the namespace (holds its lease): declined, nothing stored.
+    assert BuildQueue(other_store).acquire("u", "other-process", lease_s=60)
+    batch = [{"time": "2024-07-01 09:00", "id": "s4", "turns": [{"speaker": "Ines", "text": "Congrats!", "id": "d2"}]}]
+    assert app.add("u", as_conversation(store, "u", batch)) is None and app.declined == 3
+    assert store.get_packet("u", "d2") is None and live.cached_view("u", generation=store.generation("u"))
+    BuildQueue(other_store).release("u", "other-process")
+    assert app.add("u", as_conversation(store, "u", batch)) is not None and app.in_place == 1
+    same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     other_store.close()
     store.close()
 
@@ -395,14 +409,17 @@ def test_a_failed_append_leaves_the_old_view_serving(tmp_path, monkeypatch):
     assert app.add("u", as_conversation(store, "u", APPENDS[0])) is None
     assert store.packet_count("u") == 6 and live.cached_view("u", generation=store.generation("u"))[0] is old
     monkeypatch.undo()
-    # A write fails after the turns are stored: they are built the plain way and the next
-    # search loads a view equal to one from scratch.
-    real = store.save_embeddings
+    # A write fails inside the append's transaction (after the turns went in): all of it is
+    # rolled back, so the turn is not stored and the old view is still current.
     monkeypatch.setattr(store, "save_embeddings", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
-    result = app.add("u", as_conversation(store, "u", APPENDS[0]))
-    assert result is not None and result.added == 1 and app.in_place == 0
-    monkeypatch.setattr(store, "save_embeddings", real)
-    view = live.view("u")
-    assert "b4" in view.packets_by_id
-    same_view(view, memory(store, cfg).view("u"), cfg)
+    assert app.add("u", as_conversation(store, "u", APPENDS[0])) is None and app.declined == 1
+    monkeypatch.undo()
+    assert store.packet_count("u") == 6 and store.get_packet("u", "b4") is None
+    assert len(store.descriptors("u", live.extractor().descriptor_set)) == len(
+        [d for ds in old.descriptors_by_packet.values() for d in ds])
+    assert live.cached_view("u", generation=store.generation("u"))[0] is old
+    assert live.compile("u", QUESTIONS[1]).packet_ids == memory(store, cfg).compile("u", QUESTIONS[1]).packet_ids
+    # The same append then goes through in place.
+    assert app.add("u", as_conversation(store, "u", APPENDS[0])).added == 1 and app.in_place == 1
+    same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     store.close()

@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -110,7 +111,9 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         # Package errors become typed ServiceErrors here, inside the app's exception middleware
         # (an exception that escaped to the server-error middleware would drop the connection).
         try:
-            return await run_in_threadpool(lambda: fn(*args, **kw))
+            # A JSONResponse of the plain dict the service returns: FastAPI would otherwise walk
+            # it with jsonable_encoder first (milliseconds for a search's evidence).
+            return JSONResponse(await run_in_threadpool(lambda: fn(*args, **kw)))
         except ServiceError:
             raise
         except Exception as exc:
@@ -119,26 +122,50 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
                 log.exception("%s failed", getattr(fn, "__name__", fn))
             raise err from exc
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        t0 = time.perf_counter()
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > service.limits.max_body_bytes:
-            response = error_response(ServiceError(
-                413, "body_too_large", f"request body has {length} bytes; at most {service.limits.max_body_bytes}"))
-        elif request.url.path.startswith("/mcp") and keyring is not None:
+    class Guard:
+        """Body-size and MCP-key checks before a request reaches its route, and its metrics.
+
+        A plain ASGI middleware: ``@app.middleware("http")`` runs every request through an extra
+        task and stream, which cost more than the search itself on a loaded view.
+        """
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __call__(self, scope, receive, send):
+            if scope["type"] != "http":
+                return await self.inner(scope, receive, send)
+            t0 = time.perf_counter()
+            status = [500]
+
+            async def send_status(message):
+                if message["type"] == "http.response.start":
+                    status[0] = message["status"]
+                await send(message)
+
+            headers = Headers(scope=scope)
+            path = scope.get("path", "")
+            length = headers.get("content-length")
+            rejected: ServiceError | None = None
+            if length is not None and length.isdigit() and int(length) > service.limits.max_body_bytes:
+                rejected = ServiceError(413, "body_too_large",
+                                        f"request body has {length} bytes; at most {service.limits.max_body_bytes}")
+            elif path.startswith("/mcp") and keyring is not None:
+                try:
+                    keyring.authenticate(key_from_headers(headers))
+                except ServiceError as err:
+                    rejected = err
             try:
-                keyring.authenticate(key_from_headers(request.headers))
-            except ServiceError as err:
-                response = error_response(err)
-            else:
-                response = await call_next(request)
-        else:
-            response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", None) or ("/mcp" if request.url.path.startswith("/mcp") else "other")
-        metrics.observe(request.method, path, response.status_code, time.perf_counter() - t0)
-        return response
+                if rejected is not None:
+                    await error_response(rejected)(scope, receive, send_status)
+                else:
+                    await self.inner(scope, receive, send_status)
+            finally:
+                route = scope.get("route")
+                name = getattr(route, "path", None) or ("/mcp" if path.startswith("/mcp") else "other")
+                metrics.observe(scope["method"], name, status[0], time.perf_counter() - t0)
+
+    app.add_middleware(Guard)
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
@@ -221,7 +248,7 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
 
     @app.get("/metrics", tags=["service"])
     async def metrics_route():
-        return Response(await run(metrics.render), media_type=CONTENT_TYPE)
+        return Response(await run_in_threadpool(metrics.render), media_type=CONTENT_TYPE)
 
     # The MCP endpoint is a route of the same app (its lifespan runs in ours above).
     app.router.routes.extend(mcp_app.routes)

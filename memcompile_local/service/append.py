@@ -10,58 +10,53 @@ namespace, an append knows everything the next view holds: the old view plus the
    plans the extended view (``Memory.plan_append``: new dense rows, the changed neighbour
    context row, new stemmed tokens, BM25 counts grown, new dates and terms) before it
    writes anything, embedding the new documents outside any lock;
-2. under the namespace's build lease, writes the turns, their descriptors, their Cells
-   (``build.place_cells`` with the namespace's descriptors handed in, so nothing is re-read)
-   and the vectors, reading back only the new packets by key;
-3. adopts the planned view under the generation read after its last write, but only when
-   no other connection committed to the file meanwhile (SQLite's ``PRAGMA data_version``
-   changes exactly then) and the namespace was still at the base view's generation when the
-   writes began. Otherwise (another server process or a CLI wrote) the writes stand and the
-   next search loads the view from the store, so no process serves a stale view.
+2. in one store transaction (``MemoryStore.transaction``: one commit, and no other process
+   can commit while it runs) checks that the namespace is still at the held view's
+   generation and that no other process holds its build lease, then writes the turns, their
+   descriptors, their Cells (``build.place_cells`` with the namespace's descriptors handed
+   in, so nothing is re-read) and the vectors, reading back only the new packets by key;
+3. adopts the planned view under the generation read inside that transaction.
 
-A step that fails before the turns are stored leaves the old view serving and the caller takes
-the plain path (``MemoryService.build_now``), which reports the error as before.
+When the check fails (another server process or a CLI wrote since the view was loaded, or is
+building) or anything in the transaction raises, nothing of it is stored, the held view keeps
+serving, and the caller stores the turns the plain way (``MemoryService.build_now``; the next
+search loads the view from the store), which reports a lasting error as before.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
-from ..build import extract_descriptors, layout_id, place_cells
+from ..build import layout_id, place_cells
 from ..memory import Memory
-from ..store import IngestResult, MemoryStore
+from ..store import IngestResult
+from ..store.queue import BuildQueue
 from ..types import Conversation, SourcePacket, content_sha256
 
 log = logging.getLogger(__name__)
 
 
-def data_version(store: MemoryStore) -> int:
-    """SQLite's ``PRAGMA data_version`` of the store's connection: it changes when another
-    connection (another process) commits to the file, never for this connection's commits."""
-    return int(store._query("PRAGMA data_version")[0][0])
-
-
 class InPlaceAppend:
     """Appends of one process's ``Memory`` (rule extractor) that extend its cached views.
 
-    ``acquire``/``release``: the namespace's build lease (``MemoryService``), taken around the
-    writes so no build of the namespace in this or another process interleaves with them.
-    The caller serializes appends and view loads of one namespace (the service's view lock).
+    ``queue``: the build queue whose leases say whether another process is building a
+    namespace; ``owner``: this process's lease owner. The caller serializes appends and view
+    loads of one namespace in the process (the service's view lock).
     """
 
-    def __init__(self, memory: Memory, acquire: Callable[[str], bool], release: Callable[[str], None]):
+    def __init__(self, memory: Memory, queue: BuildQueue, owner: str):
         self.memory = memory
         self.store = memory.store
-        self._acquire = acquire
-        self._release = release
-        self.in_place = 0  # appends whose view was adopted (for tests and the metrics)
-        self.reloads = 0  # appends written here whose view must be loaded from the store
+        self.queue = queue
+        self.owner = owner  # this process's lease owner: a lease it holds itself does not block
+        self.in_place = 0  # appends whose view was adopted (tests and figures read these)
+        self.declined = 0  # appends left to the plain path after a plan was made
 
     def add(self, namespace: str, conversation: Conversation) -> IngestResult | None:
-        """Store ``conversation``'s turns and make them searchable; None when this path does not
-        apply (no current view held, a turn id the view already has, the lease was busy), so
-        the caller stores them the plain way. Raises what ``MemoryStore.ingest`` raises."""
+        """Store ``conversation``'s turns and make them searchable in the held view; None when
+        this path does not apply or failed (no current view held, a turn id the view already
+        has, another writer since the view was loaded, a write error), with nothing stored:
+        the caller then stores the turns the plain way."""
         mem, store = self.memory, self.store
         held = mem.cached_view(namespace)
         if held is None:
@@ -89,48 +84,39 @@ class InPlaceAppend:
         except Exception as exc:  # nothing is written yet: the plain path builds and reports it
             log.debug("append in place of %s not planned: %s", namespace, exc)
             return None
-        if plan is None or not self._acquire(namespace):
+        if plan is None:
             return None
         cfg = mem.config
         dset = extractor.descriptor_set
         try:
-            before = data_version(store)
-            if store.generation(namespace) != base_generation:
-                return None  # written since the view was loaded: the plain path reloads
-            result = store.ingest(conversation)
-            try:
+            with store.transaction():
+                if store.generation(namespace) != base_generation or self.queue.held_by_other(namespace, self.owner):
+                    raise _Declined("written or being built elsewhere since the view was loaded")
+                result = store.ingest(conversation)
                 stored = [store.get_packet(namespace, p.packet_id) for p in packets]
                 if result.added != len(packets) or stored != packets:
-                    self._build_plain(namespace)
-                    return result
+                    raise _Declined("the store numbered the turns otherwise")
                 store.save_extractions(namespace, dset, [(p.packet_id, found[p.packet_id]) for p in packets])
                 descriptors = [d for p in plan.packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
                 place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
                 for model_id, keys, vectors, content, space in plan.saves:
                     store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
-                cells = store.cells(namespace, layout_id(dset, cfg.placement)) if cfg.placement.layout != "flat" else []
+                flat = cfg.placement.layout == "flat"
+                cells = [] if flat else store.cells(namespace, layout_id(dset, cfg.placement))
                 generation = store.generation(namespace)
-                alone = data_version(store) == before
-            except Exception:
-                # The turns are stored (the caller acknowledges them); build the rest the plain
-                # way, whose errors reach the caller as a build failure would.
-                log.warning("append in place of %s failed after the turns were stored; building", namespace,
-                            exc_info=True)
-                self._build_plain(namespace)
-                return result
-        finally:
-            self._release(namespace)
-        if alone:
-            mem.adopt_append(plan, cells, generation)
-            self.in_place += 1
-        else:
-            self.reloads += 1
+        except _Declined as why:
+            log.debug("append in place of %s declined: %s", namespace, why)
+            self.declined += 1
+            return None
+        except Exception:  # rolled back: nothing of it is stored, the held view is still current
+            log.warning("append in place of %s failed and was rolled back; storing it the plain way", namespace,
+                        exc_info=True)
+            self.declined += 1
+            return None
+        mem.adopt_append(plan, cells, generation)
+        self.in_place += 1
         return result
 
-    def _build_plain(self, namespace: str) -> None:
-        """Extract and place what is missing, as ``MemoryService.build_now`` does (lease held)."""
-        self.reloads += 1
-        mem = self.memory
-        extractor = mem.extractor()
-        extract_descriptors(self.store, namespace, extractor, on_failure=mem.config.extraction.on_failure)
-        place_cells(self.store, namespace, extractor.descriptor_set, mem.config.placement)
+
+class _Declined(Exception):
+    """An append in place found the store changed under its plan (rolled back, nothing stored)."""

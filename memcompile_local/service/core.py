@@ -137,8 +137,7 @@ class MemoryService:
         self._presets_lock = threading.Lock()
         self._view_locks: dict[str, threading.Lock] = {}
         # Appends that extend this process's loaded view instead of making the next search load one.
-        self.appender = InPlaceAppend(self.memory, lambda ns: self._acquire_lease(ns, 10.0),
-                                      lambda ns: self.queue.release(ns, self.owner))
+        self.appender = InPlaceAppend(self.memory, self.queue, self.owner)
         self.backend_down_since: float | None = None
         # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
         self._warm_queue: queue.Queue[str] = queue.Queue()

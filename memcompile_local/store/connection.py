@@ -90,6 +90,7 @@ class StoreConnection:
         self.read_only = bool(read_only)
         self.busy_timeout_ms = busy_timeout_ms
         self._lock = threading.RLock()
+        self._joined = 0  # > 0 inside transaction(): _write and _read join the open transaction
         self._closed = True
         self.read_only_reason = "it was opened read-only" if self.read_only else ""
         if not self._memory:
@@ -189,10 +190,29 @@ class StoreConnection:
                     self._conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
 
     @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Several writes (and reads) as one write transaction: every ``_write``/``_read`` of
+        the body joins it, so all of them commit together, or none on any exception.
+
+        The connection's lock is held throughout, so no other thread of the process uses the
+        store meanwhile, and SQLite's write lock (BEGIN IMMEDIATE) keeps every other process
+        from committing: what the body reads stays what it read until it commits.
+        """
+        with self._write():
+            self._joined += 1
+            try:
+                yield
+            finally:
+                self._joined -= 1
+
+    @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: BEGIN IMMEDIATE, COMMIT on success, ROLLBACK on any exception."""
         with self._lock:
             self._check_open()
+            if self._joined:  # inside transaction() on this thread (the lock says so): join it
+                yield self._conn
+                return
             if self.read_only:
                 raise StoreError(f"{self.path}: cannot write to this store: {self.read_only_reason}")
             c = self._conn
@@ -227,6 +247,12 @@ class StoreConnection:
         with self._lock:
             self._check_open()
             c = self._conn
+            if self._joined:  # the open transaction() is a consistent snapshot already
+                try:
+                    yield c
+                except READ_ERRORS as exc:
+                    raise self._read_error(exc, table) from exc
+                return
             try:
                 c.execute("BEGIN")
             except READ_ERRORS as exc:

@@ -197,6 +197,17 @@ class BuildQueue:
             )
         return True
 
+    def held_by_other(self, namespace: str, owner: str) -> bool:
+        """Whether someone other than ``owner`` holds a live build lease of ``namespace``.
+
+        Inside ``MemoryStore.transaction()`` the answer holds until it commits (no other
+        process can write meanwhile), which is what a one-transaction append needs instead
+        of taking and dropping the lease in two more commits.
+        """
+        row = self.store._query("SELECT owner, expires_at FROM service_build_leases WHERE namespace = ?",
+                                (validate_namespace(namespace),))
+        return bool(row) and row[0][0] != owner and row[0][1] > time.time()
+
     def reap(self, alive: Callable[[str], bool]) -> int:
         """Drop the leases whose owner ``alive(owner)`` says is gone (a killed process); returns how many.
 
