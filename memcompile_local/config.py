@@ -132,7 +132,7 @@ class FusionConfig:
     __pydantic_config__ = _STRICT_FIELDS
 
     lexical_weight: float = 1.0
-    packet_weight: float = 1.0
+    packet_weight: float = 1.5
     speaker_weight: float = 0.3
     temporal_weight: float = 0.2
     neighbor_context: bool = True  # lexical documents take in the in-session neighbours
@@ -149,9 +149,11 @@ class FusionConfig:
     # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).
     time_match_weight: float = 0.75  # bonus for turns dated in the period the question names
     packet_scale: Literal["cosine", "max"] = "cosine"  # "max": cosines divided by the query's best
+    # The dense query: the rule intent's text alone, or the mean of its embedding and the question's.
+    dense_query: Literal["intent", "intent+question"] = "intent+question"
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
-    complement: Literal["none", "mmr", "pursuit"] = "none"  # complementary selection over the fused top-P
+    complement: Literal["none", "mmr", "pursuit"] = "pursuit"  # complementary selection over the fused top-P
     complement_scope: Literal["list", "all"] = "list"  # list questions only, or every question
     complement_pool: NonNegInt = 30  # P
     complement_keep: NonNegInt = 6  # first slots kept in fused order

@@ -11,6 +11,9 @@ each normalized to a comparable range:
   ``bursts``, "turn" means a burst: the run of consecutive messages one speaker sent in a
   row, which chat apps split one thought over;
 - packet: the cosine between the query and the packet document z(p) of the dense channel;
+  with ``dense_query="intent+question"`` the query vector is the mean of two embeddings,
+  the rule intent's query text (question, people, keywords) and the question as asked, so
+  the cosine is the mean of the two cosines (``dense_query_texts``, ``query_vector``);
   with ``dense_neighbor_context``, the larger of that and the cosine with the packet's
   context document (previous turn, the turn, next turn of the same session, each with its
   speaker), so the dense channel sees the same neighbourhood the lexical one does; with
@@ -155,6 +158,32 @@ def context_documents(packets: Sequence[SourcePacket]) -> list[str]:
         rows = sorted((i, *session_neighbours(packets, i)))
         docs.append("\n".join(f"{packets[j].speaker}: {_raw(packets[j])}" for j in rows))
     return docs
+
+
+# ----------------------------------------------------------------------------- query vector
+
+
+def dense_query_texts(question: str, intent_query: str, cfg: FusionConfig) -> list[str]:
+    """The texts the dense channel embeds for one question, in order.
+
+    ``intent_query`` is the rule intent's query text (``QueryIntent.lexical_query``). With
+    ``cfg.dense_query == "intent+question"`` the question as asked follows it, unless the
+    two are the same text: the intent text repeats the question's names and keywords, which
+    pulls its embedding towards them; the plain question keeps what it asks about.
+    """
+    if cfg.dense_query == "intent" or not question or question == intent_query:
+        return [intent_query]
+    return [intent_query, question]
+
+
+def query_vector(rows: np.ndarray) -> np.ndarray:
+    """The one query vector of the embeddings of ``dense_query_texts`` (rows): their mean,
+    so each packet's cosine with it is the mean of its cosines with the rows. Not
+    renormalized: the fusion weights were fit on that mean."""
+    rows = np.asarray(rows, dtype=np.float32)
+    if rows.ndim == 1:
+        return rows
+    return rows[0] if len(rows) == 1 else rows.mean(axis=0)
 
 
 # ----------------------------------------------------------------------------- names

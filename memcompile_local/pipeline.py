@@ -32,7 +32,7 @@ from .evidence.frontier import bounded_frontier, frontier_pool
 from .evidence.pursuit import mem_pursuit
 from .evidence.scheduler import schedule_packets
 from .evidence.views import render_view
-from .fused import FusionIndex, fused_ranking, select_fused
+from .fused import FusionIndex, dense_query_texts, fused_ranking, query_vector, select_fused
 from .language.timecues import is_temporal_question
 from .normalize import mmr_anchors, normalize_to_packets
 from .protocols import Embedder, ModelClient
@@ -91,13 +91,14 @@ def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None,
     return llm_intent(client, question, namespace=view.namespace, known_people=speakers)
 
 
-def _embed_query(embedder: Embedder | None, intent: QueryIntent) -> np.ndarray | None:
+def _embed_query(embedder: Embedder | None, intent: QueryIntent, texts: list[str] | None = None) -> np.ndarray | None:
+    """The query vector: the embedding of ``intent.lexical_query()``, or the mean of the
+    embeddings of ``texts`` (the fused selector's ``dense_query_texts``), in one call."""
     if embedder is None:
         return None
     # Embedders trained with query/document prefixes (e5, bge) embed queries on their own path.
     embed = getattr(embedder, "embed_query", None) or embedder.embed
-    vec = np.asarray(embed([intent.lexical_query()]), dtype=np.float32)[0]
-    return vec
+    return query_vector(np.asarray(embed(texts or [intent.lexical_query()]), dtype=np.float32))
 
 
 def address_candidates(intent: QueryIntent, view: MemoryView, cfg: PipelineConfig) -> AddressResult:
@@ -264,7 +265,10 @@ def compile_context(
 
     intent = query_intent(question, cfg, client, view)
     lap("intent")
-    query_vec = _embed_query(embedder, intent)
+    # The fused selector may embed the question beside the intent text (FusionConfig.dense_query).
+    texts = (dense_query_texts(question, intent.lexical_query(), cfg.fusion)
+             if cfg.evidence.anchor_selector == "fused" else None)
+    query_vec = _embed_query(embedder, intent, texts)
     if query_vec is not None:
         lap("embed_query")
     address = AddressResult.skipped(intent)

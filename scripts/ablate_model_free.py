@@ -46,8 +46,8 @@ from memcompile_local.bench.plots import ablation_plot  # noqa: E402
 from memcompile_local.address.intent import rule_intent  # noqa: E402
 from memcompile_local.address.query import address_query  # noqa: E402
 from memcompile_local.normalize import normalize_to_packets  # noqa: E402
-from memcompile_local.pipeline import query_intent  # noqa: E402
-from memcompile_local.config import PipelineConfig  # noqa: E402
+from memcompile_local.pipeline import _embed_query, query_intent  # noqa: E402
+from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
 from memcompile_local.fused import (  # noqa: E402
     LIST_QUESTION,
@@ -55,8 +55,11 @@ from memcompile_local.fused import (  # noqa: E402
     _raw,
     channel_weights,
     combine,
+    dense_query_texts,
     fused_scores,
+    is_list_question,
     lexical_documents,
+    query_vector,
     score_order,
     select_rows,
     session_neighbours,
@@ -307,7 +310,10 @@ def joined_conversation(convs, target_turns: int) -> Conversation:
 
 # The fused selector as shipped before this table (dev-2 weights, no time match, raw cosines).
 SHIPPED_TODAY = {"packet_weight": 1.0, "speaker_weight": 0.3, "temporal_weight": 0.2, "time_match_weight": 0.0,
-                 "packet_scale": "cosine"}
+                 "packet_scale": "cosine", "complement": "none"}
+# The row of what was shipped before this round (today's weights + time match): the second
+# per-fold bar, the one a component added this round must clear.
+SHIPPED_ROW = "+ time match (question period vs dates)"
 BASE_GRID = {"packet_weight": (1.0, 0.5, 1.5), "speaker_weight": (0.3, 0.1, 0.5),
              "temporal_weight": (0.2, 0.0, 0.1, 0.3)}
 
@@ -325,6 +331,7 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
     measures one thing against them; the combined rows fit the kept components together; the
     last row is the package's defaults as they are (the combined winner's all-data fit)."""
     base = dict(SHIPPED_TODAY)
+    now = {**base, "time_match_weight": 0.75}  # shipped before this round: today's weights + time match
     rows = [
         ("today's shipped weights (no fit)", "plain", [dict(base)]),
         ("today's components, weights refit (36-point grid)", "plain", [{**base, **g} for g in grid(**BASE_GRID)]),
@@ -357,51 +364,154 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
          [{**base, **g} for g in grid(time_match_weight=(0.5, 0.75), complement=("pursuit",), complement_keep=(6, 8))]),
         ("combined: time match, bursts and tolerant names", "burst",
          [{**base, "bursts": True, "tolerant_names": True, "time_match_weight": w} for w in (0.5, 0.75)]),
-        ("package defaults (shipped; fit on all four, not a CV figure)", "plain", [{}]),
+        # This round (rows on top of time match, its weight refit with them): the question
+        # embedded beside the intent text, MemPursuit on list questions, and ideas measured
+        # and dropped (each a small selection function below, not a package component).
+        ("+ question embedded beside the intent text", "plain+q",
+         [{**now, **g} for g in grid(time_match_weight=(0.75, 0.5), packet_weight=(1.0, 1.25, 1.5, 2.0))]),
+        ("+ MemPursuit on list questions (over time match)", "plain",
+         [{**now, **g} for g in grid(time_match_weight=(0.75, 0.5), complement=("none", "pursuit"),
+                                     complement_keep=(6, 4, 8))]),
+        ("combined: question beside intent, MemPursuit (list)", "plain+q",
+         [{**now, **g} for g in grid(time_match_weight=(0.75, 0.5), packet_weight=(1.0, 1.25, 1.5, 2.0),
+                                     complement=("none", "pursuit"))]),
+        ("dropped: + query-term coverage (idf share of distinct terms)", "plain",
+         [{**now, **g, "select": term_coverage, "params": {"weight": w}}
+          for g in grid(time_match_weight=(0.75, 0.5)) for w in (0.0, 0.1, 0.2, 0.3, 0.5)]),
+        ("dropped: + score of the turn replied to (propagation)", "plain",
+         [{**now, **g, "select": reply_propagation, "params": {"share": w}}
+          for g in grid(time_match_weight=(0.75, 0.5)) for w in (0.0, 0.1, 0.2, 0.3)]),
+        ("dropped: + at most c packets per session (list questions)", "plain",
+         [{**now, **g, "select": session_cap, "params": {"cap": c}}
+          for g in grid(time_match_weight=(0.75, 0.5)) for c in (99, 2, 3, 4)]),
+        ("dropped: + slots kept for the dense channel's top (not list questions)", "plain+q",
+         [{**now, "packet_weight": 1.5, **g, "select": dense_slots, "params": {"slots": r, "depth": d}}
+          for g in grid(time_match_weight=(0.75, 0.5)) for r in (0, 1, 2) for d in (3, 5)]),
+        ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows
 
 
-class CVQuestion:
-    """One scored question: its channels under each index variant, timed once."""
+def default_variant(fusion: FusionConfig) -> str:
+    """The channel variant the package's fused settings read (which query vector)."""
+    return "plain+q" if fusion.dense_query == "intent+question" else "plain"
 
-    def __init__(self, q, ns, view, qvec, indexes, channels, channel_ms):
-        self.q, self.ns, self.view, self.qvec = q, ns, view, qvec
+
+# Ideas measured with --cv and dropped: selections over the fused total, (Q, variant, total,
+# cfg, k, **params) -> rows.
+
+def term_coverage(Q, variant, total, cfg, k, weight):
+    """A bonus for packets matching a larger idf-weighted share of the question's distinct terms."""
+    ix = Q.indexes[variant]
+    cov = getattr(Q, "_coverage", None)
+    if cov is None:
+        terms_ = list(dict.fromkeys(ix.query_terms(Q.q.question)))
+        n = len(ix.packet_ids)
+        cov = np.zeros(n)
+        if terms_:
+            hit = np.stack([ix.lexical.scores([t]) > 0 for t in terms_])
+            df = hit.sum(axis=1)
+            idf = np.maximum(np.log((n - df + 0.5) / (df + 0.5)), 0.1) * (df > 0)
+            if idf.sum() > 0:
+                cov = (idf[:, None] * hit).sum(axis=0) / idf.sum()
+        Q._coverage = cov
+    return [int(i) for i in score_order(total + weight * cov)[:k]]
+
+
+def reply_propagation(Q, variant, total, cfg, k, share):
+    """Each packet gains ``share`` of the score of the previous turn of its session (the turn it answers)."""
+    sess = np.asarray([p.session_index for p in Q.view.packets])
+    prev = np.r_[0.0, total[:-1]] * np.r_[False, sess[1:] == sess[:-1]]
+    return [int(i) for i in score_order(total + share * np.maximum(prev, 0))[:k]]
+
+
+def session_cap(Q, variant, total, cfg, k, cap):
+    """For list questions, at most ``cap`` of the K packets from one session (the rest in score order)."""
+    order = [int(i) for i in score_order(total)]
+    if not is_list_question(Q.q.question):
+        return order[:k]
+    sess = [p.session_index for p in Q.view.packets]
+    kept, spill, count = [], [], {}
+    for i in order:
+        if len(kept) == k:
+            break
+        if count.get(sess[i], 0) < cap:
+            kept.append(i)
+            count[sess[i]] = count.get(sess[i], 0) + 1
+        else:
+            spill.append(i)
+    return (kept + spill)[:k]
+
+
+def dense_slots(Q, variant, total, cfg, k, slots, depth):
+    """For questions that are not list questions, the last ``slots`` of K go to the best of the
+    dense channel's top ``depth`` (with the speaker and time-match bonuses) not chosen yet."""
+    order = [int(i) for i in score_order(total)]
+    if not slots or is_list_question(Q.q.question):
+        return order[:k]
+    ch = Q.channels[variant]
+    dense = ch["packet"] + cfg.speaker_weight * ch["speaker"] + cfg.time_match_weight * ch["time_match"]
+    chosen = order[:k - slots]
+    chosen += [int(i) for i in score_order(dense)[:depth] if int(i) not in chosen][:slots]
+    return (chosen + [i for i in order if i not in chosen])[:k]
+
+
+class CVQuestion:
+    """One scored question: its query vector and channels under each variant, timed once."""
+
+    def __init__(self, q, ns, view, qvecs, indexes, channels, channel_ms):
+        self.q, self.ns, self.view, self.qvecs = q, ns, view, qvecs
         self.indexes, self.channels, self.channel_ms = indexes, channels, channel_ms
 
 
 def eval_setting(questions, fusion_base, changes: dict, variant: str):
-    """Per-question recall@10 and @12 (arrays) and selection ms of one fused setting."""
+    """Per-question recall@10 and @12 (arrays) and selection ms of one fused setting.
 
-
+    ``changes`` are FusionConfig fields, plus for a measured-and-dropped idea that is not a
+    package component, ``"select"``: a function (Q, total, cfg, k, **params) -> rows with
+    its constants under ``"params"``."""
+    changes = dict(changes)
+    select = changes.pop("select", None)
+    params = changes.pop("params", {})
     cfg = dataclasses.replace(fusion_base, **changes)
     r10 = np.zeros(len(questions))
     r12 = np.zeros(len(questions))
     ms = np.zeros(len(questions))
     for n, Q in enumerate(questions):
         ch = Q.channels[variant]
+        qvec = Q.qvecs[variant]
+
+        def pick(k):
+            if select is not None:
+                return select(Q, variant, total, cfg, k, **params)
+            return select_rows(Q.indexes[variant], Q.q.question, total, qvec, cfg, k)
         t0 = time.perf_counter()
         total = combine(ch, cfg)
-        rows = select_rows(Q.indexes[variant], Q.q.question, total, Q.qvec, cfg, 12)
+        rows = pick(12)
         ms[n] = Q.channel_ms + (time.perf_counter() - t0) * 1000
         ids = [Q.view.packets[i].packet_id for i in rows]
-        rows10 = select_rows(Q.indexes[variant], Q.q.question, total, Q.qvec, cfg, 10)
+        rows10 = pick(10)
         r10[n] = gold_recall([Q.view.packets[i].packet_id for i in rows10], Q.q.evidence)
         r12[n] = gold_recall(ids, Q.q.evidence)
     return r10, r12, ms
 
 
-def run_cv(questions, fusion_base, plot_path: str | None) -> list[dict]:
-    """Print the leave-one-conversation-out table; returns one summary dict per row."""
+def run_cv(questions, fusion_base, plot_path: str | None, only: str | None = None) -> list[dict]:
+    """Print the leave-one-conversation-out table; returns one summary dict per row.
+
+    ``only``: run only the rows whose name contains it (the two reference rows always run)."""
     namespaces = list(dict.fromkeys(Q.ns for Q in questions))
     ns_of = np.asarray([Q.ns for Q in questions])
     cat_of = np.asarray([Q.q.category for Q in questions])
     results = []
     reference = None  # today's shipped row: the per-fold bar every component must clear
+    shipped = None  # the row shipped before this round
     print(f"\nleave-one-conversation-out on {len(namespaces)} conversations ({len(questions)} questions); "
           "each row's constants fit on three conversations (best mean recall@10 of its grid), "
           "scored on the fourth")
-    for name, variant, points in cv_rows():
+    for n_row, (name, variant, points) in enumerate(cv_rows()):
+        if only and only not in name and n_row and name != SHIPPED_ROW:
+            continue
         evals = [eval_setting(questions, fusion_base, p, variant) for p in points]
         R10 = np.stack([e[0] for e in evals])
         R12 = np.stack([e[1] for e in evals])
@@ -427,7 +537,11 @@ def run_cv(questions, fusion_base, plot_path: str | None) -> list[dict]:
         }
         if reference is None:
             reference = row
+        if name == SHIPPED_ROW:
+            shipped = row
         row["helped"] = sum(row["folds"][ns] > reference["folds"][ns] + 1e-9 for ns in namespaces)
+        row["helped_now"] = (sum(row["folds"][ns] > shipped["folds"][ns] + 1e-9 for ns in namespaces)
+                             if shipped is not None else None)
         results.append(row)
         print(f"  {name}: in-sample {row['in_sample']:.1f} (setting {points[g_all]}), CV {row['cv10']:.1f}",
               flush=True)
@@ -442,14 +556,15 @@ def run_cv(questions, fusion_base, plot_path: str | None) -> list[dict]:
 def print_cv_table(results, namespaces) -> None:
     head = ("| row | grid | in-sample R@10 | CV R@10 | CV R@12 | " + " | ".join(
         LOCOMO_CATEGORY_NAMES[c] for c in CATS) + " | " + " | ".join(f"fold {ns}" for ns in namespaces)
-        + " | folds > today | p50 ms |")
+        + " | folds > today | folds > shipped | p50 ms |")
     print("\n" + head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in results:
         cats = " | ".join(f"{r['cats'][c]:.1f}" for c in CATS)
         folds = " | ".join(f"{r['folds'][ns]:.1f}" for ns in namespaces)
+        now = "-" if r["helped_now"] is None else f"{r['helped_now']}/{len(namespaces)}"
         print(f"| {r['name']} | {r['grid']} | {r['in_sample']:.1f} | {r['cv10']:.1f} | {r['cv12']:.1f} | {cats} | "
-              f"{folds} | {r['helped']}/{len(namespaces)} | {r['p50']:.1f} |")
+              f"{folds} | {r['helped']}/{len(namespaces)} | {now} | {r['p50']:.1f} |")
     print("\nsettings picked per fold (fit on the other conversations):")
     for r in results:
         if r["grid"] > 1:
@@ -508,6 +623,10 @@ def load_questions(mem, convs, cfg) -> list[CVQuestion]:
     channel_cfg = dataclasses.replace(cfg.fusion, time_match_weight=1.0, temporal_weight=1.0,
                                       speaker_weight=1.0, packet_weight=1.0, lexical_weight=1.0)
     burst_cfg = dataclasses.replace(channel_cfg, bursts=True, tolerant_names=True)
+    # Which query vector each variant's dense channel uses: the intent text alone, or its
+    # mean with the question's (FusionConfig.dense_query); the package default's is the one
+    # compile_context computes, so the check against Memory.compile below is exact.
+    dense_query = {"plain": "intent", "burst": "intent", "plain+q": "intent+question"}
     out = []
     mismatches = 0
     for conv in convs:
@@ -517,19 +636,27 @@ def load_questions(mem, convs, cfg) -> list[CVQuestion]:
             "burst": FusionIndex.build(view.packets, view.descriptors_by_packet, burst_cfg,
                                        packet_matrix=view.packet_matrix, context_matrix=view.fusion.context_matrix),
         }
+        indexes["plain+q"] = indexes["plain"]
         for q in conv.questions:
             if q.category not in CATS or not q.evidence:
                 continue
             for _ in range(1 if out else 2):  # one warm-up pass before the first timed question
                 t0 = time.perf_counter()
                 intent = query_intent(q.question, cfg, None, view)
-                qvec = np.asarray(mem.embedder.embed([intent.lexical_query()]), dtype=np.float32)[0]
+                qvec = _embed_query(mem.embedder, intent, dense_query_texts(q.question, intent.lexical_query(),
+                                                                            cfg.fusion))
                 fused_scores(view.fusion, q.question, qvec, cfg.fusion)
                 channel_ms = (time.perf_counter() - t0) * 1000
-            channels = {name: fused_scores(ix, q.question, qvec, channel_cfg).channels for name, ix in indexes.items()}
-            Q = CVQuestion(q, conv.namespace, view, qvec, indexes, channels, channel_ms)
+            qvecs = {}
+            for name, mode in dense_query.items():
+                texts = dense_query_texts(q.question, intent.lexical_query(),
+                                          dataclasses.replace(cfg.fusion, dense_query=mode))
+                qvecs[name] = qvec if mode == cfg.fusion.dense_query else _embed_query(mem.embedder, intent, texts)
+            channels = {name: fused_scores(ix, q.question, qvecs[name], channel_cfg).channels
+                        for name, ix in indexes.items()}
+            Q = CVQuestion(q, conv.namespace, view, qvecs, indexes, channels, channel_ms)
             out.append(Q)
-            total = combine(channels["plain"], cfg.fusion)
+            total = combine(channels[default_variant(cfg.fusion)], cfg.fusion)
             mine = [view.packets[i].packet_id for i in select_rows(view.fusion, q.question, total, qvec, cfg.fusion,
                                                                    cfg.evidence.k0)]
             mismatches += list(mem.compile(conv.namespace, q.question).packet_ids) != mine
@@ -574,6 +701,8 @@ def main() -> int:
     ap.add_argument("--latency-turns", type=int, default=680, help="size of the joined latency conversation")
     ap.add_argument("--no-latency", action="store_true")
     ap.add_argument("--plot", default=None, metavar="PNG", help="also draw the rows as a bar chart")
+    ap.add_argument("--rows", default=None, metavar="TEXT", help="--cv: only the rows whose name contains TEXT "
+                                                                   "(and the two reference rows)")
     args = ap.parse_args()
 
     cfg = apply_preset("model-free", PipelineConfig())
@@ -594,7 +723,7 @@ def main() -> int:
     if args.pool_recall:
         run_pool_recall(questions, cfg)
     if args.cv:
-        run_cv(questions, cfg.fusion, args.plot)
+        run_cv(questions, cfg.fusion, args.plot, args.rows)
     if not args.no_latency:
         latency(mem, store, convs, args.latency_runs, args.latency_turns)
     store.close()
