@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from memcompile_local import pipeline
+from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.config import FusionConfig, PipelineConfig
 from memcompile_local.data.plain import load_plain
 from memcompile_local.evidence.presets import apply_preset
@@ -18,18 +19,22 @@ from memcompile_local.fused import (
     canonical_names,
     combine,
     context_documents,
+    dense_query_texts,
     fused_ranking,
     fused_scores,
     is_list_question,
     lexical_documents,
     named_participants,
     periods,
+    query_vector,
     question_periods,
     select_fused,
     score_order,
     select_rows,
     tolerant_name,
 )
+from memcompile_local.memory import Memory
+from memcompile_local.store import MemoryStore
 from memcompile_local.types import Descriptor, PacketCandidate, SourcePacket
 
 MESSY = Path(__file__).parent / "fixtures" / "messy_chat.json"
@@ -265,6 +270,11 @@ def test_complementary_selection_skips_near_duplicates_for_list_questions():
         everywhere = FusionConfig(complement=mode, complement_keep=1, complement_pool=6, mmr_lambda=0.5,
                                   complement_scope="all")
         assert select_rows(index, "Where does Ann live?", scores, q, everywhere, 2) == [0, 2]
+    # The shipped default: MemPursuit over the fused top-P, for list questions only.
+    shipped = FusionConfig(complement_keep=1, complement_pool=6)
+    index = FusionIndex.build(LIST_PACKETS, {}, shipped, packet_matrix=m)
+    assert select_rows(index, "What hobbies does Ann have?", scores, q, shipped, 2) == [0, 2]
+    assert select_rows(index, "Where does Ann live?", scores, q, shipped, 2) == [0, 1]
     assert is_list_question("Which cities have they both visited?")
     assert not is_list_question("When did Ann move?")
 
@@ -327,3 +337,67 @@ def test_packet_scale_max_divides_the_cosines_by_the_query_best():
     assert score_order(combine(channels, plain))[0] == 0 and score_order(combine(channels, scaled))[0] == 1
     negative = {"packet": np.asarray([-0.2, -0.1])}
     assert np.allclose(combine(negative, scaled), 1.5 * negative["packet"])  # no best above 0: left as is
+
+
+def test_dense_query_embeds_the_question_beside_the_intent_text():
+    both = FusionConfig(dense_query="intent+question")
+    intent = "What did Ann adopt? Ann adopt"
+    assert dense_query_texts("What did Ann adopt?", intent, both) == [intent, "What did Ann adopt?"]
+    assert dense_query_texts("What did Ann adopt?", intent, FusionConfig(dense_query="intent")) == [intent]
+    assert dense_query_texts("Ann", "Ann", both) == ["Ann"]  # the same text is embedded once
+    rows = np.asarray([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=np.float32)
+    assert np.allclose(query_vector(rows), [0.5, 0.5, 0.0])  # the mean, not renormalized
+    assert np.array_equal(query_vector(rows[:1]), rows[0]) and np.array_equal(query_vector(rows[0]), rows[0])
+    # A packet's cosine with the mean vector is the mean of its cosines with the two texts:
+    # the packet only the plain question is close to now outranks one close to neither.
+    m = np.asarray([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.6, 0.8, 0.0]], dtype=np.float32)
+    cfg = FusionConfig(lexical_weight=0, speaker_weight=0, temporal_weight=0, time_match_weight=0,
+                       dense_neighbor_context=False)
+    index = FusionIndex.build(PACKETS[:3], {}, cfg, packet_matrix=m)
+    cos = fused_scores(index, "x", query_vector(rows), cfg).channels["packet"]
+    assert np.allclose(cos, [0.5, 0.0, 0.7])
+    assert fused_scores(index, "x", rows[0], cfg).channels["packet"][0] == 0.0
+
+
+class _RecordingEmbedder:
+    """The hash embedder, keeping every batch of texts it is asked to embed."""
+
+    def __init__(self) -> None:
+        self.inner = HashEmbedder(dim=32)
+        self.batches: list[list[str]] = []
+        self.dim = self.inner.dim
+
+    def identity(self) -> dict:
+        return self.inner.identity()
+
+    def embed(self, texts):
+        self.batches.append(list(texts))
+        return self.inner.embed(texts)
+
+
+def test_model_free_path_embeds_intent_and_question_in_one_call_and_search_scores_with_that_vector(tmp_path):
+    emb = _RecordingEmbedder()
+    cfg = apply_preset("model-free", PipelineConfig())
+    assert cfg.fusion.dense_query == "intent+question"
+    mem = Memory(MemoryStore(tmp_path / "m.sqlite"), cfg, embedder=emb)
+    mem.add("n", [{"time": "2024-03-04 09:00", "turns": [
+        {"speaker": "Ann", "text": "We adopted a puppy called Pepper."},
+        {"speaker": "Bo", "text": "I went camping near the lake."}]}])
+    mem.build("n")
+    question = "What did Ann adopt?"
+    emb.batches.clear()
+    ctx = mem.compile("n", question)
+    assert len(emb.batches) == 1 and len(emb.batches[0]) == 2 and emb.batches[0][1] == question
+    view = mem.view("n")
+    qvec = query_vector(emb.inner.embed(emb.batches[0]))
+    assert list(ctx.packet_ids) == select_fused(view.fusion, question, qvec, cfg.fusion, cfg.evidence.k0)
+    # search scores with the same (mean) vector: its scores are the fused totals under it.
+    hits = mem.search("n", question)
+    total = fused_scores(view.fusion, question, qvec, cfg.fusion).total
+    row = {pid: i for i, pid in enumerate(view.fusion.packet_ids)}
+    assert [h.score for h in hits] == pytest.approx([total[row[h.packet.packet_id]] for h in hits])
+    # The intent-only setting embeds one text per question.
+    one = Memory(MemoryStore(tmp_path / "m.sqlite"), cfg.replace(fusion={"dense_query": "intent"}), embedder=emb)
+    emb.batches.clear()
+    one.compile("n", question)
+    assert [len(b) for b in emb.batches] == [1] and emb.batches[0][0] != question
