@@ -96,6 +96,7 @@ def extract_descriptors(
     on_progress: Callable[[int], None] | None = None,
     on_failure: str = "error",
     packets: Sequence[SourcePacket] | None = None,
+    saved: dict[str, list[Descriptor]] | None = None,
 ) -> int:
     """Extract descriptors for every packet not yet extracted by this descriptor set.
 
@@ -107,6 +108,7 @@ def extract_descriptors(
     extractor instead and records their ids in the namespace's meta (``fallback:<set>``),
     which ``stats`` reports. Returns the number of packets extracted by this call.
     ``packets``: the namespace's packets in dialogue order when the caller has them.
+    ``saved``: when given, receives packet id -> the descriptors this call saved for it.
     """
     if packets is None:
         packets = store.packets(namespace)
@@ -132,6 +134,8 @@ def extract_descriptors(
                     else:
                         store.save_extraction(namespace, extractor.descriptor_set, packet.packet_id, descriptors)
                         extracted += 1
+                        if saved is not None:
+                            saved[packet.packet_id] = list(descriptors)
                 first_error = first_error or exc
                 if on_progress:
                     on_progress(len(batch))
@@ -143,6 +147,8 @@ def extract_descriptors(
         store.save_extractions(namespace, extractor.descriptor_set,
                                [(packet.packet_id, descriptors) for (packet, _), descriptors in zip(batch, results)])
         extracted += len(batch)
+        if saved is not None:
+            saved.update((packet.packet_id, list(descriptors)) for (packet, _), descriptors in zip(batch, results))
         if on_progress:
             on_progress(len(batch))
     if failed:
@@ -402,10 +408,17 @@ def build_memory(
     packets = store.packets(namespace)
     n_packets = len(packets)
     done = len(store.extracted_packet_ids(namespace, extractor.descriptor_set))
+    saved: dict[str, list[Descriptor]] = {}
     with bar(total=n_packets - done, desc=f"extract {namespace}", unit="turn", enabled=progress) as pb:
         extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update, on_failure=on_failure,
-                                        packets=packets)
-    descriptors = store.descriptors(namespace, extractor.descriptor_set)
+                                        packets=packets, saved=saved)
+    if done == 0 and len(saved) == n_packets:
+        # A cold build saved every descriptor itself: they are the store's, in the store's order
+        # (packet ordinal, then claim index), so they are not read back.
+        descriptors = [d for p in packets
+                       for d in sorted(saved[p.packet_id], key=lambda d: (d.claim_index, d.descriptor_id))]
+    else:
+        descriptors = store.descriptors(namespace, extractor.descriptor_set)
     lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement, descriptors=descriptors)
     embedded = 0
     if embedder is not None:

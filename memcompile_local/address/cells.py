@@ -33,6 +33,7 @@ exhaustive scan (``exhaustive=True``) gives identical placements and is kept as 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -50,9 +51,14 @@ TITLE_KEYWORDS = 4
 DescriptorLookup = Mapping[str, Descriptor] | Callable[[str], Descriptor]
 
 
+# normalize_name is a pure function of its string, and placement sees the same few thousand
+# keywords and names again and again (every LongMemEval haystack repeats them).
+_normalize = functools.lru_cache(maxsize=1 << 16)(normalize_name)
+
+
 def _normalized_set(values: Iterable[str]) -> tuple[str, ...]:
     """Distinct normalized phrases, sorted (a sorted tuple keeps float sums reproducible)."""
-    return tuple(sorted({n for n in (normalize_name(v) for v in values) if n}))
+    return tuple(sorted({n for n in (_normalize(v) for v in values) if n}))
 
 
 def descriptor_tokens(descriptor: Descriptor) -> int:
@@ -200,6 +206,7 @@ class _CellState:
         return self.tokens + x.n_tokens <= cfg.token_cap and len(self.items) < cfg.item_cap
 
     def score(self, x: _Item) -> PlacementScore:
+        """Every term of Eq. 4 for placing ``x`` here (the reference; ``total_above`` is the fast path)."""
         cfg = self.cfg
         inter_k = sum(1 for k in x.keywords if k in self.kw)
         inter_p = sum(1 for p in x.people if p in self.per)
@@ -229,6 +236,45 @@ class _CellState:
         )
         total = locality + cfg.beta * coherence - cfg.gamma * inconsistency - cfg.eta * pressure
         return PlacementScore(locality, coherence, inconsistency, pressure, h, h_after, total)
+
+    def total_above(self, x: _Item, best: float, floor: float) -> float | None:
+        """``score(x).total`` when it can change the argmax (it exceeds ``best`` and reaches
+        ``floor``, the new Cell's score), else None.
+
+        Every term but H(c ∪ {x}) is cheap. ``max(0, H_after - H) >= 0`` only adds to the
+        pressure E, so the score with that term left out bounds the real one from above (IEEE
+        rounding is monotone, and eta >= 0 whenever this path is used); H_after is computed only
+        when that bound passes. The returned total is computed exactly as ``score`` computes it.
+        """
+        cfg = self.cfg
+        inter_k = sum(1 for k in x.keywords if k in self.kw)
+        inter_p = sum(1 for p in x.people if p in self.per)
+        union_k = len(x.keywords) + len(self.kw) - inter_k
+        union_p = len(x.people) + len(self.per) - inter_p
+        j_k = inter_k / union_k if union_k else 0.0
+        j_p = inter_p / union_p if union_p else 0.0
+        in_span = self.session_min <= x.session <= self.session_max + 1
+        t = cfg.time_in_span if in_span else cfg.time_out_of_span
+        coherence = cfg.coherence_keyword * j_k + cfg.coherence_person * j_p + cfg.coherence_time * t
+        locality = math.log(1 + inter_k + inter_p)
+        inconsistency = 0.0
+        if inter_k and inter_p:
+            xk, xp = set(x.keywords), set(x.people)
+            for m in self.items:
+                if m.negated != x.negated and xp.intersection(m.people) and xk.intersection(m.keywords):
+                    inconsistency = cfg.inconsistency_penalty
+                    break
+        h = self.entropy
+        room = max(1, cfg.token_cap - self.tokens)
+        fill = cfg.fill_weight * max(0.0, (len(self.items) + 1) / cfg.item_cap - coherence)
+        excess = cfg.entropy_excess_weight * max(0.0, h - cfg.entropy_threshold)
+        bound = locality + cfg.beta * coherence - cfg.gamma * inconsistency - cfg.eta * (
+            x.n_tokens / room + 0.0 + fill + excess)
+        if bound <= best or bound < floor:
+            return None
+        h_after = self.entropy_with(x)
+        pressure = x.n_tokens / room + cfg.entropy_delta_weight * max(0.0, h_after - h) + fill + excess
+        return locality + cfg.beta * coherence - cfg.gamma * inconsistency - cfg.eta * pressure
 
     def freeze(self) -> Cell:
         people = sorted(self.per.items(), key=lambda kv: (-kv[1], kv[0]))[:TITLE_PEOPLE]
@@ -325,6 +371,9 @@ class _Placer:
         self.by_keyword: dict[str, set[int]] = {}
         self.by_person: dict[str, set[int]] = {}
         self.exhaustive = exhaustive or _zero_overlap_can_win(cfg)
+        # The score bound of ``total_above`` needs a non-negative entropy-delta weight and eta;
+        # the exhaustive reference always scores in full.
+        self.bounded = not exhaustive and cfg.eta >= 0 and cfg.entropy_delta_weight >= 0
         self.seen: set[str] = set()
 
     def _index(self, cell: _CellState, x: _Item) -> None:
@@ -379,14 +428,22 @@ class _Placer:
     def place(self, x: _Item) -> int:
         best_score = -math.inf
         best: _CellState | None = None
+        new_score = _new_score(x.n_tokens, self.cfg)
         for cid in self.candidates(x):
             cell = self.cells[cid]
             if not cell.feasible(x):
                 continue
-            s = cell.score(x).total
+            if self.bounded:
+                # A Cell that cannot beat the best so far, or that scores below a new Cell (which
+                # would then win anyway), cannot change the outcome: its entropy is not computed.
+                s = cell.total_above(x, best_score, new_score)
+                if s is None:
+                    continue
+            else:
+                s = cell.score(x).total
             if s > best_score:  # strict: the smallest id keeps a tie
                 best_score, best = s, cell
-        if best is None or _new_score(x.n_tokens, self.cfg) > best_score:
+        if best is None or new_score > best_score:
             best = _CellState(len(self.cells), self.cfg)
             self.cells.append(best)
         self._append(best, x)
