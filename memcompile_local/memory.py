@@ -187,6 +187,7 @@ class Memory:
         self._view_locks: dict[str, threading.Lock] = {}
         # Each namespace's last view load, so the next load after an append redoes only new work.
         self._loader = ViewLoader()
+        self._config_key_of: tuple[PipelineConfig, tuple] | None = None
 
     # -- models -------------------------------------------------------------------------
     @property
@@ -383,10 +384,16 @@ class Memory:
     def _config_key(self) -> tuple:
         """The configuration part of a view's cache key (what its structures are made of)."""
         c = self.config
+        held = self._config_key_of
+        if held is not None and held[0] is c:  # computed for this config object already
+            return held[1]
         dset = self.extractor().descriptor_set
         parts = repr((c.placement, c.routing, c.fusion, c.model.embedder, c.model.embed_model,
                       self.uses_context_embeddings()))
-        return (dset, layout_id(dset, c.placement), parts)
+        key = (dset, layout_id(dset, c.placement), parts)
+        # Every search reads it (about 0.14 ms to make: an extractor, a layout hash, a repr).
+        self._config_key_of = (c, key)
+        return key
 
     def cached_view(self, namespace: str, *, generation: int | None = None) -> tuple[MemoryView, int] | None:
         """(the view of ``namespace`` this Memory holds, its generation), or None.

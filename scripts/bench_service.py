@@ -161,6 +161,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--pause", type=float, default=1.0, help="seconds between an append and its search (paced run)")
     ap.add_argument("--paced", type=int, default=20, help="appends of the paced run")
+    ap.add_argument("--workers", type=int, default=1, help="server processes (serve --workers N)")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_service_"))
@@ -187,7 +188,8 @@ def main() -> int:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     log = open(tmp / "server.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "memcompile_local", "serve", "--store", str(store), "--port",
-                             str(port), "--keys", str(tmp / "keys.yaml"), "--config", str(tmp / "run.yaml")],
+                             str(port), "--keys", str(tmp / "keys.yaml"), "--config", str(tmp / "run.yaml"),
+                             "--workers", str(args.workers)],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
     url = f"http://127.0.0.1:{port}"
     rows = []
@@ -248,7 +250,8 @@ def main() -> int:
 
     ms = lambda x: f"{1000 * x:7.1f}"  # noqa: E731
     print(f"\nmemory service over loopback, model-free preset, {args.embedder} embedder, "
-          f"{len(users)} users x {args.turns}+ turns, {os.cpu_count()} CPUs visible")
+          f"{len(users)} users x {args.turns}+ turns, {args.workers} server process(es), "
+          f"{os.cpu_count()} CPUs visible, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("search: a question on a memory whose view is loaded; fresh: the search right after an append "
           "(loads the new view); searchable: append + fresh search, i.e. one new turn to its first hit (ms)")
     print("clients | req/s  | search p50    p95    p99 | append p50    p95    p99 | fresh p50   p95 | "
