@@ -183,7 +183,7 @@ def option_recall(convs: list[Conversation], options: list[tuple[str, str]]) -> 
             main4: list[float] = []
             t0 = time.perf_counter()
             for conv in convs:
-                ns = f"{name}/{conv.namespace}"
+                ns = f"{document}-{context}-{conv.namespace}"
                 mem.add(ns, dataclasses.replace(conv, namespace=ns))
                 scores = []
                 for q in conv.questions:

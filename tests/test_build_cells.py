@@ -3,6 +3,8 @@ Algorithm 2, and a cold build hands its own descriptors to placement instead of 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 
 from memcompile_local.adapters.scripted import HashEmbedder
@@ -13,7 +15,8 @@ from memcompile_local import build as build_module
 from memcompile_local.build import PLACEMENTS, build_memory, layout_id
 from memcompile_local.config import PlacementConfig
 from memcompile_local.store import MemoryStore
-from memcompile_local.types import Descriptor
+from memcompile_local.store.codecs import event_from_json, event_to_json
+from memcompile_local.types import Descriptor, EventFields
 
 
 def _descriptors(n: int, seed: int) -> list[Descriptor]:
@@ -111,3 +114,11 @@ def test_a_cold_build_places_its_own_descriptors_without_reading_them_back(tmp_p
     assert placed[-1] == original_read(store2, conv.namespace, ex.descriptor_set) == stored
     store.close()
     store2.close()
+
+
+def test_event_json_is_the_canonical_json_of_every_event_field():
+    ev = EventFields(subject_people=("Ana", "Bé"), predicate="adopt", focus_terms=("cat",), goal_context_terms=(),
+                     event_type="plan", event_time="2024-05", polarity="positive", confidence=0.75)
+    text = event_to_json(ev)
+    assert text == json.dumps(dataclasses.asdict(ev), ensure_ascii=False, sort_keys=True, allow_nan=False)
+    assert event_from_json(text) == ev
