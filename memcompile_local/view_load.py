@@ -188,11 +188,17 @@ class ViewLoader:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._memos: dict[str, _Memo] = {}
+        # The fused index's per-text results of the last load under each configuration, for the
+        # first load of another namespace: LongMemEval haystacks share most sessions, and the
+        # results are keyed by the exact text they were computed from (build.py S2).
+        self._shared_parts: dict[tuple, FusionParts] = {}
 
     def drop(self, namespace: str) -> None:
-        """Forget what was remembered of ``namespace`` (after a forget or a deleted turn)."""
+        """Forget what was remembered of ``namespace`` (after a forget or a deleted turn); the
+        shared per-text results go too, since they may hold its text."""
         with self._lock:
             self._memos.pop(namespace, None)
+            self._shared_parts.clear()
 
     def remembered(self, namespace: str) -> bool:
         """Whether a previous load of ``namespace`` is remembered."""
@@ -253,8 +259,14 @@ class ViewLoader:
         descriptors_by_packet = {k: tuple(v) for k, v in by_packet.items()}
         fusion, parts = None, FusionParts()
         if use_fusion:
+            donor = memo
+            if not memo.fusion.tokens:  # a first load: take the texts another namespace's load computed
+                with self._lock:
+                    shared = self._shared_parts.get(identity)
+                if shared is not None:
+                    donor = dataclasses.replace(memo, fusion=shared)
             fusion, parts = fusion_index(packets, descriptors_by_packet, cfg.fusion, packet_matrix=matrix,
-                                         context_matrix=context, memo=memo)
+                                         context_matrix=context, memo=donor)
         flat = cfg.placement.layout == "flat"
         index = LazyAddressIndex(lambda: AddressIndex.build(
             packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
@@ -272,6 +284,8 @@ class ViewLoader:
         # The memo holds this load's rows and texts only (one view's worth), not every old one.
         with self._lock:
             self._memos[namespace] = _Memo(identity, rows, parts, documents, view, generation)
+            if use_fusion:
+                self._shared_parts[identity] = parts
         return view, generation
 
     # ------------------------------------------------------------------ appends in place
