@@ -331,13 +331,11 @@ class ViewLoader:
             new_docs, memo_docs = _packet_documents(packets, by_packet, {}, dense.document)
             documents.update(memo_docs)
             keys, docs = _keyed(packets, new_docs)
-            rows[model_id], save = _grown_rows(mem.store, embedder, model_id, rows.get(model_id), n_old, {},
-                                               keys, docs)
-            saves.extend(save)
-            matrix = rows[model_id].matrix
-            if dense.context == "composed":  # summed from the packet rows, nothing embedded
-                context = composed_contexts(allp, matrix)
-            elif use_context:
+            embed_context = dense.context != "composed" and use_context
+            changed: dict[int, tuple[str, str]] = {}
+            ckeys: list[str] = []
+            cdocs: list[str] = []
+            if embed_context:
                 cid = context_model_id(embedder)
                 # A context document quotes the turns before and after it in its session: of
                 # the old packets only the last one's can change.
@@ -349,8 +347,17 @@ class ViewLoader:
                     return None
                 changed = {start + j: (k, d) for j, (k, d) in enumerate(zip(ckeys, cdocs))
                            if start + j < n_old and k != old_ckeys[start + j]}
-                rows[cid], save = _grown_rows(mem.store, embedder, cid, rows[cid], n_old, changed,
-                                              ckeys[n_old - start:], cdocs[n_old - start:])
+                ckeys, cdocs = ckeys[n_old - start:], cdocs[n_old - start:]
+            # Every new text of both kinds in one embed call (a model's per-call cost is most of it).
+            vectors_of = _vectors_for(mem.store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs])
+            rows[model_id], save = _grown_rows(vectors_of, embedder, model_id, rows.get(model_id), n_old, {},
+                                               keys, docs)
+            saves.extend(save)
+            matrix = rows[model_id].matrix
+            if dense.context == "composed":  # summed from the packet rows, nothing embedded
+                context = composed_contexts(allp, matrix)
+            elif embed_context:
+                rows[cid], save = _grown_rows(vectors_of, embedder, cid, rows[cid], n_old, changed, ckeys, cdocs)
                 saves.extend(save)
                 context = rows[cid].matrix
         parts, fusion, lexical_docs = memo.fusion, None, memo.lexical_docs
@@ -413,29 +420,32 @@ class AppendPlan:
     memo: _Memo
 
 
-def _grown_rows(store: Any, embedder: Any, model_id: str, old: _Rows | None, n_old: int,
+def _vectors_for(store: Any, embedder: Any, docs: Sequence[str]) -> dict[str, np.ndarray]:
+    """Content address -> float32 vector of each of ``docs``: taken from the store when a key
+    already embedded the same text in the embedder's space (as ``build._embed_missing`` does),
+    every other distinct text embedded now, all in one call."""
+    space = embedding_model_id(embedder)
+    text_of = {text_address(d): d for d in docs}
+    vectors = dict(store.vectors_by_content(space, list(text_of))) if text_of else {}
+    todo = [a for a in text_of if a not in vectors]
+    if todo:
+        vectors.update(zip(todo, np.asarray(embedder.embed([text_of[a] for a in todo]), dtype=np.float32)))
+    return {a: np.asarray(v, dtype=np.float32) for a, v in vectors.items()}
+
+
+def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Any, model_id: str, old: _Rows | None, n_old: int,
                 changed: Mapping[int, tuple[str, str]], keys: list[str], docs: list[str],
                 ) -> tuple[_Rows, list[tuple[str, list[str], np.ndarray, list[str], str]]]:
     """Rows after the documents ``changed`` (row -> (key, document)) are replaced and ``keys``
-    (of ``docs``) appended, and the vectors to save for them.
-
-    A vector is taken from the store when another key already embedded the same text in the
-    embedder's space (content address, as ``build._embed_missing`` does); every other distinct
-    text is embedded once.
-    """
+    (of ``docs``) appended, with their vectors from ``vectors_of`` (``_vectors_for``), and the
+    vectors to save for them."""
     if old is None or len(old.row_of) != n_old:
         raise ValueError("the remembered rows do not match the view")
     new_keys = [k for k, _ in changed.values()] + keys
     new_docs = [d for _, d in changed.values()] + docs
     space = embedding_model_id(embedder)
     addresses = [text_address(d) for d in new_docs]
-    shared = store.vectors_by_content(space, addresses) if addresses else {}
-    todo = list(dict.fromkeys(a for a in addresses if a not in shared))
-    text_of = dict(zip(addresses, new_docs))
-    if todo:
-        vecs = np.asarray(embedder.embed([text_of[a] for a in todo]), dtype=np.float32)
-        shared = {**shared, **dict(zip(todo, vecs))}
-    vectors = (np.stack([np.asarray(shared[a], dtype=np.float32) for a in addresses]) if addresses
+    vectors = (np.stack([vectors_of[a] for a in addresses]) if addresses
                else np.zeros((0, old.matrix.shape[1] if old.matrix.ndim == 2 else embedder.dim), np.float32))
     dim = old.matrix.shape[1] if old.matrix.ndim == 2 and old.matrix.shape[0] else vectors.shape[1]
     matrix = np.empty((n_old + len(keys), dim), dtype=np.float32)
