@@ -4,6 +4,7 @@ index's per-text results of one namespace's load serve the first load of another
 from __future__ import annotations
 
 from memcompile_local import fused as fused_module
+from memcompile_local.address import dense as dense_module
 from memcompile_local.config import PipelineConfig
 from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.memory import Memory
@@ -61,13 +62,36 @@ def test_a_second_namespace_with_the_same_sessions_stems_nothing_and_searches_as
     store.close()
 
 
+def test_documents_are_computed_once_per_content(tmp_path, monkeypatch):
+    calls = []
+    original = dense_module.packet_document
+
+    def counted(packet, claims=(), *, claim_lines=True):
+        calls.append(packet.content)
+        return original(packet, claims, claim_lines=claim_lines)
+
+    monkeypatch.setattr(dense_module, "packet_document", counted)
+    dense_module.forget_documents()
+    store = MemoryStore(tmp_path / "m.sqlite")
+    mem = _mem(store)
+    mem.add("q1", [SESSION_A, SESSION_B])
+    mem.view("q1")  # the build and the view load both need every z(p)
+    assert sorted(calls) == sorted(t["text"] for s in (SESSION_A, SESSION_B) for t in s["turns"])
+    mem.add("q2", [SESSION_A, SESSION_B])
+    mem.view("q2")
+    assert len(calls) == 5  # the second namespace's documents were all known
+    store.close()
+
+
 def test_forget_drops_the_shared_results_with_the_erased_text(tmp_path, monkeypatch):
     stems = _counting_stems(monkeypatch)
     store = MemoryStore(tmp_path / "m.sqlite")
     mem = _mem(store)
     mem.add("q1", [SESSION_A])
     mem.view("q1")
+    assert dense_module._document.cache_info().currsize > 0
     mem.forget("q1")
+    assert dense_module._document.cache_info().currsize == 0  # the memoized documents held q1's text
     mem.add("q2", [SESSION_A])
     stems.clear()
     mem.view("q2")

@@ -14,6 +14,7 @@ packets are taken with ties broken by packet ordinal (the row order of the matri
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -70,14 +71,35 @@ DENSE_DOCUMENTS = ("packet", "lean", "turn")
 
 
 def dense_document(packet: SourcePacket, claims: Sequence[Descriptor] = (), kind: str = "packet") -> str:
-    """The document of ``packet`` of one of ``DENSE_DOCUMENTS``; ``"packet"`` is the paper's z(p)."""
-    if kind == "packet":
-        return packet_document(packet, claims)
-    if kind == "lean":
-        return packet_document(packet, claims, claim_lines=False)
+    """The document of ``packet`` of one of ``DENSE_DOCUMENTS``; ``"packet"`` is the paper's z(p).
+
+    Memoized by everything the document reads (``_document``): the build and the view load
+    of a namespace, and every namespace holding the same turn, compute it once.
+    """
+    if kind not in DENSE_DOCUMENTS:
+        raise ConfigError(f"dense document kind {kind!r}: expected one of {', '.join(DENSE_DOCUMENTS)}")
+    claim_fields = () if kind == "turn" else tuple((c.text, tuple(c.people), tuple(c.keywords)) for c in claims)
+    return _document(kind, packet.speaker, packet.content, packet.image_caption, packet.image_query,
+                     packet.session_time, claim_fields)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _document(kind: str, speaker: str, content: str, caption: str | None, query: str | None, when: str,
+              claims: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]) -> str:
+    # Only the fields the document is made of reach here, so equal keys give equal documents.
+    packet = SourcePacket(namespace="", packet_id="", ordinal=0, session_index=0, session_id="", session_time=when,
+                          speaker=speaker, content=content, image_caption=caption, sha256="", image_query=query)
     if kind == "turn":
         return turn_document(packet)
-    raise ConfigError(f"dense document kind {kind!r}: expected one of {', '.join(DENSE_DOCUMENTS)}")
+    parts = [Descriptor(descriptor_id="", namespace="", packet_id="", claim_index=0, text=text, speaker="",
+                        session_index=0, session_time="", people=people, keywords=keywords)
+             for text, people, keywords in claims]
+    return packet_document(packet, parts, claim_lines=kind == "packet")
+
+
+def forget_documents() -> None:
+    """Drop the memoized documents (they hold turn text; ``extract_memo.forget_memo`` calls it)."""
+    _document.cache_clear()
 
 
 def composed_context_matrix(session_indices: Sequence[int], matrix: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ import threading
 from typing import Sequence
 
 from ..types import Descriptor, SourcePacket, descriptor_id
+from .dense import forget_documents
 
 MAX_ENTRIES = 200_000
 """Memo size bound (distinct turns); the memo is cleared when it would grow past it."""
@@ -36,10 +37,12 @@ def _rebind(d: Descriptor, packet: SourcePacket) -> Descriptor:
 
 
 def forget_memo() -> None:
-    """Drop every memoized extraction: ``Memory.forget`` and ``delete_turn`` call it so the
-    text of erased turns does not outlive them in this process (it is only a speed cache)."""
+    """Drop every memoized extraction and dense document: ``Memory.forget`` and ``delete_turn``
+    call it so the text of erased turns does not outlive them in this process (these are only
+    speed caches)."""
     with _lock:
         _memo.clear()
+    forget_documents()
 
 
 class MemoizedExtractor:
