@@ -3,8 +3,15 @@
 Does what ``SentenceTransformer.encode`` does for a Transformer + Pooling (+ Normalize) model,
 read from the same folder: the fast tokenizer of ``tokenizer.json`` truncated at the model's
 ``max_seq_length``, the pooling of ``1_Pooling/config.json`` (mean or CLS) over the attention
-mask, and l2 normalisation. Texts are sorted by token count and batched, so each batch pads to
-a similar length, and the rows are put back in input order.
+mask, and l2 normalisation. Texts are sorted by token count and batched only with texts of
+nearly the same count (``length_buckets``), so little time goes to padding, and the rows are put
+back in input order.
+
+On the fp32 graphs a text's vector does not depend on its batch: with right padding and the
+attention mask, the padded positions get exactly zero attention weight and every matrix row
+is computed the same way whatever the batch holds (measured: batched and one-text-per-call
+vectors equal bit for bit, plain and fused graphs). Dynamic int8 is different (see
+``OnnxSentenceEncoder``).
 """
 
 from __future__ import annotations
@@ -72,6 +79,33 @@ def model_layout(model_dir: Path) -> dict[str, Any]:
     return {"max_seq_length": max_len, "pooling": pooling, "normalize": normalize}
 
 
+PAD_SLACK = 0.125
+"""A batch holds texts whose token counts are within this fraction of its shortest one
+(at least 2 tokens): little padding, and still batches of many short texts."""
+
+
+def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of ``lengths`` grouped into batches of at most ``batch_size`` texts.
+
+    Texts are taken shortest first (ties by index, so the grouping is deterministic); a batch
+    closes when it is full or the next text is longer than its first by more than
+    ``PAD_SLACK`` (at least 2 tokens), so padding stays a small share of the work.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            batch = batches[-1]
+            first = lengths[batch[0]]
+            if len(batch) < batch_size and lengths[i] - first <= max(2, int(first * PAD_SLACK)):
+                batch.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
 class OnnxSentenceEncoder:
     """Sentence vectors from an ONNX file and the tokenizer of ``model_dir`` (CPU).
 
@@ -99,8 +133,12 @@ class OnnxSentenceEncoder:
         tok.enable_truncation(self.layout["max_seq_length"])
         self._tok = tok
         opts = ort.SessionOptions()
+        # One model run at a time (the lock below) spread over every usable core; the graph has
+        # no parallel branches worth a second pool.
         opts.intra_op_num_threads = threads or cpu_threads()
         opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.enable_cpu_mem_arena = True  # buffers of one shape are reused across runs
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
@@ -114,11 +152,10 @@ class OnnxSentenceEncoder:
         if self.per_text:
             batch_size = 1
         encodings = self._tok.encode_batch(list(texts))
-        order = sorted(range(len(texts)), key=lambda i: (len(encodings[i].ids), i))
+        lengths = [len(e.ids) for e in encodings]
         out: np.ndarray | None = None
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            width = max(len(encodings[i].ids) for i in idx)
+        for idx in length_buckets(lengths, batch_size):
+            width = max(lengths[i] for i in idx)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros_like(ids)
             types = np.zeros_like(ids)

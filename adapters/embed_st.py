@@ -25,7 +25,7 @@ from memcompile_local.errors import ConfigError
 
 from .embed_onnx import OnnxSentenceEncoder
 from .models import MINILM_NAME, check_model_string, require_embed, resolve_local_or_name, set_offline, weights_fingerprint
-from .onnx_export import EXPORT_VERSION, exported_model
+from .onnx_export import exported_model, recipe_id
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class SentenceTransformerEmbedder:
             ident: dict[str, Any] = {"embedder": "sentence-transformers", "model": self.model_name,
                                      "path": self.model_ref, "backend": backend, "precision": precision}
             if backend == "onnx":
-                ident["export"] = EXPORT_VERSION
+                ident["export"] = recipe_id(precision)  # export version and derivation steps
             if self.document_prefix:
                 ident["document_prefix"] = self.document_prefix
             if self.query_prefix:

@@ -1,14 +1,30 @@
-"""Exporting a local sentence-transformers model to ONNX, offline, into a user cache folder.
+"""Exporting a local sentence-transformers model to ONNX, offline, and deriving faster graphs.
 
 sentence-transformers' own ONNX backend needs ``optimum-onnx``, whose only release pins
 ``transformers<4.58`` (this project runs transformers 5), so the export is done here with
-``torch.onnx.export`` from the model's local files, and int8 weights with ONNX Runtime's
-dynamic quantization. Nothing is downloaded.
+``torch.onnx.export`` from the model's local files. Nothing is downloaded.
 
-The files live in ``onnx_cache_dir() / <weights hash> /``: ``model.onnx`` (fp32) and
-``model.int8.onnx``. The folder name is the hash of the source weights, so a changed model
-exports again; files are written under a lock to a temporary name and renamed into place, so
-two processes never see half a file.
+The export uses the model's eager attention (not torch's fused SDPA), because ONNX Runtime's
+transformer optimizer recognises that graph and replaces each layer's attention, LayerNorms,
+GELU and the embeddings with fused CPU kernels. From the plain export, named steps derive the
+files the embedder runs:
+
+- ``fused1``: the BERT fusions of ``onnxruntime.transformers.optimizer`` (fp32, same vectors
+  within float rounding; checked against the plain export on probe texts when made);
+- ``fusednoattn1``: the same without fusing attention (int8 runs its attention MatMuls on the
+  plain float kernels; a fused Attention would be quantized into the slower QAttention);
+- ``int8pc1``: dynamic int8 quantization of every weight MatMul, one scale per output
+  channel (per-tensor scales lose far more: one column of large weights sets the scale of all);
+- ``int8pt1``: the same with one scale per weight tensor (the recipe before, for comparison);
+- ``int8pcffn1``: ``int8pc1`` leaving each layer's feed-forward output projection in fp32
+  (the MatMuls whose quantization moves the vectors most, measured layer by layer).
+
+A recipe is a sequence of steps; ``RECIPES`` maps a precision to the shipped one, and
+``recipe_id`` (part of the embedder identity) names export version and steps, so vectors of
+two recipes never share a cache entry. Files live in ``onnx_cache_dir() / <weights hash>-
+<export version> /`` as ``model.onnx`` (plain) and ``model.<step>.<step>.onnx``; each is
+written under a lock to a temporary name and renamed into place, so a process never sees half
+a file, and an existing file is reused.
 """
 
 from __future__ import annotations
@@ -21,7 +37,7 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from memcompile_local.errors import ConfigError, ModelNotFoundError
 
@@ -29,12 +45,22 @@ from .models import require_embed
 
 logger = logging.getLogger(__name__)
 
-EXPORT_VERSION = "torch-onnx-v1"
-"""Changes when the way a model is exported changes (it is part of the embedder identity)."""
+EXPORT_VERSION = "torch-onnx-v2"
+"""Changes when the way a model is exported changes (v2: eager attention, for the fusions)."""
 
 OPSET = 17
-PRECISION_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+PLAIN_FILE = "model.onnx"
+
+RECIPES: dict[str, tuple[str, ...]] = {
+    "fp32": (),
+    "int8": ("int8pc1",),
+}
+"""Precision -> the derivation steps the embedder runs (chosen by scripts/bench_embed_backends.py)."""
+
+# Largest |difference| allowed between the fused and the plain graph's hidden states on the
+# probe texts (fp32 rounding of reordered sums stays near 1e-5).
+FUSION_TOLERANCE = 1e-3
 
 
 def onnx_cache_dir() -> Path:
@@ -44,6 +70,23 @@ def onnx_cache_dir() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "memcompile-local" / "onnx"
+
+
+def recipe_id(precision: str) -> str:
+    """What the vectors of ``precision`` come from: export version and steps, e.g.
+    ``"torch-onnx-v2+fused1"`` (raises ``ConfigError`` for an unknown precision)."""
+    return "+".join((EXPORT_VERSION, *_recipe(precision)))
+
+
+def _recipe(precision: str) -> tuple[str, ...]:
+    if precision not in RECIPES:
+        raise ConfigError(f"ONNX precision {precision!r}: expected one of {', '.join(RECIPES)}")
+    return RECIPES[precision]
+
+
+def model_folder(weights_sha256: str) -> Path:
+    """The cache folder of one model's weights under the current export version."""
+    return onnx_cache_dir() / f"{weights_sha256[:16]}-{EXPORT_VERSION}"
 
 
 @contextlib.contextmanager
@@ -58,36 +101,61 @@ def _locked(folder: Path) -> Iterator[None]:
 
 
 def exported_model(model_dir: Path, weights_sha256: str, precision: str) -> Path:
-    """The ONNX file of ``model_dir`` at ``precision`` ("fp32" or "int8"), exported on first use.
+    """The ONNX file the embedder runs for ``model_dir`` at ``precision`` ("fp32" or "int8").
 
+    Made on first use (export, then the steps of ``RECIPES[precision]``) and reused after.
     ``weights_sha256`` (``models.weights_fingerprint``) names the cache folder. Raises
     ``ConfigError`` for another precision and ``ModelNotFoundError`` when the folder holds no
     transformer this exporter understands.
     """
-    if precision not in PRECISION_FILES:
-        raise ConfigError(f"ONNX precision {precision!r}: expected one of {', '.join(PRECISION_FILES)}")
-    folder = onnx_cache_dir() / f"{weights_sha256[:16]}-{EXPORT_VERSION}"
-    target = folder / PRECISION_FILES[precision]
+    return derived_model(model_dir, weights_sha256, _recipe(precision))
+
+
+def derived_model(model_dir: Path, weights_sha256: str, steps: Sequence[str]) -> Path:
+    """The plain export of ``model_dir`` with ``steps`` (names of ``STEPS``) applied in order.
+
+    ``steps=()`` is the plain export. Each intermediate file is kept, so recipes that share a
+    prefix share its file.
+    """
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        raise ConfigError(f"ONNX derivation steps {unknown}: expected names of {', '.join(STEPS)}")
+    folder = model_folder(weights_sha256)
+    target = folder / _file_name(steps)
     if target.is_file():
         return target
     with _locked(folder):
         if target.is_file():  # another process finished it while we waited
             return target
-        fp32 = folder / PRECISION_FILES["fp32"]
-        if not fp32.is_file():
-            _export_fp32(model_dir, fp32)
-        if precision == "int8":
-            _quantize_int8(fp32, target)
-        (folder / "source.json").write_text(json.dumps(
-            {"model_dir": str(model_dir), "weights_sha256": weights_sha256, "export": EXPORT_VERSION,
-             "opset": OPSET}, indent=1))
+        plain = folder / PLAIN_FILE
+        if not plain.is_file():
+            _export_fp32(model_dir, plain)
+            (folder / "source.json").write_text(json.dumps(
+                {"model_dir": str(model_dir), "weights_sha256": weights_sha256, "export": EXPORT_VERSION,
+                 "opset": OPSET}, indent=1))
+        source = plain
+        for i, step in enumerate(steps):
+            out = folder / _file_name(steps[:i + 1])
+            if not out.is_file():
+                logger.info("deriving %s from %s (once; cached)", out.name, source.name)
+                _write_atomically(out, lambda tmp, src=source, s=step: STEPS[s](model_dir, src, tmp))
+            source = out
     return target
 
 
-def _tmp_name(target: Path) -> Path:
+def _file_name(steps: Sequence[str]) -> str:
+    return ".".join(("model", *steps, "onnx")) if steps else PLAIN_FILE
+
+
+def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     fd, name = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
-    return Path(name)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _export_fp32(model_dir: Path, target: Path) -> None:
@@ -96,7 +164,10 @@ def _export_fp32(model_dir: Path, target: Path) -> None:
     if not (model_dir / "config.json").is_file():
         raise ModelNotFoundError(f"{model_dir}: expected a transformer folder with config.json to export to ONNX")
     logger.info("exporting %s to ONNX (once; cached in %s)", model_dir, target.parent)
-    base = transformers.AutoModel.from_pretrained(str(model_dir), local_files_only=True).eval()
+    # Eager attention traces to MatMul/Softmax nodes that the transformer optimizer fuses;
+    # the SDPA graph of transformers 5 is left unfused (and ran slower, measured).
+    base = transformers.AutoModel.from_pretrained(str(model_dir), local_files_only=True,
+                                                  attn_implementation="eager").eval()
 
     class _LastHidden(torch.nn.Module):
         # transformers 5 models take these by keyword only; the exporter passes positionals.
@@ -109,8 +180,8 @@ def _export_fp32(model_dir: Path, target: Path) -> None:
                               token_type_ids=token_type_ids).last_hidden_state
 
     ids = torch.ones((2, 8), dtype=torch.long)
-    tmp = _tmp_name(target)
-    try:
+
+    def write(tmp: Path) -> None:
         # The TorchScript exporter warns about tracing details that do not apply to BERT-style
         # encoders with dynamic axes; the file is checked by the tests against torch's vectors.
         with torch.no_grad(), warnings.catch_warnings():
@@ -121,24 +192,93 @@ def _export_fp32(model_dir: Path, target: Path) -> None:
                 dynamic_axes={n: {0: "batch", 1: "tokens"} for n in (*INPUT_NAMES, "last_hidden_state")},
                 opset_version=OPSET, do_constant_folding=True,
             )
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    _write_atomically(target, write)
 
 
-def _quantize_int8(source: Path, target: Path) -> None:
-    require_embed("onnx", "int8 quantization of the ONNX embedder")
+def _transformer_shape(model_dir: Path) -> tuple[str, int, int]:
+    """(model_type, attention heads, hidden size) from ``config.json``."""
+    try:
+        cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelNotFoundError(f"{model_dir}/config.json: expected a readable transformer config ({exc})") from exc
+    return str(cfg.get("model_type", "")), int(cfg.get("num_attention_heads") or 0), int(cfg.get("hidden_size") or 0)
+
+
+def _fuse(model_dir: Path, source: Path, target: Path, *, attention: bool) -> None:
+    optimizer = require_embed("onnxruntime.transformers.optimizer", "the fused ONNX embedder")
+    fusion_options = require_embed("onnxruntime.transformers.fusion_options", "the fused ONNX embedder")
+    model_type, heads, hidden = _transformer_shape(model_dir)
+    options = fusion_options.FusionOptions("bert")
+    options.enable_attention = attention
+    if model_type == "bert":
+        model = optimizer.optimize_model(str(source), model_type="bert", num_heads=heads, hidden_size=hidden,
+                                         optimization_options=options, opt_level=1, use_gpu=False)
+    else:
+        # The BERT fusion patterns are written for BERT graphs; other encoders get only
+        # ONNX Runtime's own generic passes.
+        model = optimizer.optimize_model(str(source), model_type="bert", opt_level=1, use_gpu=False,
+                                         only_onnxruntime=True)
+    logger.info("fused operators: %s", {k: v for k, v in model.get_fused_operator_statistics().items() if v})
+    model.save_model_to_file(str(target))
+    _check_same_outputs(source, target)
+
+
+def _check_same_outputs(reference: Path, candidate: Path) -> None:
+    """Refuse a derived fp32 graph whose hidden states differ from its source's on probe inputs."""
+    ort = require_embed("onnxruntime", "the ONNX embedding backend")
+    np = require_embed("numpy", "the ONNX embedding backend")
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, 2000, size=(2, 12), dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 7:] = 0  # one padded row: the fused attention reads the mask differently
+    outs = []
+    for path in (reference, candidate):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        names = {i.name for i in session.get_inputs()}
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        outs.append(session.run(None, {k: v for k, v in feed.items() if k in names})[0])
+    diff = float(np.abs(outs[0][mask == 1] - outs[1][mask == 1]).max())
+    if not diff <= FUSION_TOLERANCE:
+        raise ModelNotFoundError(f"{candidate}: the optimized graph's outputs differ from {reference.name} by "
+                                 f"{diff:.2e} (> {FUSION_TOLERANCE}); use backend='torch' for this model")
+
+
+def ffn_output_matmuls(path: Path) -> list[str]:
+    """Names of the MatMul nodes of each layer's feed-forward output projection (BERT names:
+    ``.../layer.N/output/dense/MatMul``), the weights whose int8 error costs the most."""
+    onnx = require_embed("onnx", "int8 quantization of the ONNX embedder")
+    graph = onnx.load(str(path)).graph
+    return [n.name for n in graph.node
+            if n.op_type == "MatMul" and "/output/dense/" in n.name and "/attention/" not in n.name]
+
+
+def _quantize_int8(model_dir: Path, source: Path, target: Path, *, per_channel: bool,
+                   keep_ffn_output: bool = False) -> None:
+    onnx = require_embed("onnx", "int8 quantization of the ONNX embedder")
     quantization = require_embed("onnxruntime.quantization", "int8 quantization of the ONNX embedder")
-    logger.info("quantizing %s to int8 (dynamic, weights only)", source)
-    tmp = _tmp_name(target)
+    exclude = ffn_output_matmuls(source) if keep_ffn_output else []
     root = logging.getLogger()
     level = root.level
     try:
         # quantize_dynamic logs a pre-processing hint on the root logger at WARNING; it concerns
         # static quantization of vision models, not dynamic weight quantization.
         root.setLevel(logging.ERROR)
-        quantization.quantize_dynamic(str(source), str(tmp), weight_type=quantization.QuantType.QInt8)
-        os.replace(tmp, target)
+        quantization.quantize_dynamic(
+            str(source), str(target), weight_type=quantization.QuantType.QInt8, per_channel=per_channel,
+            op_types_to_quantize=["MatMul"], nodes_to_exclude=exclude,
+            # Fused operators (com.microsoft) have no ONNX shape inference; their outputs are floats.
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     finally:
         root.setLevel(level)
-        tmp.unlink(missing_ok=True)
+
+
+STEPS: dict[str, Callable[[Path, Path, Path], None]] = {
+    "fused1": lambda m, s, t: _fuse(m, s, t, attention=True),
+    "fusednoattn1": lambda m, s, t: _fuse(m, s, t, attention=False),
+    "int8pc1": lambda m, s, t: _quantize_int8(m, s, t, per_channel=True),
+    "int8pt1": lambda m, s, t: _quantize_int8(m, s, t, per_channel=False),
+    "int8pcffn1": lambda m, s, t: _quantize_int8(m, s, t, per_channel=True, keep_ffn_output=True),
+}
+"""Derivation step name -> ``fn(model_dir, source file, target file)``; a name never changes
+meaning (a changed step gets a new name, so cached files of the old one are not reused)."""
