@@ -251,7 +251,11 @@ class Memory:
         if given is None:
             return self.store.ingest(conversation)
         for attempt in range(3):
-            stable = assign_stable_ids(conversation, given, self.store.packets(namespace))
+            # A view held for the store's current generation holds exactly the stored packets:
+            # then an agent's one-turn add does not read the whole namespace (12 ms at 1k turns).
+            held = self.cached_view(namespace, generation=self.store.generation(namespace)) if attempt == 0 else None
+            stored = held[0].packets if held is not None else self.store.packets(namespace)
+            stable = assign_stable_ids(conversation, given, stored)
             try:
                 return self.store.ingest(stable)
             except ImmutablePacketError:

@@ -237,3 +237,18 @@ def test_search_on_an_address_plane_path_scores_from_the_pool(tmp_path):
     assert all(h.score is None or isinstance(h.score, float) for h in hits)
     assert any(h.score is not None for h in hits)
     store.close()
+
+
+def test_an_add_while_a_current_view_is_held_does_not_read_the_namespace(mem, monkeypatch):
+    """Stable ids are given against the held view's packets (the stored ones at its generation):
+    the same ids as against a store read, without the read; a stale view is never used."""
+    mem.add("alice", [MONDAY])
+    mem.view("alice")
+    reads: list[str] = []
+    real = mem.store.packets
+    monkeypatch.setattr(mem.store, "packets", lambda ns: reads.append(ns) or real(ns))
+    third = {"time": MONDAY["time"], "turns": [{"speaker": "Ana", "text": "She found Pepper at the shelter."}]}
+    assert mem.add("alice", [third]).added == 1 and reads == []
+    # The view is stale now (the add moved the generation): the next add reads the store.
+    assert mem.add("alice", [MONDAY, TUESDAY]).added == 2 and reads == ["alice"]
+    assert [p.packet_id for p in real("alice")] == ["S1:1", "S1:2", "S1:3", "S2:1", "S2:2"]
