@@ -19,6 +19,7 @@ from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError, DataFormatError
 from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.memory import Memory
+from memcompile_local.service.view import PendingViews
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Descriptor, SourcePacket
 
@@ -129,3 +130,20 @@ def test_each_document_option_gives_the_view_a_scratch_build_gives(tmp_path):
         assert {h.packet.content for h in hits} == {"Which day is the pottery class?",
                                                     "I start my pottery class in Leeds next week."}
         store.close()
+
+
+def test_the_service_view_of_turns_not_built_yet_follows_the_dense_plan(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = Memory(store, _config("turn", "composed"), embedder=emb)
+    mem.add("alice", [SESSION_A, SESSION_B])
+    pending = PendingViews(mem).view("alice")  # nothing extracted yet
+    packets = store.packets("alice")
+    assert sorted(emb.texts) == sorted(turn_document(p) for p in packets)
+    np.testing.assert_allclose(pending.fusion.context_matrix,
+                               composed_context_matrix([p.session_index for p in packets], pending.packet_matrix),
+                               rtol=1e-6, atol=1e-6)
+    built = mem.view("alice")  # the build embeds nothing more: the documents are the same
+    assert len(emb.texts) == len(packets)
+    np.testing.assert_array_equal(built.packet_matrix, pending.packet_matrix)
+    store.close()

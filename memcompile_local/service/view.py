@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from ..address.index import AddressIndex
-from ..build import embed_contexts, embed_packets, layout_id, load_context_matrix, load_packet_matrix
+from ..build import dense_plan, embed_contexts, embed_packets, layout_id, load_context_matrix, load_packet_matrix
 from ..errors import ConfigError
 from ..fused import FusionIndex
 from ..memory import Memory
@@ -51,9 +51,10 @@ class PendingViews:
         if not packets:
             raise ConfigError(f"namespace {namespace!r} has no turns in {store.path}")
         embedder = mem.embedder
+        dense = dense_plan(mem.config, mem.uses_context_embeddings())  # what the build embeds
         if embedder is not None:
-            embed_packets(store, namespace, dset, embedder)
-            if mem.uses_context_embeddings():
+            embed_packets(store, namespace, dset, embedder, document=dense.document)
+            if dense.context == "embedded":
                 embed_contexts(store, namespace, embedder, packets=packets)
         generation = store.generation(namespace)
         packets = store.packets(namespace)
@@ -65,13 +66,16 @@ class PendingViews:
         # it places them (they still reach the reader through their packet).
         if not flat:
             descriptors = [d for d in descriptors if d.descriptor_id in placed]
-        matrix = load_packet_matrix(store, namespace, dset, embedder) if embedder is not None else None
+        matrix = (load_packet_matrix(store, namespace, dset, embedder, document=dense.document)
+                  if embedder is not None else None)
         by_packet: dict[str, list] = {}
         for d in descriptors:
             by_packet.setdefault(d.packet_id, []).append(d)
         fusion = None
         if mem.uses_fusion():
-            context = load_context_matrix(store, namespace, embedder, packets) if mem.uses_context_embeddings() else None
+            context = (load_context_matrix(store, namespace, embedder, packets,
+                                           composed_from=matrix if dense.context == "composed" else None)
+                       if dense.context != "none" else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, mem.config.fusion,
                                        packet_matrix=matrix, context_matrix=context)
         index = AddressIndex.build(packets, descriptors, cells, matrix, layout=mem.config.placement.layout,
