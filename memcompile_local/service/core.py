@@ -126,6 +126,11 @@ class MemoryService:
         self.config = config or PipelineConfig()
         self.limits = limits or Limits()
         self.store = MemoryStore(store_path)
+        # A second, read-only connection for the per-search checks (does the user exist, which
+        # generation is current): the main connection is locked while an append's transaction
+        # commits, and a search of another user should not queue behind that fsync. WAL lets
+        # it read the last commit meanwhile.
+        self._probe = self.store if str(store_path) == ":memory:" else MemoryStore(store_path, read_only=True)
         self.queue = BuildQueue(self.store)
         self._backend = backend
         self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder)
@@ -146,6 +151,8 @@ class MemoryService:
         self._warm_thread.start()
 
     def close(self) -> None:
+        if self._probe is not self.store:
+            self._probe.close()
         self.store.close()
 
     # ------------------------------------------------------------------ tenancy
@@ -154,7 +161,7 @@ class MemoryService:
 
     def _existing(self, tenant: str, user_id: str) -> str:
         ns = self.namespace(tenant, user_id)
-        if not self.store.packet_count(ns):
+        if not self._probe.packet_count(ns):
             raise ServiceError(404, "not_found", f"no memory for user {user_id!r}", field="user_id")
         return ns
 
@@ -413,7 +420,7 @@ class MemoryService:
         mem = self.memory_for(preset)
         # A view held for the store's current generation is complete (only built namespaces
         # are cached there): serve it without the build checks below.
-        held = mem.cached_view(ns, generation=self.store.generation(ns))
+        held = mem.cached_view(ns, generation=self._probe.generation(ns))
         if held is not None:
             view, behind = held[0], 0
         else:
