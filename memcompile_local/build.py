@@ -17,6 +17,7 @@ import numpy as np
 
 from .address.cells import PlacementState
 from .address.dense import DENSE_DOCUMENTS, composed_context_matrix, dense_document
+from .address.extract_memo import MemoizedExtractor
 from .address.extract_rule import RuleExtractor
 from .address.layouts import build_layout
 from .address.placement_memo import PlacementMemo
@@ -71,6 +72,16 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     document = config.fusion.dense_document if config.evidence.anchor_selector == "fused" else "packet"
     context = config.fusion.dense_context if context_vectors else "none"
     return DensePlan(document, context)
+
+
+RULE_BATCH = 512
+"""Packets per extraction transaction for the rule extractor: it is deterministic and fast, so an
+interrupted build loses little by redoing a big batch, and each commit costs (40% of storing a
+LoCoMo conversation's descriptors at the LLM batch of 16)."""
+
+
+def _batch_size(extractor: DescriptorExtractor) -> int:
+    return RULE_BATCH if isinstance(extractor, (RuleExtractor, MemoizedExtractor)) else 16
 
 
 # Each store's last placement states (see placement_memo): the next append places only its turn.
@@ -411,7 +422,7 @@ def build_memory(
     saved: dict[str, list[Descriptor]] = {}
     with bar(total=n_packets - done, desc=f"extract {namespace}", unit="turn", enabled=progress) as pb:
         extracted = extract_descriptors(store, namespace, extractor, on_progress=pb.update, on_failure=on_failure,
-                                        packets=packets, saved=saved)
+                                        packets=packets, saved=saved, batch_size=_batch_size(extractor))
     if done == 0 and len(saved) == n_packets:
         # A cold build saved every descriptor itself: they are the store's, in the store's order
         # (packet ordinal, then claim index), so they are not read back.

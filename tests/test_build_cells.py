@@ -10,6 +10,7 @@ import random
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.address import cells as cells_module
 from memcompile_local.address.cells import place_descriptors
+from memcompile_local.address.extract_memo import MemoizedExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
 from memcompile_local import build as build_module
 from memcompile_local.build import PLACEMENTS, build_memory, layout_id
@@ -122,3 +123,22 @@ def test_event_json_is_the_canonical_json_of_every_event_field():
     text = event_to_json(ev)
     assert text == json.dumps(dataclasses.asdict(ev), ensure_ascii=False, sort_keys=True, allow_nan=False)
     assert event_from_json(text) == ev
+
+
+def test_rule_extraction_is_stored_in_big_batches_llm_extraction_in_small_ones(tmp_path, conv, monkeypatch):
+    batches = []
+    original = MemoryStore.save_extractions
+
+    def save(self, namespace, dset, items):
+        batches.append(len(items))
+        return original(self, namespace, dset, items)
+
+    monkeypatch.setattr(MemoryStore, "save_extractions", save)
+    store = MemoryStore(tmp_path / "m.sqlite")
+    store.ingest(conv)
+    n = store.packet_count(conv.namespace)
+    assert n > 16
+    build_memory(store, conv.namespace, MemoizedExtractor(RuleExtractor()), PlacementConfig(), None)
+    assert batches == [n] if n <= build_module.RULE_BATCH else batches[0] == build_module.RULE_BATCH
+    assert build_module._batch_size(object()) == 16  # any other extractor (an LLM's) keeps small batches
+    store.close()
