@@ -419,14 +419,14 @@ class Memory:
         when it must be loaded instead (``view_load.ViewLoader.plan_append``; writes nothing)."""
         return self._loader.plan_append(self, namespace, base, packets, descriptors)
 
-    def adopt_append(self, plan, cells: Sequence[Any], generation: int) -> MemoryView:
+    def adopt_append(self, plan, generation: int) -> MemoryView:
         """Make a planned append's view the cached view of its namespace at ``generation``.
 
         The caller has written everything the plan describes and read ``generation`` after
         its last write, knowing that nobody else wrote the namespace since ``plan.base`` was
         current. A newer view already held is kept instead.
         """
-        view = self._loader.adopt(self, plan, cells, generation)
+        view = self._loader.adopt(self, plan, generation)
         key = (plan.namespace, generation, *self._config_key())
         with self._lock:
             held = [k for k in self._views if k[0] == plan.namespace]

@@ -30,8 +30,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .address.cells import PlacementState
 from .address.dense import dense_document
 from .address.index import AddressIndex
+from .address.layouts import build_layout
 # Private helpers of build.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
 from .build import _embed_missing, _keyed, context_model_id, embedding_model_id, layout_id, text_address
@@ -374,18 +376,23 @@ class ViewLoader:
                           descriptors_by_packet=by_packet, packet_matrix=matrix, fusion=fusion,
                           memo=_Memo(identity, rows, parts, documents, None, None, lexical_docs))
 
-    def adopt(self, mem: Any, plan: "AppendPlan", cells: Sequence[Cell], generation: int) -> MemoryView:
-        """The planned view over the stored ``cells``, remembered as this loader's last load of
-        the namespace at ``generation`` (the generation after the append's writes)."""
+    def adopt(self, mem: Any, plan: "AppendPlan", generation: int) -> MemoryView:
+        """The planned view, remembered as this loader's last load of the namespace at
+        ``generation`` (the generation the append's transaction wrote).
+
+        Its Cells are read when the AddressIndex is first used (a trace, an LLM path; the
+        fused path never asks): the stored Cells while the namespace is still at
+        ``generation``, else the placement of the view's descriptors from scratch, which is
+        what the stored Cells were (``build.place_cells``: an incremental placement equals
+        one of the whole sequence).
+        """
         cfg = mem.config
         packets = list(plan.packets)
         descriptors = [d for p in packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
         matrix = plan.packet_matrix
-        flat = cfg.placement.layout == "flat"
-        cells = [] if flat else list(cells)
         index = LazyAddressIndex(lambda: AddressIndex.build(
-            packets, descriptors, cells, matrix, layout=cfg.placement.layout,
-            placement=cfg.placement, routing=cfg.routing))
+            packets, descriptors, _cells_at(mem, plan.namespace, generation, descriptors), matrix,
+            layout=cfg.placement.layout, placement=cfg.placement, routing=cfg.routing))
         view = MemoryView(
             namespace=plan.namespace,
             packets=plan.packets,
@@ -400,6 +407,23 @@ class ViewLoader:
             if self._memos.get(plan.namespace, _EMPTY).view is plan.base:
                 self._memos[plan.namespace] = dataclasses.replace(plan.memo, view=view, generation=generation)
         return view
+
+
+def _cells_at(mem: Any, namespace: str, generation: int, descriptors: Sequence[Descriptor]) -> list[Cell]:
+    """The Cells of ``namespace`` at ``generation`` under ``mem``'s placement (see ``adopt``)."""
+    placement = mem.config.placement
+    if placement.layout == "flat":
+        return []
+    store = mem.store
+    lid = layout_id(mem.extractor().descriptor_set, placement)
+    with store.transaction():  # generation and Cells read in one snapshot
+        if store.generation(namespace) == generation:
+            return store.cells(namespace, lid)
+    if placement.layout != "bounded":
+        return build_layout(placement.layout, descriptors, placement)
+    state = PlacementState(placement, [], {d.descriptor_id: d for d in descriptors})
+    state.place(list(descriptors))
+    return state.cells()
 
 
 @dataclasses.dataclass(frozen=True)

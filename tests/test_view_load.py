@@ -333,11 +333,20 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
         assert not scratch._loader.remembered("u")
         same_view(view, scratch.view("u"), cfg)
         same_selection(selection(live, "u"), selection(scratch, "u"))
+    # An adopted view reads its Cells only when its AddressIndex is first used; by then the
+    # store may have moved on, and the Cells are placed from the view's own descriptors.
+    app.add("u", as_conversation(store, "u", [{"time": "2024-06-20 08:00", "id": "s3", "turns": [
+        {"speaker": "Kofi", "text": "Lena, bring the tandem next time.", "id": "c4"}]}]))
+    adopted = live.view("u")
+    lid = view_load.layout_id(live.extractor().descriptor_set, cfg.placement)
+    cells_then = store.cells("u", lid)
+    assert not adopted.index.built
     # The next load from the store (after another writer) reuses what the appends remembered.
     live.add("u", [{"time": "2024-07-01 09:00", "id": "s4", "turns": [
         {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}])
     same_selection(selection(live, "u"), selection(memory(store, cfg), "u"))
     assert loads == ["u"]
+    assert store.cells("u", lid) != cells_then and list(adopted.index.cells) == list(cells_then)
     store.close()
 
 

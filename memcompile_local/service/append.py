@@ -15,7 +15,8 @@ namespace, an append knows everything the next view holds: the old view plus the
    generation and that no other process holds its build lease, then writes the turns, their
    descriptors, their Cells (``build.place_cells`` with the namespace's descriptors handed
    in, so nothing is re-read) and the vectors, reading back only the new packets by key;
-3. adopts the planned view under the generation read inside that transaction.
+3. adopts the planned view under the generation read inside that transaction (its Cells are
+   read only if a trace or an LLM path builds its AddressIndex, ``ViewLoader.adopt``).
 
 When the check fails (another server process or a CLI wrote since the view was loaded, or is
 building) or anything in the transaction raises, nothing of it is stored, the held view keeps
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import logging
 
-from ..build import layout_id, place_cells
+from ..build import place_cells
 from ..memory import Memory
 from ..store import IngestResult
 from ..store.queue import BuildQueue
@@ -101,8 +102,6 @@ class InPlaceAppend:
                 place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
                 for model_id, keys, vectors, content, space in plan.saves:
                     store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
-                flat = cfg.placement.layout == "flat"
-                cells = [] if flat else store.cells(namespace, layout_id(dset, cfg.placement))
                 generation = store.generation(namespace)
         except _Declined as why:
             log.debug("append in place of %s declined: %s", namespace, why)
@@ -113,7 +112,7 @@ class InPlaceAppend:
                         exc_info=True)
             self.declined += 1
             return None
-        mem.adopt_append(plan, cells, generation)
+        mem.adopt_append(plan, generation)
         self.in_place += 1
         return result
 
