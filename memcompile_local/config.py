@@ -146,7 +146,7 @@ class FusionConfig:
     dense_context: Literal["embedded", "composed"] = "embedded"
     bm25_k1: NonNeg = 1.5
     bm25_b: Fraction = 0.75
-    # Components measured by `scripts/ablate_model_free.py --cv` (off unless that kept them).
+    # Components measured by `scripts/ablate_model_free.py --cv` (on only where that kept them).
     time_match_weight: float = 0.75  # bonus for turns dated in the period the question names
     packet_scale: Literal["cosine", "max"] = "cosine"  # "max": cosines divided by the query's best
     # The dense query: the rule intent's text alone, or the mean of its embedding and the question's.

@@ -27,15 +27,16 @@ each normalized to a comparable range:
   bonus for packets whose session date or a resolved event time falls in that period.
 
 Scores are fused by value, not by rank: a channel that is confident (one very high BM25
-score) keeps that confidence. Ties break by dialogue order. Two optional stages then
-change which K packets are kept (both off unless configured):
+score) keeps that confidence. Ties break by dialogue order. Two stages then may change
+which K packets are kept:
 
-- complementary selection (``complement``): for questions that ask for several things, the
-  K packets are composed from the fused top-P by MMR or by MemPursuit instead of taken in
-  score order, so near-duplicates give way to evidence that adds something;
+- complementary selection (``complement``; MemPursuit on list questions by default): for
+  questions that ask for several things, the K packets are composed from the fused top-P
+  by MMR or by MemPursuit instead of taken in score order, so near-duplicates give way to
+  evidence that adds something;
 - an evidence-conditioned second round (``second_round_slots``): the names and keywords of
   the first-round top packets that the question does not contain re-query the lexical
-  channel, and the last slots go to the best packets of that second ranking.
+  channel, and the last slots go to the best packets of that second ranking (off by default).
 
 Which of these pay off, and by how much, is decided by leave-one-conversation-out
 cross-validation in ``scripts/ablate_model_free.py --cv``.
