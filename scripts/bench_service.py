@@ -7,7 +7,8 @@ alternates: append one turn, search for it at once (that pair is the "append -> 
 time), and search a random question. Printed per N: requests/s, p50/p95/p99 of search and
 append, append->searchable p50/p95, errors, cross-tenant results, and searches that missed the
 turn appended just before. Then the same searches in-process (``Memory.compile`` on the same
-store) for the HTTP/in-process ratio.
+store) for the HTTP/in-process ratio. ``--workers N`` runs N server processes on the store; the
+header line gives the load average, since the figures move with whatever else the machine runs.
 
     .venv/bin/python scripts/bench_service.py                  # hash embedder, 10 x 600 turns
     .venv/bin/python scripts/bench_service.py --embedder sentence-transformers
@@ -253,7 +254,8 @@ def main() -> int:
           f"{len(users)} users x {args.turns}+ turns, {args.workers} server process(es), "
           f"{os.cpu_count()} CPUs visible, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("search: a question on a memory whose view is loaded; fresh: the search right after an append "
-          "(loads the new view); searchable: append + fresh search, i.e. one new turn to its first hit (ms)")
+          "(on the view the append extended in place, or one loaded when it could not); searchable: append + "
+          "fresh search, i.e. one new turn to its first hit (ms)")
     print("clients | req/s  | search p50    p95    p99 | append p50    p95    p99 | fresh p50   p95 | "
           "searchable p50  p95 | errors cross missed")
     for n, r in rows:
