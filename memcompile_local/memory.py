@@ -419,14 +419,17 @@ class Memory:
         when it must be loaded instead (``view_load.ViewLoader.plan_append``; writes nothing)."""
         return self._loader.plan_append(self, namespace, base, packets, descriptors)
 
-    def adopt_append(self, plan, generation: int) -> MemoryView:
-        """Make a planned append's view the cached view of its namespace at ``generation``.
+    def adopt_append(self, plan, generation: int) -> MemoryView | None:
+        """Make a planned append's view the cached view of its namespace at ``generation``
+        (None, and nothing cached, when the namespace was forgotten or reloaded since the plan).
 
         The caller has written everything the plan describes and read ``generation`` after
         its last write, knowing that nobody else wrote the namespace since ``plan.base`` was
         current. A newer view already held is kept instead.
         """
         view = self._loader.adopt(self, plan, generation)
+        if view is None:  # forgotten or reloaded meanwhile: the next search loads from the store
+            return None
         key = (plan.namespace, generation, *self._config_key())
         with self._lock:
             held = [k for k in self._views if k[0] == plan.namespace]

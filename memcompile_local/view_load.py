@@ -376,9 +376,10 @@ class ViewLoader:
                           descriptors_by_packet=by_packet, packet_matrix=matrix, fusion=fusion,
                           memo=_Memo(identity, rows, parts, documents, None, None, lexical_docs))
 
-    def adopt(self, mem: Any, plan: "AppendPlan", generation: int) -> MemoryView:
+    def adopt(self, mem: Any, plan: "AppendPlan", generation: int) -> MemoryView | None:
         """The planned view, remembered as this loader's last load of the namespace at
-        ``generation`` (the generation the append's transaction wrote).
+        ``generation`` (the generation the append's transaction wrote); None when the loader's
+        memory of the namespace moved on since the plan (nothing is kept then).
 
         Its Cells are read when the AddressIndex is first used (a trace, an LLM path; the
         fused path never asks): the stored Cells while the namespace is still at
@@ -404,8 +405,11 @@ class ViewLoader:
             fusion=plan.fusion,
         )
         with self._lock:
-            if self._memos.get(plan.namespace, _EMPTY).view is plan.base:
-                self._memos[plan.namespace] = dataclasses.replace(plan.memo, view=view, generation=generation)
+            if self._memos.get(plan.namespace, _EMPTY).view is not plan.base:
+                # Dropped (a forget or a deleted turn) or loaded anew meanwhile: the plan is stale,
+                # and keeping it would hold text the store no longer has.
+                return None
+            self._memos[plan.namespace] = dataclasses.replace(plan.memo, view=view, generation=generation)
         return view
 
 

@@ -432,3 +432,19 @@ def test_a_failed_append_leaves_the_old_view_serving(tmp_path, monkeypatch):
     assert app.add("u", as_conversation(store, "u", APPENDS[0])).added == 1 and app.in_place == 1
     same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     store.close()
+
+
+def test_an_append_in_place_adopts_nothing_after_the_namespace_was_dropped(tmp_path, monkeypatch):
+    """A forget (or a deleted turn) between the append's commit and its adoption drops what
+    the loader remembered: the planned view, which may quote erased text, is not kept."""
+    store = MemoryStore(tmp_path / "m.sqlite")
+    live = memory(store, config())
+    live.add("u", FIRST)
+    live.view("u")
+    real = live._loader.adopt
+    monkeypatch.setattr(live._loader, "adopt", lambda *a, **k: live._loader.drop("u") or real(*a, **k))
+    app = appender(live)
+    assert app.add("u", as_conversation(store, "u", APPENDS[0])).added == 1
+    assert app.in_place == 0 and not live._loader.remembered("u")
+    assert live.cached_view("u") is None or live.cached_view("u")[1] != store.generation("u")
+    store.close()

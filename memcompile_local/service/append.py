@@ -112,8 +112,8 @@ class InPlaceAppend:
                         exc_info=True)
             self.declined += 1
             return None
-        mem.adopt_append(plan, generation)
-        self.in_place += 1
+        if mem.adopt_append(plan, generation) is not None:
+            self.in_place += 1
         return result
 
 

@@ -555,7 +555,10 @@ class MemoryService:
         try:
             # Views of the other preset Memories are keyed on the store generation, which
             # forget moves, so only the base Memory's and the pending views are dropped here.
-            deleted = self.memory.forget(ns)
+            # Under the view lock: an append in place of this user finishes (or has not begun)
+            # first, so it never keeps a view of the erased turns.
+            with self._view_lock(ns):
+                deleted = self.memory.forget(ns)
             self.pending.forget(ns)
             with self._presets_lock:
                 self._view_locks.pop(ns, None)
