@@ -58,6 +58,14 @@ _normalize = functools.lru_cache(maxsize=1 << 16)(normalize_name)
 
 def _normalized_set(values: Iterable[str]) -> tuple[str, ...]:
     """Distinct normalized phrases, sorted (a sorted tuple keeps float sums reproducible)."""
+    if isinstance(values, tuple):
+        return _normalized_tuple(values)
+    return tuple(sorted({n for n in (_normalize(v) for v in values) if n}))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _normalized_tuple(values: tuple[str, ...]) -> tuple[str, ...]:
+    # Descriptors carry their keywords and people as tuples, and the same ones recur.
     return tuple(sorted({n for n in (_normalize(v) for v in values) if n}))
 
 
