@@ -308,7 +308,9 @@ def same_selection(x: list[tuple], y: list[tuple]) -> None:
 
 
 @pytest.mark.parametrize("fusion", [{}, {"bursts": True, "tolerant_names": True},
-                                    {"neighbor_context": False, "dense_neighbor_context": False}])
+                                    {"neighbor_context": False, "dense_neighbor_context": False},
+                                    {"dense_document": "turn", "dense_context": "composed"},
+                                    {"dense_document": "lean", "dense_context": "embedded"}])
 def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
     store = MemoryStore(tmp_path / "m.sqlite")
     cfg = config(**fusion)
