@@ -4,7 +4,8 @@ In process: many threads appending to and searching one user at once never lose 
 a turn, every acknowledged turn is found by the search that follows it, and the view the
 service ends with equals one loaded from scratch. Over real HTTP: a server of two processes
 (``--workers 2``) on one store, whose in-place views go stale whenever the other process
-writes, still answers every search with every turn acknowledged before it.
+writes, still answers every search with every turn acknowledged before it. Group commit:
+concurrent write jobs share one transaction, and a failing one is rolled back alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.memory import Memory
 from memcompile_local.service.auth import LOCAL_TENANT
 from memcompile_local.service.core import MemoryService
+from memcompile_local.service.group_commit import GroupCommit
+from memcompile_local.store import MemoryStore
+from memcompile_local.types import Conversation, Session, Turn
 
 SEED = {"time": "2024-03-01 10:00", "id": "s1", "turns": [
     {"speaker": "Mara", "text": f"I repotted the {plant} on the balcony", "id": f"p{i}"}
@@ -122,3 +126,48 @@ def test_two_server_processes_on_one_store_serve_every_acknowledged_turn(tmp_pat
         turns = httpx.get(f"{url}/turns", params={"limit": 500}, timeout=60).json()
         ids = [t["id"] for t in turns["turns"]]
         assert len(ids) == len(set(ids)) == 6 + 40 and set(acked) <= set(ids)
+
+
+def test_group_commit_runs_concurrent_jobs_in_one_transaction_and_rolls_back_a_failing_one_alone(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    commits = GroupCommit(store)
+    first_running = threading.Event()
+    release_first = threading.Event()
+
+    def job(ns: str, fail: bool = False, hold: bool = False):
+        def write():
+            store.ingest(Conversation(namespace=ns, sessions=(Session(index=1, session_id="s", time="", turns=(
+                Turn(packet_id="t1", speaker="A", text=f"hello from {ns}"),)),)))
+            if hold:
+                first_running.set()
+                release_first.wait(10)
+            if fail:
+                raise ValueError(f"{ns} fails after its write")
+            return store.generation(ns)
+        return write
+
+    results: dict[str, object] = {}
+
+    def call(ns: str, **kw) -> None:
+        try:
+            results[ns] = commits.run(job(ns, **kw))
+        except ValueError as exc:
+            results[ns] = exc
+
+    head = threading.Thread(target=call, args=("a",), kwargs={"hold": True})
+    head.start()
+    assert first_running.wait(10)
+    # While "a" holds the commit turn, three more queue up: they run together in the next batch.
+    rest = [threading.Thread(target=call, args=(ns,), kwargs={"fail": ns == "c"}) for ns in ("b", "c", "d")]
+    for t in rest:
+        t.start()
+    while len(commits._pending) < 3:
+        threading.Event().wait(0.01)
+    release_first.set()
+    for t in [head, *rest]:
+        t.join()
+    assert commits.batches == 2 and commits.jobs == 4
+    assert isinstance(results["c"], ValueError) and store.packet_count("c") == 0  # rolled back alone
+    for ns in ("a", "b", "d"):
+        assert store.packet_count(ns) == 1 and results[ns] == store.generation(ns)
+    store.close()

@@ -11,7 +11,8 @@ namespace, an append knows everything the next view holds: the old view plus the
    context row, new stemmed tokens, BM25 counts grown, new dates and terms) before it
    writes anything, embedding the new documents outside any lock;
 2. in one store transaction (``MemoryStore.transaction``: one commit, and no other process
-   can commit while it runs) checks that the namespace is still at the held view's
+   can commit while it runs; appends of other users arriving meanwhile share it, see
+   ``group_commit.py``) checks that the namespace is still at the held view's
    generation and that no other process holds its build lease, then writes the turns, their
    descriptors, their Cells (``build.place_cells`` with the namespace's descriptors handed
    in, so nothing is re-read) and the vectors, reading back only the new packets by key;
@@ -33,6 +34,7 @@ from ..memory import Memory
 from ..store import IngestResult
 from ..store.queue import BuildQueue
 from ..types import Conversation, SourcePacket, content_sha256
+from .group_commit import GroupCommit
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class InPlaceAppend:
         self.store = memory.store
         self.queue = queue
         self.owner = owner  # this process's lease owner: a lease it holds itself does not block
+        self.commits = GroupCommit(self.store)
         self.in_place = 0  # appends whose view was adopted (tests and figures read these)
         self.declined = 0  # appends left to the plain path after a plan was made
 
@@ -89,20 +92,24 @@ class InPlaceAppend:
             return None
         cfg = mem.config
         dset = extractor.descriptor_set
+
+        def write() -> tuple[IngestResult, int]:
+            if store.generation(namespace) != base_generation or self.queue.held_by_other(namespace, self.owner):
+                raise _Declined("written or being built elsewhere since the view was loaded")
+            result = store.ingest(conversation)
+            stored = [store.get_packet(namespace, p.packet_id) for p in packets]
+            if result.added != len(packets) or stored != packets:
+                raise _Declined("the store numbered the turns otherwise")
+            store.save_extractions(namespace, dset, [(p.packet_id, found[p.packet_id]) for p in packets])
+            descriptors = [d for p in plan.packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
+            place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
+            for model_id, keys, vectors, content, space in plan.saves:
+                store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
+            return result, store.generation(namespace)
+
         try:
-            with store.transaction():
-                if store.generation(namespace) != base_generation or self.queue.held_by_other(namespace, self.owner):
-                    raise _Declined("written or being built elsewhere since the view was loaded")
-                result = store.ingest(conversation)
-                stored = [store.get_packet(namespace, p.packet_id) for p in packets]
-                if result.added != len(packets) or stored != packets:
-                    raise _Declined("the store numbered the turns otherwise")
-                store.save_extractions(namespace, dset, [(p.packet_id, found[p.packet_id]) for p in packets])
-                descriptors = [d for p in plan.packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
-                place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
-                for model_id, keys, vectors, content, space in plan.saves:
-                    store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
-                generation = store.generation(namespace)
+            # In one transaction (shared with the appends of other users arriving meanwhile).
+            result, generation = self.commits.run(write)
         except _Declined as why:
             log.debug("append in place of %s declined: %s", namespace, why)
             self.declined += 1
