@@ -318,6 +318,13 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
     live.add("u", FIRST)
     live.view("u")
     app = appender(live)
+    # The same turns built the plain way (Memory.build, build.place_cells) in another store:
+    # the Cells an append in place places must be the ones a build places.
+    plain_store = MemoryStore(tmp_path / "plain.sqlite")
+    plain = memory(plain_store, cfg)
+    plain.add("u", FIRST)
+    plain.build("u")
+    lid = view_load.layout_id(live.extractor().descriptor_set, cfg.placement)
     loads: list[str] = []
     real = live._loader.load
     monkeypatch.setattr(live._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
@@ -327,6 +334,9 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
         before = live.view("u")
         result = app.add("u", as_conversation(store, "u", batch))
         assert result is not None and result.added == len(batch[0]["turns"]) and app.in_place == n
+        plain.store.ingest(as_conversation(plain_store, "u", batch))
+        plain.build("u")
+        assert store.cells("u", lid) == plain_store.cells("u", lid) and store.cells("u", lid)
         held = live.cached_view("u", generation=store.generation("u"))
         assert held is not None and held[0] is not before  # current without a load
         view = live.view("u")
@@ -340,7 +350,6 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
     app.add("u", as_conversation(store, "u", [{"time": "2024-06-20 08:00", "id": "s3", "turns": [
         {"speaker": "Kofi", "text": "Lena, bring the tandem next time.", "id": "c4"}]}]))
     adopted = live.view("u")
-    lid = view_load.layout_id(live.extractor().descriptor_set, cfg.placement)
     cells_then = store.cells("u", lid)
     assert not adopted.index.built
     # The next load from the store (after another writer) reuses what the appends remembered.
@@ -349,6 +358,7 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
     same_selection(selection(live, "u"), selection(memory(store, cfg), "u"))
     assert loads == ["u"]
     assert store.cells("u", lid) != cells_then and list(adopted.index.cells) == list(cells_then)
+    plain_store.close()
     store.close()
 
 

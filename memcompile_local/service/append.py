@@ -14,8 +14,8 @@ namespace, an append knows everything the next view holds: the old view plus the
    can commit while it runs; appends of other users arriving meanwhile share it, see
    ``group_commit.py``) checks that the namespace is still at the held view's
    generation and that no other process holds its build lease, then writes the turns, their
-   descriptors, their Cells (``build.place_cells`` with the namespace's descriptors handed
-   in, so nothing is re-read) and the vectors, reading back only the new packets by key;
+   descriptors, their Cells (placed incrementally from ``build.PLACEMENTS``; the Cells the
+   last append stored are known, so nothing is re-read) and the vectors, reading back only the new packets by key;
 3. adopts the planned view under the generation read inside that transaction (its Cells are
    read only if a trace or an LLM path builds its AddressIndex, ``ViewLoader.adopt``).
 
@@ -28,12 +28,13 @@ search loads the view from the store), which reports a lasting error as before.
 from __future__ import annotations
 
 import logging
+import threading
 
-from ..build import place_cells
+from ..build import PLACEMENTS, layout_id, place_cells
 from ..memory import Memory
 from ..store import IngestResult
 from ..store.queue import BuildQueue
-from ..types import Conversation, SourcePacket, content_sha256
+from ..types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
 from .group_commit import GroupCommit
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class InPlaceAppend:
         self.queue = queue
         self.owner = owner  # this process's lease owner: a lease it holds itself does not block
         self.commits = GroupCommit(self.store)
+        # The Cells each namespace's last append in place stored, with the generation it left.
+        self._cells: dict[str, tuple[int, list[Cell]]] = {}
+        self._cells_lock = threading.Lock()
         self.in_place = 0  # appends whose view was adopted (tests and figures read these)
         self.declined = 0  # appends left to the plain path after a plan was made
 
@@ -101,15 +105,14 @@ class InPlaceAppend:
             if result.added != len(packets) or stored != packets:
                 raise _Declined("the store numbered the turns otherwise")
             store.save_extractions(namespace, dset, [(p.packet_id, found[p.packet_id]) for p in packets])
-            descriptors = [d for p in plan.packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
-            place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
+            cells = self._place(namespace, base_generation, plan, [d for p in packets for d in found[p.packet_id]])
             for model_id, keys, vectors, content, space in plan.saves:
                 store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
-            return result, store.generation(namespace)
+            return result, store.generation(namespace), cells
 
         try:
             # In one transaction (shared with the appends of other users arriving meanwhile).
-            result, generation = self.commits.run(write)
+            result, generation, cells = self.commits.run(write)
         except _Declined as why:
             log.debug("append in place of %s declined: %s", namespace, why)
             self.declined += 1
@@ -119,9 +122,48 @@ class InPlaceAppend:
                         exc_info=True)
             self.declined += 1
             return None
+        with self._cells_lock:
+            if cells is not None:
+                self._cells[namespace] = (generation, cells)
+            else:
+                self._cells.pop(namespace, None)
         if mem.adopt_append(plan, generation) is not None:
             self.in_place += 1
         return result
+
+    def _place(self, namespace: str, base_generation: int, plan, new: list[Descriptor]) -> list[Cell] | None:
+        """Place the appended descriptors (inside the append's transaction); returns the Cells
+        now stored when known without reading them, else None.
+
+        The bounded layout places incrementally from ``build.PLACEMENTS``' state. That state is
+        checked against the stored Cells before use; the Cells this process stored at the base
+        view's generation are those (the transaction found the namespace still at it), so the
+        check needs no read of them. Otherwise ``build.place_cells`` reads and places.
+        """
+        store, cfg = self.store, self.memory.config
+        dset = self.memory.extractor().descriptor_set
+        with self._cells_lock:
+            known = self._cells.get(namespace)
+        if cfg.placement.layout == "bounded" and known is not None and known[0] == base_generation:
+            lid = layout_id(dset, cfg.placement)
+            state = PLACEMENTS.take(store, namespace, lid, known[1])
+            if state is not None and not any(d.descriptor_id in state.placed_ids for d in new):
+                state.place(new)
+                cells = state.cells()
+                if cells != known[1]:  # an unchanged layout is not written again
+                    store.save_cells(namespace, lid, cells)
+                PLACEMENTS.keep(store, namespace, lid, cells, state)
+                return cells
+        descriptors = [d for p in plan.packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
+        place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
+        if cfg.placement.layout != "bounded":
+            return None
+        return store.cells(namespace, layout_id(dset, cfg.placement))
+
+    def forget(self, namespace: str) -> None:
+        """Drop what is remembered of ``namespace`` (its Cells hold its people and keywords)."""
+        with self._cells_lock:
+            self._cells.pop(namespace, None)
 
 
 class _Declined(Exception):

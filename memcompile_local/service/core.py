@@ -559,6 +559,7 @@ class MemoryService:
             # first, so it never keeps a view of the erased turns.
             with self._view_lock(ns):
                 deleted = self.memory.forget(ns)
+                self.appender.forget(ns)
             self.pending.forget(ns)
             with self._presets_lock:
                 self._view_locks.pop(ns, None)
