@@ -43,7 +43,8 @@ class GrowingLexicalIndex(LexicalIndex):
         self._all_vocab = dict(vocab)  # every term id ever given out (a term may have df 0 now)
         self._df = doc_freq  # documents containing each term id
         live = np.flatnonzero(doc_freq > 0)
-        self._vocab = {t: i for t, i in vocab.items() if doc_freq[i] > 0}
+        df = doc_freq.tolist()  # Python ints: indexing a numpy array per term is slower
+        self._vocab = {t: i for t, i in vocab.items() if df[i] > 0}
         idf = np.zeros(len(doc_freq), dtype=np.float64)
         if live.size and self.n_docs:
             # The floor of negative idf is a mean over the terms that occur, as in LexicalIndex.
