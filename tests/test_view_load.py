@@ -9,6 +9,7 @@ an index built up front does. Model-free path, hash embedder: no model is loaded
 from __future__ import annotations
 
 import dataclasses
+import random
 import threading
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from memcompile_local import fused, view_load
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.address.index import AddressIndex
+from memcompile_local.address.lexical import LexicalIndex
 from memcompile_local.build import extract_descriptors, place_cells
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ImmutablePacketError
@@ -24,6 +26,7 @@ from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.fused import FusionIndex, fused_scores
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
+from memcompile_local.lexical_growth import GrowingLexicalIndex
 from memcompile_local.pipeline import MemoryView, compile_context
 from memcompile_local.service.append import InPlaceAppend
 from memcompile_local.store import MemoryStore
@@ -460,3 +463,30 @@ def test_an_append_in_place_adopts_nothing_after_the_namespace_was_dropped(tmp_p
     assert app.in_place == 0 and not live._loader.remembered("u")
     assert live.cached_view("u") is None or live.cached_view("u")[1] != store.generation("u")
     store.close()
+
+
+def test_a_grown_bm25_index_scores_as_one_built_afresh():
+    """GrowingLexicalIndex after 100 appends and replacements (terms that vanish, new terms,
+    empty documents) against LexicalIndex over the final corpus: equal scores up to rounding,
+    the same top-k."""
+    rng = random.Random(1)
+    words = [f"w{i}" for i in range(300)]
+    docs = [[rng.choice(words[: rng.randint(5, 300)]) for _ in range(rng.randint(0, 40))] for _ in range(700)]
+    grown = GrowingLexicalIndex.from_tokens(docs[:600])
+    corpus = list(docs[:600])
+    for step in range(100):
+        replaced = {}
+        if step % 3 == 0:
+            replaced[rng.randrange(len(corpus))] = docs[rng.randrange(700)] + [f"new{step}"]
+        if step % 7 == 0:
+            replaced[rng.randrange(len(corpus))] = []
+        grown = grown.grown(replaced, [docs[600 + step]])
+        for i, tokens in replaced.items():
+            corpus[i] = tokens
+        corpus.append(docs[600 + step])
+    fresh = LexicalIndex(corpus)
+    assert grown.n_docs == fresh.n_docs == 700
+    for _ in range(200):
+        query = [rng.choice(words + ["new3", "new6", "absent"]) for _ in range(rng.randint(1, 8))]
+        assert np.allclose(grown.scores(query), fresh.scores(query), rtol=1e-12, atol=0)
+        assert [i for i, _ in grown.top_k(query, 20)] == [i for i, _ in fresh.top_k(query, 20)]
