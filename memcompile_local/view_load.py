@@ -19,6 +19,12 @@ representative-claim view or an LLM selector asks for it.
 Nothing is reused by position or by generation: a key names the exact text a result was
 computed from, so a view loaded this way equals one built from scratch. The generation the
 caller keys the view on is read before the data of the final pass.
+
+``ViewLoader.plan_append`` and ``adopt`` go one step further for a process that writes the
+append itself (``service/append.py``): the new view is derived from the last one and the new
+packets, without reading the namespace, with the BM25 counts grown in place
+(``lexical_growth``). It equals a load from scratch field by field, BM25 scores up to float64
+rounding (``tests/test_view_load.py``).
 """
 
 from __future__ import annotations

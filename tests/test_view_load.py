@@ -3,7 +3,10 @@
 A view loaded after appends, reusing the earlier load's rows and tokens, must select and score
 exactly as a view built from scratch on the same store; a forget in between must never let the
 old data through; the AddressIndex is built only when a path reads it, and then traces as
-an index built up front does. Model-free path, hash embedder: no model is loaded.
+an index built up front does. An append applied in place (``ViewLoader.plan_append``,
+``service/append.py``) gives the view and Cells a load from scratch and a plain build give;
+another connection's write, a failure or a forget in between leave it to a load. Model-free
+path, hash embedder: no model is loaded.
 """
 
 from __future__ import annotations
