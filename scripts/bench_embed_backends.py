@@ -84,6 +84,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], str]] = {  # name -> (derivation st
     "onnx-fp32 fused, sorted batches of 64": (("fused1",), "sorted-64"),
     "int8 per-tensor (old recipe)": (("int8pt1",), "per-text"),
     "int8 per-channel": (("int8pc1",), "per-text"),
+    "int8 per-channel, spinning threads": (("int8pc1",), "per-text spin"),
+    "onnx-fp32 plain, spinning threads": ((), "batched spin"),
     "int8 per-channel, FFN output fp32": (("int8pcffn1",), "per-text"),
     "int8 per-channel, fused w/o attention": (("fusednoattn1", "int8pc1"), "per-text"),
     "int8 per-channel, fused w/o attention, batched": (("fusednoattn1", "int8pc1"), "batched"),
@@ -110,7 +112,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--work", default="/tmp/mcl_embed_bench", help="folder for the document list")
-    ap.add_argument("--only", default="", help="comma-separated candidate names (default: all)")
+    ap.add_argument("--only", action="append", default=[], help="a candidate name (repeat; default: all)")
     ap.add_argument("--solo-check", type=int, default=100, help="documents compared with one text per call")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for torch and ONNX Runtime (default: every usable core)")
@@ -132,16 +134,19 @@ def main() -> None:
     docs = sample(all_docs, args.docs)
     model_dir = minilm_path()
     sha = weights_fingerprint(model_dir)["weights_sha256"]
-    only = {x for x in args.only.split(",") if x}
+    only = set(args.only)
+    if only - set(CANDIDATES):
+        ap.error(f"unknown candidates {sorted(only - set(CANDIDATES))}; expected names of {list(CANDIDATES)}")
     chosen = {n: c for n, c in CANDIDATES.items() if not only or n in only}
-    encoders: dict[tuple[str, ...], OnnxSentenceEncoder] = {}
-    for steps, _mode in chosen.values():
-        if steps not in encoders:
+    encoders: dict[tuple[tuple[str, ...], bool], OnnxSentenceEncoder] = {}
+    for steps, mode in chosen.values():
+        spin = mode.endswith(" spin")
+        if (steps, spin) not in encoders:
             t0 = time.perf_counter()
             path = derived_model(model_dir, sha, steps)
             log(f"{path.name}: ready in {time.perf_counter() - t0:.1f}s")
-            encoders[steps] = OnnxSentenceEncoder(model_dir, path, threads=args.threads)
-            encoders[steps].encode(docs[:16])
+            encoders[steps, spin] = OnnxSentenceEncoder(model_dir, path, threads=args.threads, spin=spin)
+            encoders[steps, spin].encode(docs[:16])
 
     if args.threads:
         import torch  # heavy; only to pin its thread count
@@ -151,7 +156,9 @@ def main() -> None:
     torch_emb.embed(docs[:16])
 
     def onnx_run(steps: tuple[str, ...], mode: str) -> Callable[[], np.ndarray]:
-        enc = encoders[steps]
+        spin = mode.endswith(" spin")
+        enc = encoders[steps, spin]
+        mode = mode.removesuffix(" spin")
         if mode == "per-text":
             return lambda: enc.encode(docs, batch_size=1)
         if mode == "sorted-64":  # the batching before length buckets: any lengths in one batch
@@ -197,8 +204,9 @@ def main() -> None:
         if name in chosen:
             # The same graph one text per call: a vector that moves with its batch cannot be
             # content-addressed unless the recipe runs one text per call.
-            steps = chosen[name][0]
-            solo = np.asarray(encoders[steps].encode(docs[:args.solo_check], batch_size=1))
+            steps, mode = chosen[name]
+            enc = encoders[steps, mode.endswith(" spin")]
+            solo = np.asarray(enc.encode(docs[:args.solo_check], batch_size=1))
             mine = vectors[name][:args.solo_check]
             row["solo_min_cos"] = float(cosines(mine, solo).min())
             row["solo_max_abs"] = float(np.abs(mine - solo).max())
