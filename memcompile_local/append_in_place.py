@@ -11,48 +11,52 @@ namespace, an append knows everything the next view holds: the old view plus the
    context row, new stemmed tokens, BM25 counts grown, new dates and terms) before it
    writes anything, embedding the new documents outside any lock;
 2. in one store transaction (``MemoryStore.transaction``: one commit, and no other process
-   can commit while it runs; appends of other users arriving meanwhile share it, see
+   can commit while it runs; appends of other namespaces arriving meanwhile share it, see
    ``group_commit.py``) checks that the namespace is still at the held view's
    generation and that no other process holds its build lease, then writes the turns, their
    descriptors, their Cells (placed incrementally from ``build.PLACEMENTS``; the Cells the
-   last append stored are known, so nothing is re-read) and the vectors, reading back only the new packets by key;
+   last append stored are known, so nothing is re-read) and the vectors, reading back only
+   the new packets by key;
 3. adopts the planned view under the generation read inside that transaction (its Cells are
    read only if a trace or an LLM path builds its AddressIndex, ``ViewLoader.adopt``).
 
 When the check fails (another server process or a CLI wrote since the view was loaded, or is
 building) or anything in the transaction raises, nothing of it is stored, the held view keeps
-serving, and the caller stores the turns the plain way (``MemoryService.build_now``; the next
-search loads the view from the store), which reports a lasting error as before.
+serving, and the caller stores the turns the plain way (``Memory.add``, then the service's
+``build_now`` or the next view load), which reports a lasting error as before.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING, Callable
 
-from ..build import PLACEMENTS, layout_id, place_cells
-from ..memory import Memory
-from ..store import IngestResult
-from ..store.queue import BuildQueue
-from ..types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
+from .build import PLACEMENTS, layout_id, place_cells
 from .group_commit import GroupCommit
+from .store import IngestResult
+from .types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
+
+if TYPE_CHECKING:  # memory.py imports this module
+    from .memory import Memory
 
 log = logging.getLogger(__name__)
 
 
 class InPlaceAppend:
-    """Appends of one process's ``Memory`` (rule extractor) that extend its cached views.
+    """Appends of one ``Memory`` (rule extractor) that extend its cached views.
 
-    ``queue``: the build queue whose leases say whether another process is building a
-    namespace; ``owner``: this process's lease owner. The caller serializes appends and view
-    loads of one namespace in the process (the service's view lock).
+    ``lease_free(namespace)``: whether no other process holds the namespace's build lease (the
+    service passes its build queue's check; None: no check, as ``Memory.build`` takes none).
+    Asked inside the append's transaction, where the answer cannot change before it commits.
+    Appends of one namespace may run at once: all but one find the generation moved and are
+    declined.
     """
 
-    def __init__(self, memory: Memory, queue: BuildQueue, owner: str):
+    def __init__(self, memory: "Memory", lease_free: Callable[[str], bool] | None = None):
         self.memory = memory
         self.store = memory.store
-        self.queue = queue
-        self.owner = owner  # this process's lease owner: a lease it holds itself does not block
+        self.lease_free = lease_free
         self.commits = GroupCommit(self.store)
         # The Cells each namespace's last append in place stored, with the generation it left.
         self._cells: dict[str, tuple[int, list[Cell]]] = {}
@@ -98,7 +102,8 @@ class InPlaceAppend:
         dset = extractor.descriptor_set
 
         def write() -> tuple[IngestResult, int]:
-            if store.generation(namespace) != base_generation or self.queue.held_by_other(namespace, self.owner):
+            lease_taken = self.lease_free is not None and not self.lease_free(namespace)
+            if store.generation(namespace) != base_generation or lease_taken:
                 raise _Declined("written or being built elsewhere since the view was loaded")
             result = store.ingest(conversation)
             stored = [store.get_packet(namespace, p.packet_id) for p in packets]

@@ -9,7 +9,8 @@ job; the first caller to get the commit turn runs every queued job inside one
 A job that raises is rolled back to its savepoint alone (the others still commit) and its
 caller gets the exception; when the commit itself fails, every job of the batch fails and
 nothing of it is stored. Jobs of one batch must not write the same namespace (the service
-holds each user's view lock around its append, so they never do).
+holds each user's view lock around its append, and ``InPlaceAppend`` checks the namespace's
+generation inside the job, so a second job of a namespace is declined).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from ..store import MemoryStore
+from .store import MemoryStore
 
 
 class _Job:

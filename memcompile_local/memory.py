@@ -20,6 +20,7 @@ import numpy as np
 from .address.extract_llm import LLMExtractor
 from .address.extract_memo import MemoizedExtractor, forget_memo
 from .address.extract_rule import RuleExtractor
+from .append_in_place import InPlaceAppend
 from .build import BuildResult, build_memory, dense_plan, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
@@ -188,6 +189,7 @@ class Memory:
         # Each namespace's last view load, so the next load after an append redoes only new work.
         self._loader = ViewLoader()
         self._config_key_of: tuple[PipelineConfig, tuple] | None = None
+        self._appender: InPlaceAppend | None = None  # made on the first add under the rule extractor
 
     # -- models -------------------------------------------------------------------------
     @property
@@ -228,7 +230,7 @@ class Memory:
 
     # -- write side ---------------------------------------------------------------------------
     def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping,
-            *, given_ids: GivenIds | None = None) -> IngestResult:
+            *, given_ids: GivenIds | None = None, in_place: bool = False) -> IngestResult:
         """Ingest turns (all-or-nothing); identical turns already present are skipped.
 
         ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
@@ -244,12 +246,18 @@ class Memory:
         ``given_ids`` (with a Conversation read from a plain file, see
         ``data.plain.load_plain_given_ids``) marks which of its ids the file wrote; the others
         are replaced by stable ids in the same way.
+
+        ``in_place=True``: under the rule extractor, while this Memory holds a current view of
+        the namespace, the new turns are also built and the view extended in place
+        (``append_in_place``: one transaction, and the next ``compile`` does not reload);
+        otherwise, and by default, the turns are only stored and the next ``view`` builds and
+        loads.
         """
         conversation, given = turns_to_conversation(namespace, data)
         if given_ids is not None and isinstance(data, Conversation):
             given = given_ids
         if given is None:
-            return self.store.ingest(conversation)
+            return self._ingest(conversation, in_place)
         for attempt in range(3):
             # A view held for the store's current generation holds exactly the stored packets:
             # then an agent's one-turn add does not read the whole namespace (12 ms at 1k turns).
@@ -257,13 +265,24 @@ class Memory:
             stored = held[0].packets if held is not None else self.store.packets(namespace)
             stable = assign_stable_ids(conversation, given, stored)
             try:
-                return self.store.ingest(stable)
+                return self._ingest(stable, in_place and attempt == 0)
             except ImmutablePacketError:
                 # Another writer took the ids we picked between our read and our write:
                 # pick again against what it stored (explicit ids that clash fail each time).
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
+
+    def _ingest(self, conversation: Conversation, in_place: bool) -> IngestResult:
+        """Store ``conversation``; in place (built, view extended) when that applies."""
+        if in_place and self.config.extraction.extractor == "rule":
+            with self._lock:
+                if self._appender is None:
+                    self._appender = InPlaceAppend(self)
+            done = self._appender.add(conversation.namespace, conversation)
+            if done is not None:
+                return done
+        return self.store.ingest(conversation)
 
     def plan_build(self, namespace: str) -> BuildPlan:
         """What ``build`` would do now: turns left to extract and about how many model calls."""
@@ -301,6 +320,8 @@ class Memory:
         with self._lock:
             self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
         self._loader.drop(namespace)
+        if self._appender is not None:
+            self._appender.forget(namespace)
         forget_memo()  # the process-wide extraction memo holds the erased turns' text as keys
         return self.store.forget(namespace)
 
@@ -320,6 +341,8 @@ class Memory:
         with self._lock:
             self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
         self._loader.drop(namespace)
+        if self._appender is not None:
+            self._appender.forget(namespace)
         forget_memo()
         return self.store.delete_packet(namespace, packet_id)
 

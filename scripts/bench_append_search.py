@@ -2,8 +2,9 @@
 
 Stores N turns (sessions of 10, default 600), searches once so the view is loaded, then R
 times (default 30) adds one new turn and searches for it; prints p50 and p95 of the add,
-the search after it, and their sum. Usage:
-``python scripts/bench_append_search.py [--turns N] [--repeats R] [--embedder hash]``.
+the search after it, and their sum. ``--in-place`` adds with ``Memory.add(..., in_place=True)``
+(the turn built and the loaded view extended in the add; the search then loads nothing). Usage:
+``python scripts/bench_append_search.py [--turns N] [--repeats R] [--embedder hash] [--in-place]``.
 Figures depend on the machine and how busy it is; compare runs made on the same machine.
 """
 
@@ -38,6 +39,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=600)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--embedder", default="hash")
+    ap.add_argument("--in-place", action="store_true", help="Memory.add(..., in_place=True)")
     args = ap.parse_args()
     cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": args.embedder})
     with tempfile.TemporaryDirectory() as folder:
@@ -51,7 +53,8 @@ def main() -> None:
         for k in range(args.repeats):
             t0 = time.perf_counter()
             mem.add("bench", [{"time": f"2025-02-01 09:{k % 60:02d}",
-                               "turns": [{"speaker": "Ana", "text": f"I adopted a parrot named Zed{k}."}]}])
+                               "turns": [{"speaker": "Ana", "text": f"I adopted a parrot named Zed{k}."}]}],
+                    in_place=args.in_place)
             t1 = time.perf_counter()
             hits = mem.search("bench", f"parrot Zed{k}")
             t2 = time.perf_counter()
@@ -60,7 +63,8 @@ def main() -> None:
             assert hits, "the appended turn should be found"
         store.close()
     total = [a + s for a, s in zip(adds, searches)]
-    print(f"model-free preset, {args.embedder} embedder, {args.turns} stored turns, {args.repeats} appends")
+    print(f"model-free preset, {args.embedder} embedder, {args.turns} stored turns, {args.repeats} appends"
+          f"{' in place' if args.in_place else ''}")
     for name, vals in (("add", adds), ("search after add", searches), ("add + search", total)):
         print(f"{name:>18}: p50 {1000 * statistics.median(vals):6.1f} ms   p95 {1000 * _pct(vals, 0.95):6.1f} ms")
 

@@ -252,3 +252,20 @@ def test_an_add_while_a_current_view_is_held_does_not_read_the_namespace(mem, mo
     # The view is stale now (the add moved the generation): the next add reads the store.
     assert mem.add("alice", [MONDAY, TUESDAY]).added == 2 and reads == ["alice"]
     assert [p.packet_id for p in real("alice")] == ["S1:1", "S1:2", "S1:3", "S2:1", "S2:2"]
+
+
+def test_an_add_in_place_is_searchable_without_a_reload_and_equals_a_fresh_memory(mem, monkeypatch):
+    mem.add("alice", [MONDAY])
+    mem.view("alice")
+    loads: list[str] = []
+    real = mem._loader.load
+    monkeypatch.setattr(mem._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
+    third = {"time": MONDAY["time"], "turns": [{"speaker": "Ana", "text": "Pepper sleeps on the piano all day."}]}
+    assert mem.add("alice", [third], in_place=True).added == 1
+    ctx = mem.compile("alice", "Where does Pepper sleep?")
+    assert loads == [] and "piano" in ctx.text
+    fresh = memory(mem.store.path)
+    assert fresh.compile("alice", "Where does Pepper sleep?").packet_ids == ctx.packet_ids
+    # Sent again: nothing added, and the plain path (a known id) is taken.
+    assert mem.add("alice", [third], in_place=True).added == 0
+    fresh.store.close()

@@ -24,7 +24,7 @@ from memcompile_local.evidence.presets import apply_preset
 from memcompile_local.memory import Memory
 from memcompile_local.service.auth import LOCAL_TENANT
 from memcompile_local.service.core import MemoryService
-from memcompile_local.service.group_commit import GroupCommit
+from memcompile_local.group_commit import GroupCommit
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation, Session, Turn
 

@@ -31,7 +31,7 @@ from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
 from memcompile_local.lexical_growth import GrowingLexicalIndex
 from memcompile_local.pipeline import MemoryView, compile_context
-from memcompile_local.service.append import InPlaceAppend
+from memcompile_local.append_in_place import InPlaceAppend
 from memcompile_local.store import MemoryStore
 from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
@@ -279,7 +279,8 @@ def as_conversation(store: MemoryStore, ns: str, batch: list[dict]) -> Conversat
 
 
 def appender(mem: Memory) -> InPlaceAppend:
-    return InPlaceAppend(mem, BuildQueue(mem.store), "test-owner")
+    queue = BuildQueue(mem.store)
+    return InPlaceAppend(mem, lambda ns: not queue.held_by_other(ns, "test-owner"))
 
 
 def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> None:

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..append_in_place import InPlaceAppend
 from ..build import extract_descriptors, place_cells
 from ..config import PipelineConfig, config_needs_llm
 from ..errors import MissingExtraError, TransportError
@@ -36,7 +37,6 @@ from ..pipeline import compile_context
 from ..store import MemoryStore
 from ..store.queue import BuildQueue
 from ..types import Conversation, Session, Turn
-from .append import InPlaceAppend
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .errors import ServiceError
 from .limits import Limits
@@ -142,7 +142,7 @@ class MemoryService:
         self._presets_lock = threading.Lock()
         self._view_locks: dict[str, threading.Lock] = {}
         # Appends that extend this process's loaded view instead of making the next search load one.
-        self.appender = InPlaceAppend(self.memory, self.queue, self.owner)
+        self.appender = InPlaceAppend(self.memory, lambda ns: not self.queue.held_by_other(ns, self.owner))
         self.backend_down_since: float | None = None
         # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
         self._warm_queue: queue.Queue[str] = queue.Queue()
