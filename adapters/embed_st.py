@@ -1,11 +1,13 @@
 """sentence-transformers models (default: all-MiniLM-L6-v2 shipped in a PyPI package) on two
 backends: ONNX Runtime on CPU and torch (the GPU path, CUDA in fp16).
 
-The default CPU backend, ``onnx`` in fp32, was chosen by measurement (scripts/bench_build.py on
-2 shared cores): 2-2.5x the documents/s of torch on the same documents with the same recall@10
-of the model-free preset on the 4-conversation LoCoMo dev file (82.24 both; 80.69 both under the
-later model-free defaults). int8 (dynamic quantization) ran 4-5.4x torch but lost 0.9 (later
-0.55) points of recall@10, 1.9 with per-channel weights: more than the 0.3 allowed, so opt-in.
+The default CPU backend, ``onnx`` in int8, was chosen by measurement (scripts/bench_embed_backends.py,
+2 shared cores, the build's own documents): dynamic int8 with per-channel weight scales and each
+layer's feed-forward output projection left in fp32 (``onnx_export.RECIPES``), one text per call,
+ran 3.8x torch's documents/s in CPU time on one thread and 6.9x in wall time on two loaded cores,
+with recall@10 of the model-free preset on the 4-conversation LoCoMo dev file 0.19 points below
+torch (82.07 vs 82.26). fp32 (2.4-2.9x) matches torch's recall exactly (82.26); int8 with every
+MatMul quantized (5.3x) lost 0.36 points, per-tensor scales far more: not the default.
 The backend and precision are part of ``identity()``, so vectors of two backends never share a
 cache entry.
 """
@@ -32,7 +34,7 @@ logger = logging.getLogger(__name__)
 BACKENDS = ("auto", "torch", "onnx")
 PRECISIONS = ("auto", "fp32", "fp16", "int8")
 DEVICES = ("auto", "cpu", "cuda")
-DEFAULT_ONNX_PRECISION = "fp32"  # int8 is faster but loses recall (see above)
+DEFAULT_ONNX_PRECISION = "int8"  # the fastest recipe within 0.3 points of torch's recall (see above)
 
 
 def importable(module: str) -> bool:
@@ -67,7 +69,8 @@ class SentenceTransformerEmbedder:
     or a hub name when ``allow_download=True`` (hub names run on torch only: the ONNX export
     reads local files). ``device``: "auto" (CUDA when torch sees a GPU), "cpu" or "cuda".
     ``backend``: "auto" picks torch on CUDA and ONNX Runtime on CPU; "torch" or "onnx" force
-    one. ``precision``: "auto" is fp16 on CUDA and fp32 on CPU (ONNX "int8": faster, lower recall).
+    one. ``precision``: "auto" is fp16 on CUDA, fp32 for torch on CPU and int8 for ONNX ("fp32":
+    slower, torch's vectors exactly).
     ``query_prefix``/``document_prefix`` are prepended to queries (``embed_query``) and to
     stored documents (``embed``), for models trained with them (e5: "query: "/"passage: ").
     ``threads``: ONNX Runtime intra-op threads (default every usable core). The model loads on
