@@ -230,7 +230,7 @@ class Memory:
 
     # -- write side ---------------------------------------------------------------------------
     def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping,
-            *, given_ids: GivenIds | None = None, in_place: bool = False) -> IngestResult:
+            *, given_ids: GivenIds | None = None, in_place: bool = True) -> IngestResult:
         """Ingest turns (all-or-nothing); identical turns already present are skipped.
 
         ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
@@ -247,11 +247,12 @@ class Memory:
         ``data.plain.load_plain_given_ids``) marks which of its ids the file wrote; the others
         are replaced by stable ids in the same way.
 
-        ``in_place=True``: under the rule extractor, while this Memory holds a current view of
-        the namespace, the new turns are also built and the view extended in place
-        (``append_in_place``: one transaction, and the next ``compile`` does not reload);
-        otherwise, and by default, the turns are only stored and the next ``view`` builds and
-        loads.
+        In place (the default): under the rule extractor, while this Memory holds a current
+        view of the namespace, the new turns are also built and the view extended in place
+        (``append_in_place``: one transaction, and the next ``compile`` does not reload). An
+        agent that adds a turn and then searches pays for that turn only. Otherwise (no view
+        held, an LLM extractor, another writer moved the store, or ``in_place=False``) the
+        turns are only stored and the next ``view`` builds and loads.
         """
         conversation, given = turns_to_conversation(namespace, data)
         if given_ids is not None and isinstance(data, Conversation):

@@ -248,10 +248,19 @@ def test_an_add_while_a_current_view_is_held_does_not_read_the_namespace(mem, mo
     real = mem.store.packets
     monkeypatch.setattr(mem.store, "packets", lambda ns: reads.append(ns) or real(ns))
     third = {"time": MONDAY["time"], "turns": [{"speaker": "Ana", "text": "She found Pepper at the shelter."}]}
-    assert mem.add("alice", [third]).added == 1 and reads == []
-    # The view is stale now (the add moved the generation): the next add reads the store.
-    assert mem.add("alice", [MONDAY, TUESDAY]).added == 2 and reads == ["alice"]
+    assert mem.add("alice", [third], in_place=False).added == 1 and reads == []
+    # Stored only: the view is stale now (the add moved the generation), so the next add reads
+    # the store.
+    assert mem.add("alice", [MONDAY, TUESDAY], in_place=False).added == 2 and reads == ["alice"]
     assert [p.packet_id for p in real("alice")] == ["S1:1", "S1:2", "S1:3", "S2:1", "S2:2"]
+    # By default an add extends the held view, which stays current: the next add reads nothing.
+    mem.view("alice")
+    reads.clear()
+    fourth = {"time": TUESDAY["time"], "turns": [{"speaker": "Ana", "text": "Pepper chased a moth."}]}
+    fifth = {"time": TUESDAY["time"], "turns": [{"speaker": "Ben", "text": "Did Pepper catch it?"}]}
+    assert mem.add("alice", [fourth]).added == 1 and mem.add("alice", [fifth]).added == 1
+    assert reads == []
+    assert [p.packet_id for p in real("alice")][-2:] == ["S2:3", "S2:4"]
 
 
 def test_an_add_in_place_is_searchable_without_a_reload_and_equals_a_fresh_memory(mem, monkeypatch):
@@ -261,7 +270,7 @@ def test_an_add_in_place_is_searchable_without_a_reload_and_equals_a_fresh_memor
     real = mem._loader.load
     monkeypatch.setattr(mem._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
     third = {"time": MONDAY["time"], "turns": [{"speaker": "Ana", "text": "Pepper sleeps on the piano all day."}]}
-    assert mem.add("alice", [third], in_place=True).added == 1
+    assert mem.add("alice", [third]).added == 1  # in place is the default
     ctx = mem.compile("alice", "Where does Pepper sleep?")
     assert loads == [] and "piano" in ctx.text
     fresh = memory(mem.store.path)

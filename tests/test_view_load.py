@@ -119,7 +119,7 @@ def test_incremental_load_after_appends_equals_a_load_from_scratch(tmp_path, mon
     monkeypatch.setattr(fused, "stem_terms", lambda text: stemmed.append(text) or real_stem(text))
     for batch in APPENDS:
         before = live.view("u")
-        live.add("u", batch)
+        live.add("u", batch, in_place=False)  # the reload path is what this test checks
         stemmed.clear()
         view = live.view("u")
         stemmed_by_load = len(stemmed)
@@ -359,9 +359,9 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
     adopted = live.view("u")
     cells_then = store.cells("u", lid)
     assert not adopted.index.built
-    # The next load from the store (after another writer) reuses what the appends remembered.
+    # The next load from the store (after a plain add) reuses what the appends remembered.
     live.add("u", [{"time": "2024-07-01 09:00", "id": "s4", "turns": [
-        {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}])
+        {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}], in_place=False)
     same_selection(selection(live, "u"), selection(memory(store, cfg), "u"))
     assert loads == ["u"]
     assert store.cells("u", lid) != cells_then and list(adopted.index.cells) == list(cells_then)
