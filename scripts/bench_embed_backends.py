@@ -92,6 +92,7 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], str]] = {  # name -> (derivation st
     "int8 per-channel": (("int8pc1",), "per-text"),
     "int8 per-channel, spinning threads": (("int8pc1",), "per-text spin"),
     "onnx-fp32 plain, spinning threads": ((), "batched spin"),
+    "int8 per-channel, FFN output fp32, spinning threads": (("int8pcffn1",), "per-text spin"),
     "int8 per-channel, FFN output fp32": (("int8pcffn1",), "per-text"),
     "int8 per-channel, FFN output fp32 in layers 1-3": (("int8pcffn3first1",), "per-text"),
     "int8 per-channel, fused w/o attention": (("fusednoattn1", "int8pc1"), "per-text"),
