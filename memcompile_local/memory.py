@@ -25,7 +25,7 @@ from .build import BuildResult, build_memory, dense_plan, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError
-from .evidence.answer import answer_question, answer_settings, first_blocks, use_temporal_prompt
+from .evidence.answer import answer_settings
 from .fused import fused_scores, query_vector
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
@@ -526,11 +526,8 @@ class Memory:
         """
         client = client or self.client
         ctx = self.compile(namespace, question, client=client, build=build)
-        settings = answer_settings(self.config.model)
-        res = answer_question(client, question, first_blocks(ctx.text, settings.max_blocks),
-                              temporal=use_temporal_prompt(question), namespace=namespace,
-                              max_tokens=settings.max_tokens, question_date=question_date,
-                              prompt=settings.prompt, strip_restatement=settings.strip_restatement)
+        res = answer_settings(self.config.model).answer(client, question, ctx.text, namespace=namespace,
+                                                        question_date=question_date)
         return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)
 
     def close(self) -> None:
