@@ -200,8 +200,9 @@ class ModelConfig:
     answer_prompt: Literal["auto", "full", "small"] = "auto"
     embedder: str = "sentence-transformers"
     embed_model: str = "all-MiniLM-L6-v2"  # a shipped name, a local folder, or a hub name (needs downloads on)
-    # sentence-transformers embedder (adapters/embed_st.py): "auto" runs ONNX Runtime int8 on a
-    # CPU and torch fp16 on CUDA; the backend and precision are part of the vectors' cache key.
+    # sentence-transformers embedder (adapters/embed_st.py): "auto" runs ONNX Runtime fp32 on a
+    # CPU (int8: faster, opt-in) and torch fp16 on CUDA; backend and precision are part of the
+    # vectors' cache key.
     embed_backend: Literal["auto", "torch", "onnx"] = "auto"
     embed_precision: Literal["auto", "fp32", "fp16", "int8"] = "auto"
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
