@@ -58,8 +58,8 @@ from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.store import MemoryStore  # noqa: E402
 from memcompile_local.types import Conversation, Session  # noqa: E402
 
-LOCOMO = "/work/shared/data/locomo/locomo_dev4.json"
-LONGMEMEVAL = "/work/shared/data/longmemeval/longmemeval_s_single.json"
+LOCOMO = str(Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo_dev4.json")  # ../shared beside the clone
+LONGMEMEVAL = str(Path(__file__).resolve().parents[2] / "shared/data/longmemeval/longmemeval_s_single.json")
 BACKENDS = {  # name -> SentenceTransformerEmbedder settings
     "torch-cpu": {"backend": "torch", "device": "cpu"},
     "onnx-fp32": {"backend": "onnx", "precision": "fp32"},
