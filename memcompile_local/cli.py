@@ -63,6 +63,8 @@ def _add_model(p: argparse.ArgumentParser) -> None:
                         "faster than fp32 and scored 0.19 points lower recall@10 on LoCoMo dev4")
     g.add_argument("--embed-device", choices=["auto", "cpu", "cuda"], help="embedding device (default auto)")
     g.add_argument("--embed-batch-size", type=int, help="texts per embedding batch (default 64)")
+    g.add_argument("--embed-threads", type=int,
+                   help="ONNX Runtime threads per embedding call (default: every core; 1 suits a busy server)")
     g.add_argument("--embed-query-prefix", help="text put before each query (e5: 'query: ')")
     g.add_argument("--embed-document-prefix", help="text put before each stored document (e5: 'passage: ')")
     g.add_argument("--embed-allow-download", action="store_true", default=None,
@@ -265,15 +267,16 @@ def config_from_args(args: argparse.Namespace, *, announce: bool = False) -> Pip
                         ("embed_precision", "embed_precision"), ("embed_device", "embed_device"),
                         ("embed_batch_size", "embed_batch_size"), ("embed_query_prefix", "embed_query_prefix"),
                         ("embed_document_prefix", "embed_document_prefix"),
-                        ("embed_allow_download", "embed_allow_download")]:
+                        ("embed_allow_download", "embed_allow_download"), ("embed_threads", "embed_threads")]:
         value = getattr(args, flag, None)
         if value is not None:
             model[field] = value
             explicit.add(("model", field))
     if "max_tokens" in model and model["max_tokens"] < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {model['max_tokens']}")
-    if "embed_batch_size" in model and model["embed_batch_size"] < 1:
-        raise ConfigError(f"--embed-batch-size must be at least 1, got {model['embed_batch_size']}")
+    for name in ("embed_batch_size", "embed_threads"):
+        if name in model and model[name] < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {model[name]}")
     extraction: dict[str, Any] = {}
     if getattr(args, "extractor", None):
         extraction["extractor"] = args.extractor

@@ -207,6 +207,9 @@ class ModelConfig:
     embed_precision: Literal["auto", "fp32", "fp16", "int8"] = "auto"
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
     embed_batch_size: PosInt = 64
+    # ONNX Runtime threads per embedding call (None: every usable core). A server answering many
+    # requests at once does better with 1: concurrent calls then run on separate cores.
+    embed_threads: PosInt | None = None
     embed_query_prefix: str = ""  # e5: "query: ", bge: "Represent this sentence for searching relevant passages: "
     embed_document_prefix: str = ""  # e5: "passage: "
     embed_allow_download: bool = False  # fetch a hub model name when a hub is reachable (default: offline)

@@ -158,6 +158,8 @@ def main() -> int:
     ap.add_argument("--clients", default="1,8,32")
     ap.add_argument("--requests", type=int, default=240, help="approximate requests per run (all clients)")
     ap.add_argument("--embedder", default="hash", help="hash (default) or sentence-transformers")
+    ap.add_argument("--embed-threads", type=int, help="ONNX threads per embedding call in the server "
+                    "(model.embed_threads; default every core)")
     ap.add_argument("--store", help="store file (default: a temporary one)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--pause", type=float, default=1.0, help="seconds between an append and its search (paced run)")
@@ -167,7 +169,10 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_service_"))
     store = Path(args.store) if args.store else tmp / "mem.sqlite"
-    cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": args.embedder})
+    model = {"embedder": args.embedder}
+    if args.embed_threads is not None:
+        model["embed_threads"] = args.embed_threads
+    cfg = apply_preset("model-free", PipelineConfig()).replace(model=model)
     (tmp / "run.yaml").write_text(yaml.safe_dump(cfg.to_dict()), encoding="utf-8")
     (tmp / "keys.yaml").write_text(yaml.safe_dump({"tenants": {t: {"keys": [{"sha256": hash_key(k)}]}
                                                                for t, k in TENANTS.items()}}), encoding="utf-8")

@@ -225,7 +225,7 @@ def test_embedder_settings_reach_config_and_cli():
     args = build_parser().parse_args([
         "build", "--embed-model", "/models/e5-small", "--embed-backend", "torch", "--embed-precision", "fp16",
         "--embed-device", "cuda", "--embed-batch-size", "128", "--embed-query-prefix", "query: ",
-        "--embed-document-prefix", "passage: ", "--embed-allow-download"])
+        "--embed-document-prefix", "passage: ", "--embed-allow-download", "--embed-threads", "1"])
     m = config_from_args(args).model
     assert (m.embed_model, m.embed_backend, m.embed_precision, m.embed_device, m.embed_batch_size,
             m.embed_query_prefix, m.embed_document_prefix, m.embed_allow_download) == (
@@ -233,9 +233,12 @@ def test_embedder_settings_reach_config_and_cli():
     kw = embedder_kwargs(m)
     assert kw == {"model": "/models/e5-small", "backend": "torch", "precision": "fp16", "device": "cuda",
                   "batch_size": 128, "query_prefix": "query: ", "document_prefix": "passage: ",
-                  "allow_download": True}
+                  "allow_download": True, "threads": 1}
     defaults = config_from_args(build_parser().parse_args(["build"])).model
-    assert (defaults.embed_backend, defaults.embed_allow_download) == ("auto", False)
+    assert (defaults.embed_backend, defaults.embed_allow_download, defaults.embed_threads) == ("auto", False, None)
+    assert "threads" not in embedder_kwargs(defaults)
+    with pytest.raises(ConfigError, match="embed-threads"):
+        config_from_args(build_parser().parse_args(["build", "--embed-threads", "0"]))
     with pytest.raises(ConfigError, match="embed_backend"):
         PipelineConfig.from_dict({"model": {"embed_backend": "tensorrt"}})
     with pytest.raises(ConfigError):

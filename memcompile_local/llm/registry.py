@@ -142,4 +142,6 @@ def embedder_kwargs(m: ModelConfig) -> dict[str, Any]:
         kw.update(backend=m.embed_backend, precision=m.embed_precision, device=m.embed_device,
                   batch_size=m.embed_batch_size, query_prefix=m.embed_query_prefix,
                   document_prefix=m.embed_document_prefix, allow_download=m.embed_allow_download)
+        if m.embed_threads is not None:
+            kw["threads"] = m.embed_threads
     return kw
