@@ -64,7 +64,7 @@ def _add_model(p: argparse.ArgumentParser) -> None:
     g.add_argument("--embed-device", choices=["auto", "cpu", "cuda"], help="embedding device (default auto)")
     g.add_argument("--embed-batch-size", type=int, help="texts per embedding batch (default 64)")
     g.add_argument("--embed-threads", type=int,
-                   help="ONNX Runtime threads per embedding call (default: every core; 1 suits a busy server)")
+                   help="ONNX Runtime threads per embedding call (default: every usable core)")
     g.add_argument("--embed-query-prefix", help="text put before each query (e5: 'query: ')")
     g.add_argument("--embed-document-prefix", help="text put before each stored document (e5: 'passage: ')")
     g.add_argument("--embed-allow-download", action="store_true", default=None,

@@ -207,8 +207,8 @@ class ModelConfig:
     embed_precision: Literal["auto", "fp32", "fp16", "int8"] = "auto"
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
     embed_batch_size: PosInt = 64
-    # ONNX Runtime threads per embedding call (None: every usable core). A server answering many
-    # requests at once does better with 1: concurrent calls then run on separate cores.
+    # ONNX Runtime threads per embedding call (None: every usable core), e.g. to leave cores to
+    # other processes. (On 2 cores, 1 thread did not change the service's 8-client throughput.)
     embed_threads: PosInt | None = None
     embed_query_prefix: str = ""  # e5: "query: ", bge: "Represent this sentence for searching relevant passages: "
     embed_document_prefix: str = ""  # e5: "passage: "
