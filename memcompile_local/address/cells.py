@@ -213,8 +213,9 @@ class _CellState:
         cfg = self.cfg
         return self.tokens + x.n_tokens <= cfg.token_cap and len(self.items) < cfg.item_cap
 
-    def score(self, x: _Item) -> PlacementScore:
-        """Every term of Eq. 4 for placing ``x`` here (the reference; ``total_above`` is the fast path)."""
+    def _fit_terms(self, x: _Item) -> tuple[float, float, float]:
+        """(locality, coherence, inconsistency) of placing ``x`` here: the terms of Eq. 4 that
+        need no entropy, shared by ``score`` and ``total_above`` so both compute them alike."""
         cfg = self.cfg
         inter_k = sum(1 for k in x.keywords if k in self.kw)
         inter_p = sum(1 for p in x.people if p in self.per)
@@ -233,6 +234,12 @@ class _CellState:
                 if m.negated != x.negated and xp.intersection(m.people) and xk.intersection(m.keywords):
                     inconsistency = cfg.inconsistency_penalty
                     break
+        return locality, coherence, inconsistency
+
+    def score(self, x: _Item) -> PlacementScore:
+        """Every term of Eq. 4 for placing ``x`` here (the reference; ``total_above`` is the fast path)."""
+        cfg = self.cfg
+        locality, coherence, inconsistency = self._fit_terms(x)
         h = self.entropy
         h_after = self.entropy_with(x)
         room = max(1, cfg.token_cap - self.tokens)
@@ -255,23 +262,7 @@ class _CellState:
         when that bound passes. The returned total is computed exactly as ``score`` computes it.
         """
         cfg = self.cfg
-        inter_k = sum(1 for k in x.keywords if k in self.kw)
-        inter_p = sum(1 for p in x.people if p in self.per)
-        union_k = len(x.keywords) + len(self.kw) - inter_k
-        union_p = len(x.people) + len(self.per) - inter_p
-        j_k = inter_k / union_k if union_k else 0.0
-        j_p = inter_p / union_p if union_p else 0.0
-        in_span = self.session_min <= x.session <= self.session_max + 1
-        t = cfg.time_in_span if in_span else cfg.time_out_of_span
-        coherence = cfg.coherence_keyword * j_k + cfg.coherence_person * j_p + cfg.coherence_time * t
-        locality = math.log(1 + inter_k + inter_p)
-        inconsistency = 0.0
-        if inter_k and inter_p:
-            xk, xp = set(x.keywords), set(x.people)
-            for m in self.items:
-                if m.negated != x.negated and xp.intersection(m.people) and xk.intersection(m.keywords):
-                    inconsistency = cfg.inconsistency_penalty
-                    break
+        locality, coherence, inconsistency = self._fit_terms(x)
         h = self.entropy
         room = max(1, cfg.token_cap - self.tokens)
         fill = cfg.fill_weight * max(0.0, (len(self.items) + 1) / cfg.item_cap - coherence)
