@@ -302,6 +302,21 @@ def packet_periods(packet: SourcePacket, descriptors: Sequence[Descriptor]) -> s
     return out
 
 
+def period_key(packet: SourcePacket, descriptors: Sequence[Descriptor]) -> tuple:
+    """What a packet's periods are computed from: its session time and its claims' event times."""
+    return (packet.session_time, tuple(d.event_time for d in descriptors))
+
+
+def expansion_words(descriptors: Sequence[Descriptor]) -> str:
+    """What a packet's expansion terms are computed from: its claims' keywords and people."""
+    return " ".join(w for d in descriptors for w in (*d.keywords, *d.people))
+
+
+def expansion_of(words: str) -> tuple[str, ...]:
+    """The distinct stemmed expansion terms of ``expansion_words``' text, in order."""
+    return tuple(dict.fromkeys(stem_terms(words)))
+
+
 def _period_matches(asked: Period, have: Period) -> bool:
     """Every part the question names (year, month, day) equals the packet date's."""
     if all(a is None for a in asked):
@@ -392,14 +407,11 @@ class FusionIndex:
         expansion = []
         for i, p in enumerate(packets):
             descs = descriptors_by_packet.get(p.packet_id, ())
-            # A packet's periods depend only on its session time and its claims' event times.
-            when = (p.session_time, tuple(d.event_time for d in descs))
-            for period in _memo(parts.periods, old.periods, when,
+            for period in _memo(parts.periods, old.periods, period_key(p, descs),
                                 lambda p=p, descs=descs: frozenset(packet_periods(p, descs))):
                 rows.setdefault(period, []).append(i)
-            words = " ".join(w for d in descs for w in (*d.keywords, *d.people))
-            expansion.append(_memo(parts.expansion, old.expansion, words,
-                                   lambda words=words: tuple(dict.fromkeys(stem_terms(words)))))
+            words = expansion_words(descs)
+            expansion.append(_memo(parts.expansion, old.expansion, words, lambda words=words: expansion_of(words)))
         index = cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,

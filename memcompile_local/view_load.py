@@ -45,7 +45,17 @@ from .address.layouts import build_layout
 from .build import _embed_missing, _keyed, context_model_id, embedding_model_id, layout_id, text_address
 from .build import composed_contexts, dense_plan
 from .config import FusionConfig
-from .fused import FusionIndex, FusionParts, canonical_names, context_documents, lexical_documents, packet_periods
+from .fused import (
+    FusionIndex,
+    FusionParts,
+    canonical_names,
+    context_documents,
+    expansion_of,
+    expansion_words,
+    lexical_documents,
+    packet_periods,
+    period_key,
+)
 from .language.stemming import stem_terms
 from .lexical_growth import GrowingLexicalIndex
 from .pipeline import MemoryView
@@ -556,14 +566,14 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     for i in range(n_old, len(packets)):
         p = packets[i]
         descs = by_packet.get(p.packet_id, ())
-        when = (p.session_time, tuple(d.event_time for d in descs))
+        when = period_key(p, descs)
         if when not in periods:
             periods[when] = frozenset(packet_periods(p, descs))
         for period in periods[when]:
             rows.setdefault(period, []).append(i)
-        words = " ".join(w for d in descs for w in (*d.keywords, *d.people))
+        words = expansion_words(descs)
         if words not in expansion:
-            expansion[words] = tuple(dict.fromkeys(stem_terms(words)))
+            expansion[words] = expansion_of(words)
         terms.append(expansion[words])
         dated.append(float(any(d.event_time for d in descs)))
     index = FusionIndex(
