@@ -26,6 +26,7 @@ from memcompile_local.service.auth import LOCAL_TENANT
 from memcompile_local.service.core import MemoryService
 from memcompile_local.group_commit import GroupCommit
 from memcompile_local.store import MemoryStore
+from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
 
 SEED = {"time": "2024-03-01 10:00", "id": "s1", "turns": [
@@ -171,3 +172,30 @@ def test_group_commit_runs_concurrent_jobs_in_one_transaction_and_rolls_back_a_f
     for ns in ("a", "b", "d"):
         assert store.packet_count(ns) == 1 and results[ns] == store.generation(ns)
     store.close()
+
+
+def test_an_append_while_another_process_holds_the_build_lease_is_not_applied_in_place(tmp_path):
+    # The service's appender declines while another process holds the user's build lease; the
+    # plain path that follows must not append in place through Memory.add's own appender
+    # (which has no lease check) either: the turn is stored and built the plain way.
+    path = tmp_path / "m.sqlite"
+    cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": "hash"})
+    svc = MemoryService(str(path), cfg, embedder=HashEmbedder(dim=64))
+    svc.add_turns(LOCAL_TENANT, "u", {"sessions": [SEED]})
+    svc.search(LOCAL_TENANT, "u", "warm up")
+    svc.wait_warm()
+    ns = svc.namespace(LOCAL_TENANT, "u")
+    other = MemoryStore(path)
+    assert BuildQueue(other).acquire(ns, "other-process", lease_s=60)
+    release = threading.Timer(0.3, lambda: BuildQueue(other).release(ns, "other-process"))
+    release.start()
+    before_service = svc.appender.in_place
+    r = svc.add_turns(LOCAL_TENANT, "u", {"speaker": "Jon", "text": "the zqlease kite is in the attic"})
+    release.join()
+    assert r["added"] == 1
+    assert svc.appender.in_place == before_service
+    assert svc.memory._appender is None or svc.memory._appender.in_place == 0
+    got = svc.search(LOCAL_TENANT, "u", "where is the zqlease kite?")
+    assert any("zqlease" in p["text"] for p in got["packets"])
+    other.close()
+    svc.close()

@@ -265,7 +265,9 @@ class MemoryService:
             if result is not None:
                 return {"user_id": user_id, "ids": ids, "added": result.added, "skipped": result.skipped,
                         "built": True, "pending_turns": 0}
-        result = self.memory.add(ns, conv)
+        # The plain path: the service's own appender (with its lease check) has declined or
+        # does not apply, so Memory.add must not try an append in place of its own.
+        result = self.memory.add(ns, conv, in_place=False)
         built = False
         if result.added:
             if self.inline_build:
