@@ -205,6 +205,12 @@ def place_cells(
         store.save_cells(namespace, lid, cells)
         return lid, len(cells)
     existing = store.cells(namespace, lid)
+    known = {d.descriptor_id for d in descriptors}
+    if any(x not in known for c in existing for x in c.descriptor_ids):
+        # Another writer (a build in another process) saved and placed descriptors after ours
+        # were read: read them again, so the stored Cells' members resolve. The store commits
+        # descriptors before, or with, the Cells that hold them.
+        descriptors = store.descriptors(namespace, descriptor_set)
     # The state the last placement here left, when the store still holds its Cells: then
     # nothing is restored (restoring re-reads every placed descriptor).
     state = PLACEMENTS.take(store, namespace, lid, existing)

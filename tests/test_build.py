@@ -12,7 +12,7 @@ from memcompile_local.address.extract_llm import LLMExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
 from memcompile_local.address import cells as cells_module
 from memcompile_local.address.cells import cell_from_descriptors, place_descriptors
-from memcompile_local.build import PLACEMENTS, build_memory, layout_id
+from memcompile_local.build import PLACEMENTS, build_memory, layout_id, place_cells
 from memcompile_local.config import PlacementConfig
 from memcompile_local.errors import ExtractionError
 from memcompile_local.protocols import DescriptorExtractor
@@ -181,3 +181,27 @@ def test_unplaced_descriptors_before_placed_ones_rebuild_the_layout_from_scratch
     assert restored == []  # the out-of-order layout was dropped, not restored
     assert store.cells(conv.namespace, lid) == place_descriptors(everything, cfg)
     store.close()
+
+
+def test_placement_with_descriptors_read_before_another_writer_placed_more(tmp_path, conv):
+    # Two processes building one namespace: this one read its descriptors, then another
+    # extracted and placed later turns. The stored Cells then hold descriptors the list lacks;
+    # placement must read them again (it raised on the unknown ids before) and end with the
+    # Cells a full placement gives.
+    PLACEMENTS.clear()
+    ex, cfg = RuleExtractor(), PlacementConfig()
+    lid = layout_id(ex.descriptor_set, cfg)
+    prefixes = list(_turn_prefixes(conv))
+    path = tmp_path / "m.sqlite"
+    store, other = MemoryStore(path), MemoryStore(path)
+    store.ingest(prefixes[5])
+    build_memory(store, conv.namespace, ex, cfg, None)
+    stale = store.descriptors(conv.namespace, ex.descriptor_set)
+    other.ingest(prefixes[9])
+    build_memory(other, conv.namespace, ex, cfg, None)
+    assert len(other.descriptors(conv.namespace, ex.descriptor_set)) > len(stale)
+    PLACEMENTS.clear()  # this process remembers nothing of the other's placement
+    place_cells(store, conv.namespace, ex.descriptor_set, cfg, descriptors=stale)
+    assert store.cells(conv.namespace, lid) == place_descriptors(store.descriptors(conv.namespace, ex.descriptor_set), cfg)
+    store.close()
+    other.close()

@@ -111,7 +111,7 @@ def test_two_server_processes_on_one_store_serve_every_acknowledged_turn(tmp_pat
                 for i in range(10):
                     word = f"zz{c}y{i}"
                     r = http.post(f"{url}/turns", json={"speaker": "Mara", "text": f"the {word} is in the shed"})
-                    r.raise_for_status()
+                    assert r.status_code == 200, r.text
                     with lock:
                         acked.extend(r.json()["ids"])
                     got = http.post(f"{url}/search", json={"query": f"where is the {word}?"}).json()
