@@ -140,7 +140,7 @@ class FusionConfig:
     # What the dense channel embeds per turn when the fused selector is the anchor selector
     # (build.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
     # keywords and time; "lean" = z(p) without the claim lines; "turn" = the raw turn alone.
-    dense_document: Literal["packet", "lean", "turn"] = "packet"
+    dense_document: Literal["packet", "lean", "turn", "claims"] = "packet"
     # Context vectors: "embedded" = each turn's neighbour document (previous, own, next turn)
     # embedded; "composed" = the normalized sum of those turns' dense vectors (nothing embedded).
     dense_context: Literal["embedded", "composed"] = "embedded"
@@ -157,6 +157,9 @@ class FusionConfig:
     complement_scope: Literal["list", "all"] = "list"  # list questions only, or every question
     complement_pool: NonNegInt = 30  # P
     complement_keep: NonNegInt = 6  # first slots kept in fused order
+    # Where MemPursuit starts: an empty selection over the pool, or the kept packets (its
+    # picks then explain what the kept ones leave of the query; --cv: multi-hop 57.5 -> 58.0).
+    pursuit_start: Literal["empty", "kept"] = "kept"
     mmr_lambda: float = 0.3
     second_round_slots: NonNegInt = 0  # last slots filled by the evidence-conditioned second round
     second_round_read: NonNegInt = 3  # top packets whose names/keywords re-query the lexical channel

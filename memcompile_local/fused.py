@@ -33,7 +33,9 @@ which K packets are kept:
 - complementary selection (``complement``; MemPursuit on list questions by default): for
   questions that ask for several things, the K packets are composed from the fused top-P
   by MMR or by MemPursuit instead of taken in score order, so near-duplicates give way to
-  evidence that adds something;
+  evidence that adds something. The first ``complement_keep`` stay in score order; with
+  ``pursuit_start="kept"`` (the default) they are MemPursuit's first selections, so each
+  later pick is the pool packet that best explains what they leave of the query;
 - an evidence-conditioned second round (``second_round_slots``): the names and keywords of
   the first-round top packets that the question does not contain re-query the lexical
   channel, and the last slots go to the best packets of that second ranking (off by default).
@@ -517,7 +519,8 @@ def complementary(index: FusionIndex, total: np.ndarray, order: np.ndarray, quer
     """K rows composed from the fused top-P (``complement_pool``): the first ``complement_keep``
     in score order, the rest by MMR (score minus ``mmr_lambda`` times the largest cosine to
     a packet already chosen) or in the order MemPursuit picks them from the pool's packet
-    embeddings (packets it does not pick follow in score order)."""
+    embeddings (packets it does not pick follow in score order); with ``pursuit_start ==
+    "kept"`` the pursuit starts from the kept packets instead of an empty selection."""
     pool = [int(i) for i in order[: max(cfg.complement_pool, k)]]
     keep = min(cfg.complement_keep, k)
     chosen = pool[:keep]
@@ -528,9 +531,12 @@ def complementary(index: FusionIndex, total: np.ndarray, order: np.ndarray, quer
     if cfg.complement == "pursuit":
         if query_vec is None:
             return [int(i) for i in order[:k]]
-        # Pursuit runs over the whole pool, so what it adds is measured against the kept
-        # packets too; its picks fill the free slots in pursuit order.
-        res = mem_pursuit(query_vec, E[pool], k=k, tau=0.0)
+        # "empty": pursuit runs over the whole pool from an empty selection and its picks
+        # that are not kept fill the free slots in pursuit order. "kept": the kept packets
+        # are its first selections, so every later pick is the one that best explains what
+        # they leave of the query (the residual after them).
+        start = range(keep) if cfg.pursuit_start == "kept" else ()
+        res = mem_pursuit(query_vec, E[pool], k=k, tau=0.0, start=start)
         picked = chosen + [pool[i] for i in res.indices if pool[i] not in chosen]
         return (picked + [i for i in pool if i not in picked])[:k]
     # MMR over the rest of the pool, redundancy measured against everything chosen so far.

@@ -310,7 +310,7 @@ def joined_conversation(convs, target_turns: int) -> Conversation:
 
 # The fused selector as shipped before this table (dev-2 weights, no time match, raw cosines).
 SHIPPED_TODAY = {"packet_weight": 1.0, "speaker_weight": 0.3, "temporal_weight": 0.2, "time_match_weight": 0.0,
-                 "packet_scale": "cosine", "complement": "none"}
+                 "packet_scale": "cosine", "complement": "none", "pursuit_start": "empty"}
 # The row of what was shipped before this round (today's weights + time match): the second
 # per-fold bar, the one a component added this round must clear.
 SHIPPED_ROW = "+ time match (question period vs dates)"
@@ -387,6 +387,15 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
         ("dropped: + slots kept for the dense channel's top (not list questions)", "plain+q",
          [{**now, "packet_weight": 1.5, **g, "select": dense_slots, "params": {"slots": r, "depth": d}}
           for g in grid(time_match_weight=(0.75, 0.5)) for r in (0, 1, 2) for d in (3, 5)]),
+        # Round of 2026-12-01 (multi-hop): MemPursuit whose first selections are the kept
+        # packets, so its picks explain what they leave of the query (the default grid
+        # point first), alone over the package defaults and refit with the combined row's grid.
+        ("+ MemPursuit starts from the kept packets (list)", "plain+q",
+         [{"pursuit_start": s} for s in ("kept", "empty")]),
+        ("combined: question beside intent, MemPursuit from the kept packets (list)", "plain+q",
+         [{**now, **g, "pursuit_start": "kept"} for g in grid(time_match_weight=(0.75, 0.5),
+                                                              packet_weight=(1.0, 1.25, 1.5, 2.0),
+                                                              complement=("none", "pursuit"))]),
         ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows

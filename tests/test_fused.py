@@ -279,6 +279,31 @@ def test_complementary_selection_skips_near_duplicates_for_list_questions():
     assert not is_list_question("When did Ann move?")
 
 
+def test_pursuit_from_the_kept_packets_explains_what_they_leave_of_the_query():
+    # The query asks about two things (axes 0 and 1). The top packet covers the first; the
+    # second packet restates the whole query in one vector; the third covers only the second.
+    m = np.zeros((6, 3), dtype=np.float32)
+    m[0] = [1, 0, 0]
+    m[1] = [0.7071, 0.7071, 0]
+    m[2] = [0, 1, 0]
+    m[3:] = [0, 0, 1]
+    scores = np.asarray([1.0, 0.9, 0.8, 0.3, 0.2, 0.1])
+    q = np.asarray([0.7071, 0.7071, 0], dtype=np.float32)
+    question = "What hobbies does Ann have?"
+    kept = FusionConfig(complement_keep=1, complement_pool=6)  # the default start: the kept packets
+    assert kept.pursuit_start == "kept"
+    empty = FusionConfig(complement_keep=1, complement_pool=6, pursuit_start="empty")
+    index = FusionIndex.build(LIST_PACKETS, {}, kept, packet_matrix=m)
+    # From an empty selection pursuit takes the packet that restates the query first, which
+    # adds little to the kept one; from the kept packet, the residual is axis 1.
+    assert select_rows(index, question, scores, q, empty, 2) == [0, 1]
+    assert select_rows(index, question, scores, q, kept, 2) == [0, 2]
+    assert select_rows(index, "Where does Ann live?", scores, q, kept, 2) == [0, 1]  # not a list question
+    # Slots pursuit leaves (budget above what it picks) follow in score order, no repeats.
+    got = select_rows(index, question, scores, q, kept, 6)
+    assert sorted(got) == list(range(6)) and got[:2] == [0, 2]
+
+
 def test_second_round_fills_the_last_slots_from_what_the_first_found():
     packets = [*PACKETS, packet(5, 3, "Ann", "Pepper chewed my slippers again."),
                packet(6, 3, "Bo", "Oh no, the slippers!")]

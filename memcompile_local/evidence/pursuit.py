@@ -43,6 +43,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -96,6 +97,16 @@ def _check_inputs(query_vec, cand_vecs, k: int, tau: float | None) -> tuple[np.n
     if not np.isfinite(q).all():
         raise ValueError("mem_pursuit: query_vec must be finite")
     return q, X
+
+
+def _check_start(start, P: int, k: int) -> list[int]:
+    """``start`` as a list of row indices: distinct, in range, at most ``k`` of them."""
+    forced = [int(i) for i in start]
+    if len(set(forced)) != len(forced) or any(not 0 <= i < P for i in forced):
+        raise ValueError(f"mem_pursuit: start must hold distinct rows in [0, {P}), got {list(start)!r}")
+    if len(forced) > k:
+        raise ValueError(f"mem_pursuit: start holds {len(forced)} rows, more than k={k}")
+    return forced
 
 
 # --------------------------------------------------------------------------------------
@@ -238,12 +249,16 @@ def mem_pursuit(
     k: int,
     tau: float | None = 1e-5,
     gram: np.ndarray | None = None,
+    start: Sequence[int] = (),
 ) -> PursuitResult:
     """Select up to ``k`` complementary candidates for ``query_vec`` by MemPursuit.
 
     Inputs: ``query_vec`` (d,), ``cand_vecs`` (P, d) (any float dtype; computed in float64),
     budget ``k``, adaptive-stop threshold ``tau`` on the squared residual improvement
-    (``None`` disables it), optional precomputed ``gram = cand_vecs @ cand_vecs.T``.
+    (``None`` disables it), optional precomputed ``gram = cand_vecs @ cand_vecs.T``,
+    optional ``start``: distinct rows that are selected first, in that order, whatever
+    their correlation (the greedy steps then measure the residual left after them; ``tau``
+    is not applied to them; they count against ``k``).
     Output: :class:`PursuitResult`. Ties in the residual correlation go to the lowest
     candidate index.
 
@@ -255,6 +270,7 @@ def mem_pursuit(
     """
     q, X = _check_inputs(query_vec, cand_vecs, k, tau)
     P = X.shape[0]
+    forced = _check_start(start, P, k)
     budget = min(int(k), P)
     if budget == 0:
         return PursuitResult((), np.zeros(0), (), STOP_EXHAUSTED if P == 0 else STOP_BUDGET)
@@ -281,9 +297,12 @@ def mem_pursuit(
     # Columns G[:, j] of the selected candidates, contiguous for the correlation update.
     G_cols = np.empty((P, budget))
     while len(selected) < budget:
-        masked = np.where(available, corr, -np.inf)
-        j = int(np.argmax(masked))  # argmax returns the first maximum: lowest index on ties
         t = len(selected)
+        if t < len(forced):
+            j = forced[t]
+        else:
+            masked = np.where(available, corr, -np.inf)
+            j = int(np.argmax(masked))  # argmax returns the first maximum: lowest index on ties
         selected.append(j)
         available[j] = False
         G_cols[:, t] = G[:, j] if G is not None else X @ X[j]
@@ -297,7 +316,7 @@ def mem_pursuit(
             w0[:t] = w
             w_new = simplex_least_squares(G_SS, b_S, w0, enter=t)
         sq = max(qq - 2.0 * float(b_S @ w_new) + float(w_new @ G_SS @ w_new), 0.0)
-        if t >= 1 and tau is not None and prev_sq - sq < tau:
+        if t >= max(1, len(forced)) and tau is not None and prev_sq - sq < tau:
             selected.pop()
             stopped = STOP_TAU
             break
@@ -357,8 +376,10 @@ def mem_pursuit_reference(
     *,
     k: int,
     tau: float | None = 1e-5,
+    start: Sequence[int] = (),
 ) -> PursuitResult:
-    """Straightforward MemPursuit with the same selection and stopping rules as :func:`mem_pursuit`.
+    """Straightforward MemPursuit with the same selection and stopping rules as :func:`mem_pursuit`
+    (``start`` included).
 
     Every step recomputes the residual ``q - X_S^T w`` from the full vectors, the
     correlations as ``X r`` and the refit from scratch without warm start. Slow by design;
@@ -368,6 +389,7 @@ def mem_pursuit_reference(
     if not np.isfinite(X).all():
         raise ValueError("mem_pursuit_reference: cand_vecs must be finite")
     P = X.shape[0]
+    forced = _check_start(start, P, k)
     budget = min(int(k), P)
     if budget == 0:
         return PursuitResult((), np.zeros(0), (), STOP_EXHAUSTED if P == 0 else STOP_BUDGET)
@@ -378,15 +400,18 @@ def mem_pursuit_reference(
     prev_sq = float(q @ q)
     stopped = STOP_BUDGET if budget < P else STOP_EXHAUSTED
     while len(selected) < budget:
-        scores = X @ r
-        scores[selected] = -np.inf
-        j = int(np.argmax(scores))
+        if len(selected) < len(forced):
+            j = forced[len(selected)]
+        else:
+            scores = X @ r
+            scores[selected] = -np.inf
+            j = int(np.argmax(scores))
         trial = selected + [j]
         A = X[trial].T
         w_new = _reference_refit(A, q)
         r_new = q - A @ w_new
         sq = float(r_new @ r_new)
-        if selected and tau is not None and prev_sq - sq < tau:
+        if len(selected) >= max(1, len(forced)) and tau is not None and prev_sq - sq < tau:
             stopped = STOP_TAU
             break
         selected, w, r, prev_sq = trial, w_new, r_new, sq
