@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import itertools
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -55,12 +56,14 @@ from memcompile_local.fused import (  # noqa: E402
     _raw,
     channel_weights,
     combine,
+    complementary,
     dense_query_texts,
     fused_scores,
     is_list_question,
     lexical_documents,
     query_vector,
     score_order,
+    second_round,
     select_rows,
     session_neighbours,
 )
@@ -396,6 +399,27 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
          [{**now, **g, "pursuit_start": "kept"} for g in grid(time_match_weight=(0.75, 0.5),
                                                               packet_weight=(1.0, 1.25, 1.5, 2.0),
                                                               complement=("none", "pursuit"))]),
+        # Measured over the package defaults (pursuit from the kept packets) and dropped; the
+        # first grid point of each is the package's own setting.
+        ("dropped: MemPursuit pool and keep refit (P 30/40/60, keep 6/4/5)", "plain+q",
+         grid(complement_pool=(30, 40, 60), complement_keep=(6, 4, 5))),
+        ("dropped: + MemPursuit on how-many / where-has questions too", "plain+q",
+         [{"select": pursuit_pattern, "params": {"pattern": name}} for name in AGGREGATE_PATTERNS]),
+        ("dropped: + MemPursuit over turn+context vectors (list)", "plain+q",
+         [{"select": pursuit_with_context, "params": {"share": a}} for a in (0.0, 0.5, 1.0, 1.5)]),
+        ("dropped: + free slots to the best turn of sessions not yet chosen (list)", "plain+q",
+         [{"select": session_spread, "params": {"keep": kp}} for kp in (99, 4, 6, 8)]),
+        ("dropped: + second round (names/keywords of top packets), list questions only", "plain+q",
+         [{}] + [{"select": list_second_round, "params": {"slots": n, "weight": w, "read": r}}
+                 for n in (1, 2) for w in (0.3, 1.0) for r in (3, 5)]),
+        ("dropped: + score of the same speaker's turn two back/ahead", "plain+q",
+         [{"select": two_back_propagation, "params": {"share": g, "scope": sc}}
+          for sc in ("list", "all") for g in (0.0, 0.1, 0.2, 0.3)]),
+        ("dropped: + dense pseudo-relevance feedback from the top packets (list)", "plain+q",
+         [{}] + [{"select": dense_feedback, "params": {"read": m, "weight": w}} for m in (2, 3, 5) for w in (0.2, 0.5, 1.0)]),
+        ("dropped: channel weights refit for list questions", "plain+q",
+         [{"select": list_weights, "params": {"packet": pw, "speaker": sw}}
+          for pw in (1.5, 1.0, 2.0, 3.0) for sw in (0.3, 0.0, 0.6)]),
         ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows
@@ -463,6 +487,109 @@ def dense_slots(Q, variant, total, cfg, k, slots, depth):
     chosen = order[:k - slots]
     chosen += [int(i) for i in score_order(dense)[:depth] if int(i) not in chosen][:slots]
     return (chosen + [i for i in order if i not in chosen])[:k]
+
+
+# Measured in the round on multi-hop questions and dropped (rows "dropped: ..." over the
+# package defaults, MemPursuit starting from the kept packets).
+
+AGGREGATE_PATTERNS = {
+    "list": LIST_QUESTION,
+    "list or how many": re.compile(LIST_QUESTION.pattern + r"|^how many\b", re.IGNORECASE),
+    "list, how many or where has": re.compile(LIST_QUESTION.pattern + r"|^how many\b|^where (?:has|have)\b",
+                                              re.IGNORECASE),
+}
+
+
+def _pursue(Q, variant, total, cfg, k, query_vec=None):
+    """The package's complementary selection (MemPursuit) for these scores, whatever the question."""
+    qv = Q.qvecs[variant] if query_vec is None else query_vec
+    return complementary(Q.indexes[variant], total, score_order(total), qv,
+                         dataclasses.replace(cfg, complement="pursuit"), k)
+
+
+def pursuit_pattern(Q, variant, total, cfg, k, pattern):
+    """MemPursuit for the questions ``AGGREGATE_PATTERNS[pattern]`` matches (counts, places)."""
+    if not AGGREGATE_PATTERNS[pattern].search(Q.q.question):
+        return [int(i) for i in score_order(total)[:k]]
+    return _pursue(Q, variant, total, cfg, k)
+
+
+def pursuit_with_context(Q, variant, total, cfg, k, share):
+    """MemPursuit over each pool packet's vector plus ``share`` times its context vector,
+    renormalized (the packet's neighbourhood takes part in what it explains)."""
+    order = [int(i) for i in score_order(total)]
+    if not is_list_question(Q.q.question) or not share:
+        return select_rows(Q.indexes[variant], Q.q.question, total, Q.qvecs[variant], cfg, k)
+    ix = Q.indexes[variant]
+    pool = order[:max(cfg.complement_pool, k)]
+    X = ix.packet_matrix[pool] + share * ix.context_matrix[pool]
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    keep = min(cfg.complement_keep, k)
+    res = mem_pursuit(Q.qvecs[variant], X, k=k, tau=0.0, start=range(keep))
+    picked = list(dict.fromkeys([*pool[:keep], *(pool[i] for i in res.indices)]))
+    return (picked + [i for i in pool if i not in picked])[:k]
+
+
+def session_spread(Q, variant, total, cfg, k, keep):
+    """List questions: the first ``keep`` in score order, then (instead of MemPursuit) the best
+    turn of each session not yet represented, sessions by their best score (fused top-30)."""
+    if not is_list_question(Q.q.question) or keep >= k:  # keep >= k: the package's selection
+        return select_rows(Q.indexes[variant], Q.q.question, total, Q.qvecs[variant], cfg, k)
+    order = [int(i) for i in score_order(total)]
+    sess = [p.session_index for p in Q.view.packets]
+    chosen = order[:keep]
+    seen = {sess[i] for i in chosen}
+    for i in order[:30]:
+        if len(chosen) == k:
+            break
+        if sess[i] not in seen:
+            chosen.append(i)
+            seen.add(sess[i])
+    return (chosen + [i for i in order if i not in chosen])[:k]
+
+
+def list_second_round(Q, variant, total, cfg, k, slots, weight, read):
+    """The package's second round, for list questions only, after their complementary selection."""
+    rows = select_rows(Q.indexes[variant], Q.q.question, total, Q.qvecs[variant], cfg, k)
+    if not is_list_question(Q.q.question):
+        return rows
+    c = dataclasses.replace(cfg, second_round_slots=slots, second_round_weight=weight, second_round_read=read)
+    return second_round(Q.indexes[variant], Q.q.question, total, rows, c, k)
+
+
+def two_back_propagation(Q, variant, total, cfg, k, share, scope):
+    """Each packet gains ``share`` of the larger score of the turns two before and two after it
+    in its session (in a two-person chat, the same speaker continuing the topic)."""
+    if not share or (scope == "list" and not is_list_question(Q.q.question)):
+        return select_rows(Q.indexes[variant], Q.q.question, total, Q.qvecs[variant], cfg, k)
+    P = Q.view.packets
+    pos = np.maximum(total, 0.0)
+    near = np.zeros(len(total))
+    for i in range(len(P)):
+        for j in (i - 2, i + 2):
+            if 0 <= j < len(P) and P[j].session_index == P[i].session_index and P[j].speaker == P[i].speaker:
+                near[i] = max(near[i], pos[j])
+    return select_rows(Q.indexes[variant], Q.q.question, total + share * near, Q.qvecs[variant], cfg, k)
+
+
+def dense_feedback(Q, variant, total, cfg, k, read, weight):
+    """List questions: ``weight`` times the cosine with the centroid of the top ``read``
+    packets joins the score, and pursuit explains query plus centroid."""
+    if not is_list_question(Q.q.question):
+        return [int(i) for i in score_order(total)[:k]]
+    ix = Q.indexes[variant]
+    centroid = ix.packet_matrix[score_order(total)[:read]].mean(axis=0)
+    centroid /= np.linalg.norm(centroid)
+    cos = np.maximum(ix.packet_matrix @ centroid, ix.context_matrix @ centroid)
+    return _pursue(Q, variant, total + weight * cos, cfg, k, query_vec=Q.qvecs[variant] + 0.5 * centroid)
+
+
+def list_weights(Q, variant, total, cfg, k, packet, speaker):
+    """List questions scored with their own dense and speaker weights."""
+    if not is_list_question(Q.q.question):
+        return [int(i) for i in score_order(total)[:k]]
+    c = dataclasses.replace(cfg, packet_weight=packet, speaker_weight=speaker)
+    return _pursue(Q, variant, combine(Q.channels[variant], c), c, k)
 
 
 class CVQuestion:
