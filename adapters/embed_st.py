@@ -4,13 +4,13 @@ backends: ONNX Runtime on CPU and torch (the GPU path, CUDA in fp16).
 The default CPU backend is ``onnx`` in fp32, chosen by measurement (scripts/bench_embed_backends.py
 and scripts/ablate_model_free.py, 2 shared cores, the build's own documents): it gives torch's
 vectors bit for bit (cosine 1.000000) at 2.4-2.9x torch's documents/s, so every figure chosen
-by cross-validation holds as measured. ``int8`` (dynamic int8 with per-channel weight scales
-and each layer's feed-forward output projection left in fp32, ``onnx_export.RECIPES``; one
-text per call) ran 3.1-6.9x torch in wall time (3.8-4.1x in CPU time) with in-sample recall@10
-of the model-free preset on the 4-conversation LoCoMo dev file 0.19 points below torch (82.07 vs
-82.26), but its small vector changes flip the leave-one-conversation-out choice on one fold
-(cross-validated recall@10 81.1 against 82.1), so it is the opt-in fast path, not the default.
-int8 with every MatMul quantized (5.3x) lost 0.36 points, per-tensor scales far more.
+by cross-validation holds as measured. ``int8`` (``onnx_export.RECIPES``: every weight MatMul
+in int8, one scale per weight column and one per token, so texts are batched and a vector still
+depends on its text alone) runs 1.6-1.8x fp32's documents/s, with recall@10 of the model-free
+preset on the 4-conversation LoCoMo dev file 0.41 points below torch (81.81 against 82.22):
+the opt-in fast path, not the default. (The int8 recipe before it, one text per run, was
+1.2x fp32 at 81.94; its small vector changes flipped the leave-one-conversation-out choice on
+one fold, cross-validated recall@10 81.1 against 82.1.)
 The backend and precision are part of ``identity()``, so vectors of two backends never share a
 cache entry.
 """
@@ -30,7 +30,7 @@ from memcompile_local.errors import ConfigError
 
 from .embed_onnx import OnnxSentenceEncoder
 from .models import MINILM_NAME, check_model_string, require_embed, resolve_local_or_name, set_offline, weights_fingerprint
-from .onnx_export import exported_model, recipe_id
+from .onnx_export import batch_independent, exported_model, recipe_id
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class SentenceTransformerEmbedder:
                 path = exported_model(self.local_path, sha, precision)
                 logger.info("loading ONNX model %s (%s)", path, precision)
                 self._onnx = OnnxSentenceEncoder(self.local_path, path, threads=self.threads,
-                                                 per_text=precision == "int8")
+                                                 per_text=not batch_independent(precision))
         return self._onnx
 
     @property

@@ -18,7 +18,14 @@ files the embedder runs:
 - ``int8pt1``: the same with one scale per weight tensor (the recipe before, for comparison);
 - ``int8pcffn1``: ``int8pc1`` leaving each layer's feed-forward output projection in fp32
   (the MatMuls whose quantization moves the vectors most, measured layer by layer);
-- ``int8pcffn3first1``: the same for the first three layers only (where it matters most).
+- ``int8pcffn3first1``: the same for the first three layers only (where it matters most);
+- ``int8tok1``: every weight MatMul in int8 with one weight scale per output channel and one
+  activation scale per token, computed at run time from that token's own row (standard ONNX
+  ops: ``QuantizeLinear`` / ``DequantizeLinear`` along the token axis, ``MatMulInteger``).
+  ONNX Runtime's dynamic quantization scales a whole input tensor by its largest value, so a
+  vector there depends on the other texts of its batch; with one scale per token it depends on
+  its own text alone, so texts can be batched (and per-token scales are finer than one per
+  tensor: closer to fp32 with the FFN output projection quantized too).
 
 A recipe is a sequence of steps; ``RECIPES`` maps a precision to the shipped one, and
 ``recipe_id`` (part of the embedder identity) names export version and steps, so vectors of
@@ -55,14 +62,16 @@ PLAIN_FILE = "model.onnx"
 
 RECIPES: dict[str, tuple[str, ...]] = {
     "fp32": (),
-    "int8": ("int8pcffn1",),
+    "int8": ("int8tok1",),
 }
-"""Precision -> the derivation steps the embedder runs, chosen by scripts/bench_embed_backends.py
-and recall@10 of the model-free preset on the LoCoMo dev file (2 shared cores; torch 82.26):
-fp32 plain 2.4-2.9x torch's documents/s, recall 82.26 (the fused graph was no faster: 2.2-3.2x);
-int8 ``int8pcffn1`` 3.8x (CPU time, one thread) to 6.9x (wall, two loaded cores), 82.07;
-``int8pcffn3first1`` 4.9x, 81.94 and ``int8pc1`` 5.3-5.8x, 81.90 (both more than 0.3 below
-torch); ``int8pt1`` cosine 0.95 to torch."""
+"""Precision -> the derivation steps the embedder runs, chosen by scripts/bench_embed_backends.py,
+scripts/bench_build.py and recall@10 of the model-free preset on the 4-conversation LoCoMo dev
+file (755 questions, 2 shared cores; torch and fp32 82.22):
+fp32 plain 2.4-2.9x torch's documents/s (the fused graph was no faster: 2.2-3.2x);
+int8 ``int8tok1`` (per-token activation scales, batched) 1.6-1.8x fp32's documents/s in one
+run, recall 81.81; before it, ``int8pcffn1`` (one text per run, per-tensor activation scales)
+1.2x fp32, 81.94; ``int8pcffn3first1`` 81.94 and ``int8pc1`` 81.90, both one text per run;
+``int8pt1`` cosine 0.95 to torch."""
 
 # Largest |difference| allowed between the fused and the plain graph's hidden states on the
 # probe texts (fp32 rounding of reordered sums stays near 1e-5).
@@ -280,6 +289,95 @@ def _quantize_int8(model_dir: Path, source: Path, target: Path, *, per_channel: 
         root.setLevel(level)
 
 
+def _quantize_per_token(model_dir: Path, source: Path, target: Path) -> None:
+    """Rewrite each ``MatMul(x, W)`` with a constant 2-d ``W`` as per-token int8 (``int8tok1``).
+
+    ``W`` becomes int8 with one symmetric scale per output column. At run time ``x`` is viewed
+    as (tokens, K); each row gets the scale max|row| / 127 and is quantized to uint8 around 128;
+    ``MatMulInteger`` accumulates in int32; the row scale (``DequantizeLinear`` along axis 0)
+    and the column scales turn it back into floats, reshaped to ``x``'s leading dims. A row's
+    result reads only that row, so padding and batch neighbours cannot move it.
+
+    Measured and left out (recall@10 of the model-free preset on the LoCoMo dev file, 2 shared
+    cores): keeping the FFN output projections in fp32 (cosine to fp32 0.9982 against 0.9976,
+    but recall 81.76 against 81.81, and 25% slower), and quantizing those with each row's own
+    [min, max] range (81.68).
+    """
+    onnx = require_embed("onnx", "int8 quantization of the ONNX embedder")
+    np = require_embed("numpy", "int8 quantization of the ONNX embedder")
+    helper, numpy_helper = onnx.helper, onnx.numpy_helper
+    model = onnx.load(str(source))
+    graph = model.graph
+    weights = {i.name: i for i in graph.initializer}
+    added: list[Any] = []
+
+    def const(name: str, value: Any) -> str:
+        added.append(numpy_helper.from_array(value, name))
+        return name
+
+    c127 = const("tok8/127", np.array(127.0, np.float32))
+    tiny = const("tok8/tiny", np.array(1e-12, np.float32))
+    zero_u8 = const("tok8/zp", np.array(128, np.uint8))
+    first = const("tok8/0", np.array([0], np.int64))
+    last = const("tok8/-1", np.array([-1], np.int64))
+    nodes: list[Any] = []
+    count = 0
+    for node in graph.node:
+        w = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+        if w is None or len(w.dims) != 2:
+            nodes.append(node)
+            continue
+        matrix = numpy_helper.to_array(w).astype(np.float32)
+        k, n = matrix.shape
+        col = np.maximum(np.abs(matrix).max(axis=0), 1e-12) / 127.0
+        p = f"tok8/{count}/"
+        count += 1
+        wq = const(p + "w", np.clip(np.round(matrix / col), -127, 127).astype(np.int8))
+        wscale = const(p + "wscale", col.astype(np.float32))
+        rows = const(p + "rows", np.array([-1, k], np.int64))
+        width = const(p + "n", np.array([n], np.int64))
+        x = node.input[0]
+        nodes += [
+            helper.make_node("Reshape", [x, rows], [p + "x2"]),
+            helper.make_node("Abs", [p + "x2"], [p + "abs"]),
+            helper.make_node("ReduceMax", [p + "abs"], [p + "max"], axes=[1], keepdims=0),
+            helper.make_node("Max", [p + "max", tiny], [p + "maxed"]),  # an all-zero row stays finite
+            helper.make_node("Div", [p + "maxed", c127], [p + "scale"]),
+            helper.make_node("Shape", [p + "scale"], [p + "m"]),
+            helper.make_node("ConstantOfShape", [p + "m"], [p + "zps"],
+                             value=numpy_helper.from_array(np.array([128], np.uint8))),
+            helper.make_node("QuantizeLinear", [p + "x2", p + "scale", p + "zps"], [p + "xq"], axis=0),
+            helper.make_node("MatMulInteger", [p + "xq", wq, zero_u8], [p + "acc"]),
+            helper.make_node("DequantizeLinear", [p + "acc", p + "scale"], [p + "rowscaled"], axis=0),
+            helper.make_node("Mul", [p + "rowscaled", wscale], [p + "y2"]),
+            helper.make_node("Shape", [x], [p + "xshape"]),
+            helper.make_node("Slice", [p + "xshape", first, last], [p + "lead"]),
+            helper.make_node("Concat", [p + "lead", width], [p + "yshape"], axis=0),
+            helper.make_node("Reshape", [p + "y2", p + "yshape"], list(node.output)),
+        ]
+    if not count:
+        raise ModelNotFoundError(f"{source}: no MatMul with a constant weight matrix to quantize")
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(added)
+    used = {i for nd in graph.node for i in nd.input}
+    kept = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(target))
+
+
+BATCH_INDEPENDENT_STEPS = frozenset({"fused1", "fusednoattn1", "int8tok1"})
+"""Steps whose vectors depend on a text alone (per-tensor dynamic int8 steps are not: their
+activation scale is the maximum over the whole batch)."""
+
+
+def batch_independent(precision: str) -> bool:
+    """Whether texts of ``precision``'s recipe may share a run (else one text per run)."""
+    return all(step in BATCH_INDEPENDENT_STEPS for step in _recipe(precision))
+
+
 STEPS: dict[str, Callable[[Path, Path, Path], None]] = {
     "fused1": lambda m, s, t: _fuse(m, s, t, attention=True),
     "fusednoattn1": lambda m, s, t: _fuse(m, s, t, attention=False),
@@ -287,6 +385,7 @@ STEPS: dict[str, Callable[[Path, Path, Path], None]] = {
     "int8pt1": lambda m, s, t: _quantize_int8(m, s, t, per_channel=False),
     "int8pcffn1": lambda m, s, t: _quantize_int8(m, s, t, per_channel=True, keep_ffn_output=1 << 30),
     "int8pcffn3first1": lambda m, s, t: _quantize_int8(m, s, t, per_channel=True, keep_ffn_output=3),
+    "int8tok1": _quantize_per_token,
 }
 """Derivation step name -> ``fn(model_dir, source file, target file)``; a name never changes
 meaning (a changed step gets a new name, so cached files of the old one are not reused)."""

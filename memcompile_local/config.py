@@ -140,7 +140,7 @@ class FusionConfig:
     # What the dense channel embeds per turn when the fused selector is the anchor selector
     # (build.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
     # keywords and time; "lean" = z(p) without the claim lines; "turn" = the raw turn alone.
-    dense_document: Literal["packet", "lean", "turn", "claims"] = "packet"
+    dense_document: Literal["packet", "lean", "turn"] = "packet"
     # Context vectors: "embedded" = each turn's neighbour document (previous, own, next turn)
     # embedded; "composed" = the normalized sum of those turns' dense vectors (nothing embedded).
     dense_context: Literal["embedded", "composed"] = "embedded"

@@ -142,13 +142,15 @@ def test_fp32_vectors_do_not_depend_on_the_batch(onnx_cache, minilm, monkeypatch
 
 
 @pytest.mark.slow
-def test_int8_recipe_runs_one_text_per_call_and_stays_close(onnx_cache, minilm):
+def test_int8_recipe_batches_and_stays_close(onnx_cache, minilm):
     model_dir, sha = minilm
     fp32 = SentenceTransformerEmbedder(backend="onnx", precision="fp32").embed(TEXTS)
     emb = SentenceTransformerEmbedder(backend="onnx", precision="int8")
     v8 = emb.embed(TEXTS)
     assert float(np.mean(np.sum(v8 * fp32, axis=1))) > 0.98  # per-channel scales hold the vectors
-    np.testing.assert_array_equal(emb.embed(TEXTS[::-1])[::-1], v8)
+    assert not emb._load_onnx().per_text  # per-token scales: texts share runs
+    np.testing.assert_allclose(emb.embed(TEXTS[::-1])[::-1], v8, atol=1e-6)
+    np.testing.assert_allclose(np.stack([emb.embed([t])[0] for t in TEXTS]), v8, atol=1e-6)
     name = "model." + ".".join(onnx_export.RECIPES["int8"]) + ".onnx"
     assert (onnx_export.model_folder(sha) / name).is_file()
 
@@ -178,3 +180,91 @@ def test_a_failed_step_leaves_no_file(onnx_cache, minilm, monkeypatch):
     folder = onnx_export.model_folder(sha)
     assert not (folder / "model.broken9.onnx").exists()
     assert not list(folder.glob("*.tmp"))
+
+
+def _one_matmul_model(path, weight):
+    """An ONNX file with one MatMul of a float input by the constant ``weight``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    k, n = weight.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", n])],
+        [numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", onnx_export.OPSET)]), str(path))
+
+
+def _per_token_reference(x, w):
+    """Per-token int8 MatMul written out in numpy: row scale max|row|/127, column scale max|col|/127."""
+    col = np.maximum(np.abs(w).max(axis=0), 1e-12) / 127.0
+    wq = np.clip(np.round(w / col), -127, 127)
+    rows = x.reshape(-1, x.shape[-1])
+    scale = np.maximum(np.abs(rows).max(axis=1), 1e-12) / 127.0
+    xq = np.clip(np.round(rows / scale[:, None]), -128, 127)
+    return ((xq @ wq) * scale[:, None] * col[None, :]).reshape(*x.shape[:-1], w.shape[1])
+
+
+def test_per_token_int8_matches_its_definition_and_reads_each_row_alone(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(16, 8)).astype(np.float32)
+    w[:, 2] *= 40  # one large column: per-column scales keep the others fine
+    src, dst = tmp_path / "one.onnx", tmp_path / "one.tok.onnx"
+    _one_matmul_model(src, w)
+    onnx_export._quantize_per_token(tmp_path, src, dst)
+    run = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run
+    x = rng.normal(size=(2, 3, 16)).astype(np.float32)
+    x[1, 2] *= 100  # one loud token: under one scale per tensor it would flatten the others
+    x[0, 1] = 0.0  # an all-zero row stays zero, not NaN
+    y = run(None, {"x": x})[0]
+    assert y.shape == (2, 3, 8)
+    np.testing.assert_allclose(y, _per_token_reference(x, w), rtol=1e-5, atol=1e-4)
+    assert np.all(y[0, 1] == 0.0)
+    exact = x @ w
+    quiet = np.ones(x.shape[:2], bool)
+    quiet[1, 2] = False
+    err = np.abs(y - exact)[quiet].max() / np.abs(exact[quiet]).max()
+    assert err < 0.02
+    # A row's output does not depend on the rest of the batch.
+    alone = run(None, {"x": x[:1, :2]})[0]
+    np.testing.assert_array_equal(alone, y[:1, :2])
+
+
+def test_per_token_int8_refuses_a_graph_without_weight_matmuls(tmp_path):
+    pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    src = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", onnx_export.OPSET)]), str(src))
+    with pytest.raises(ModelNotFoundError, match="no MatMul"):
+        onnx_export._quantize_per_token(tmp_path, src, tmp_path / "out.onnx")
+
+
+def test_only_recipes_of_batch_independent_steps_share_runs(monkeypatch):
+    assert onnx_export.batch_independent("fp32")
+    monkeypatch.setitem(onnx_export.RECIPES, "int8", ("int8pcffn1",))
+    assert not onnx_export.batch_independent("int8")
+    monkeypatch.setitem(onnx_export.RECIPES, "int8", ("int8tok1",))
+    assert onnx_export.batch_independent("int8")
+
+
+@pytest.mark.slow
+def test_per_token_int8_minilm_batches_and_stays_closer_than_per_tensor(onnx_cache, minilm):
+    model_dir, sha = minilm
+    plain = OnnxSentenceEncoder(model_dir, onnx_export.derived_model(model_dir, sha, ())).encode(TEXTS)
+    tok = OnnxSentenceEncoder(model_dir, onnx_export.derived_model(model_dir, sha, ("int8tok1",)))
+    batched = tok.encode(TEXTS, batch_size=64)
+    alone = np.stack([tok.encode([t])[0] for t in TEXTS])
+    np.testing.assert_allclose(batched, alone, atol=1e-6)
+    per_tensor = OnnxSentenceEncoder(model_dir, onnx_export.derived_model(model_dir, sha, ("int8pt1",)),
+                                     per_text=True).encode(TEXTS)
+    cos_tok = np.sum(batched * plain, axis=1)
+    cos_pt = np.sum(per_tensor * plain, axis=1)
+    assert float(cos_tok.min()) > 0.98 and float(cos_tok.mean()) > 0.99  # "ok" moves most
+    assert float(cos_tok.mean()) > float(cos_pt.mean())
