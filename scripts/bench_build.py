@@ -5,14 +5,15 @@ Prints a markdown table (and writes JSON with --out) of:
 
 1. documents/s of each backend on the same documents (packet documents z(p) and neighbour
    context documents of a LoCoMo conversation): torch on CPU (the path before ONNX), ONNX
-   Runtime fp32, ONNX Runtime int8 (one text per run, so a vector depends on its text alone),
-   and, for reference, int8 in batches (faster, but batch-dependent vectors);
+   Runtime fp32 and ONNX Runtime int8 (per-token activation scales: batched, and a vector
+   depends on its text alone), as each runs in the package;
 2. the end-to-end check of issue 13: a cold model-free build of one conversation plus one
-   question with the default embedder, against plain sentence-transformers on torch embedding
-   that conversation's raw turns once (model load counted on both sides);
-3. a cold build of the whole LoCoMo file (default embedder) and recall@10 of the model-free
-   preset per backend on it (``Memory.search`` top 10 against the gold evidence; questions
-   without evidence skipped);
+   question with the default embedder, with torch, and with the opt-in fast build (int8, context
+   vectors composed: ``FAST``), against plain sentence-transformers on torch embedding that
+   conversation's raw turns once (model load counted on both sides);
+3. a cold build of the whole LoCoMo file and recall@10 of the model-free preset per backend
+   and for the fast build (``Memory.search`` top 10 against the gold evidence; every question
+   with evidence, and categories 1-4 alone, the questions LoCoMo's scores count);
 4. a LongMemEval-S-like file made from one LongMemEval question: 20 questions whose haystacks
    share most sessions (each drops two of the pool's sessions and adds one of its own), built
    cold into one store, against a build of its unique sessions alone;
@@ -81,6 +82,14 @@ def model_free(**dense: str) -> PipelineConfig:
     return cfg.replace(fusion=fusion) if fusion else cfg
 
 
+FAST = "onnx-int8, composed context"
+"""The opt-in fast build: int8 embeddings and context vectors composed from the packet vectors."""
+
+
+def fast_build() -> PipelineConfig:
+    return model_free(dense_document="packet", dense_context="composed")
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
@@ -103,13 +112,9 @@ def conversation_documents(conv: Conversation) -> list[str]:
 def throughput(docs: list[str]) -> dict[str, float]:
     """documents/s per backend on the same documents (warm model, one warm-up batch)."""
     out: dict[str, float] = {}
-    runs = [(name, kw, None) for name, kw in BACKENDS.items()]
-    runs.append(("onnx-int8-batched", {"backend": "onnx", "precision": "int8"}, "batched"))
-    for name, kw, mode in runs:
+    for name, kw in BACKENDS.items():
         emb = SentenceTransformerEmbedder(**kw)
         emb.embed(docs[:16])
-        if mode == "batched":
-            emb._load_onnx().per_text = False  # reference only: vectors then depend on the batch
         wall, _ = timed(lambda: emb.embed(docs))
         out[name] = len(docs) / wall
         log(f"throughput {name}: {out[name]:.1f} docs/s")
@@ -142,17 +147,19 @@ def raw_turns_once(conv: Conversation) -> tuple[float, float]:
     return load, enc
 
 
-def recall_and_build(convs: list[Conversation], kw: dict[str, Any]) -> tuple[float, float, int]:
-    """(recall@10 %, cold build s of all conversations, questions scored) for one backend."""
+def recall_and_build(convs: list[Conversation], kw: dict[str, Any],
+                     config: PipelineConfig | None = None) -> tuple[float, float, float, int]:
+    """(recall@10 % over every question with evidence, over categories 1-4, cold build s of all
+    conversations, questions scored) for one backend (and ``config``, default ``model_free()``)."""
     with tempfile.TemporaryDirectory() as tmp:
         store = MemoryStore(Path(tmp) / "recall.sqlite")
         t0 = time.perf_counter()
-        mem = Memory(store, model_free(), embedder=SentenceTransformerEmbedder(**kw))
+        mem = Memory(store, config or model_free(), embedder=SentenceTransformerEmbedder(**kw))
         for conv in convs:
             mem.add(conv.namespace, conv)
             mem.view(conv.namespace)
         build = time.perf_counter() - t0
-        scores = []
+        scores, main4 = [], []
         for conv in convs:
             for q in conv.questions:
                 if not q.evidence:
@@ -161,8 +168,10 @@ def recall_and_build(convs: list[Conversation], kw: dict[str, Any]) -> tuple[flo
                 r = gold_recall([h.packet.packet_id for h in hits], q.evidence)
                 if r is not None:
                     scores.append(r)
+                    if q.category in (1, 2, 3, 4):
+                        main4.append(r)
         store.close()
-    return 100.0 * float(np.mean(scores)), build, len(scores)
+    return 100.0 * float(np.mean(scores)), 100.0 * float(np.mean(main4)), build, len(scores)
 
 
 def option_recall(convs: list[Conversation], options: list[tuple[str, str]]) -> dict[str, Any]:
@@ -318,7 +327,8 @@ def main() -> int:
     res["raw_turns_torch"] = {"load_s": load, "encode_s": enc}
     question = next(q.question for q in target.questions if q.evidence)
     res["cold_build_conv_s"] = {}
-    runs = [("default", {}, None), ("torch-cpu", BACKENDS["torch-cpu"], None)]
+    runs = [("default", {}, None), ("torch-cpu", BACKENDS["torch-cpu"], None),
+            (FAST, BACKENDS["onnx-int8"], fast_build())]
     if res["dense"] != res["shipped_dense"]:
         runs.append(("default, shipped dense option", {}, apply_preset("model-free", PipelineConfig())))
     for name, kw, config in runs:
@@ -328,11 +338,14 @@ def main() -> int:
     res["default_backend"] = SentenceTransformerEmbedder().resolved()
 
     if not args.skip_recall:
-        res["recall@10"], res["cold_build_locomo_s"], res["questions"] = {}, {}, 0
-        for name, kw in BACKENDS.items():
-            rec, build, n = recall_and_build(convs, kw)
-            res["recall@10"][name], res["cold_build_locomo_s"][name], res["questions"] = rec, build, n
-            log(f"{name}: recall@10 {rec:.2f} over {n} questions; cold build of the file {build:.1f} s")
+        res["recall@10"], res["recall@10_cat1-4"], res["cold_build_locomo_s"], res["questions"] = {}, {}, {}, 0
+        for name, kw, config in [(n, kw, None) for n, kw in BACKENDS.items()] + [
+                (FAST, BACKENDS["onnx-int8"], fast_build())]:
+            rec, rec4, build, n = recall_and_build(convs, kw, config)
+            res["recall@10"][name], res["recall@10_cat1-4"][name] = rec, rec4
+            res["cold_build_locomo_s"][name], res["questions"] = build, n
+            log(f"{name}: recall@10 {rec:.2f} over {n} questions ({rec4:.2f} on categories 1-4); "
+                f"cold build of the file {build:.1f} s")
 
     questions, unique = synthetic_longmemeval(args.longmemeval)
     res["lme_turns"] = {"questions": sum(len(s.turns) for c in questions for s in c.sessions),
@@ -369,12 +382,17 @@ def report(r: dict[str, Any], conv: str) -> str:
     dps = r.get("docs_per_s", {})
     torch_dps = dps.get("torch-cpu", 1.0)
     lines = [f"Build speed ({r['cpu_threads']} CPU threads; default backend {'/'.join(r['default_backend'])})", "",
-             "| backend | docs/s | vs torch | recall@10 | cold build of the LoCoMo file |",
-             "|---|---:|---:|---:|---:|"]
-    for name, v in dps.items():
+             f"| backend | docs/s | vs torch | recall@10 ({r.get('questions', '?')} q) | recall@10, categories 1-4 "
+             "| cold build of the LoCoMo file |",
+             "|---|---:|---:|---:|---:|---:|"]
+    names = list(dps) + [n for n in r.get("recall@10", {}) if n not in dps]
+    for name in names:
+        v = dps.get(name)
         rec = r.get("recall@10", {}).get(name)
+        rec4 = r.get("recall@10_cat1-4", {}).get(name)
         build = r.get("cold_build_locomo_s", {}).get(name)
-        lines.append(f"| {name} | {v:.1f} | {v / torch_dps:.2f}x | {'' if rec is None else f'{rec:.2f}'} | "
+        lines.append(f"| {name} | {'' if v is None else f'{v:.1f}'} | {'' if v is None else f'{v / torch_dps:.2f}x'} | "
+                     f"{'' if rec is None else f'{rec:.2f}'} | {'' if rec4 is None else f'{rec4:.2f}'} | "
                      f"{'' if build is None else f'{build:.1f} s'} |")
     raw = r["raw_turns_torch"]
     cold = r["cold_build_conv_s"]
@@ -385,6 +403,7 @@ def report(r: dict[str, Any], conv: str) -> str:
                   f"embedder ({cold['default'] / reference:.2f}x the reference), {cold['torch-cpu']:.1f} s torch"
                   + ("" if shipped is None else f"; shipped dense option {r['shipped_dense']['document']}+"
                      f"{r['shipped_dense']['context']}: {shipped:.1f} s ({shipped / reference:.2f}x)")
+                  + f"; {FAST}: {cold[FAST]:.1f} s ({cold[FAST] / reference:.2f}x)"
                   + f"; reference, plain sentence-transformers on torch embedding its raw turns once: "
                   f"{reference:.1f} s ({raw['load_s']:.1f} s load + {raw['encode_s']:.1f} s encode)",
               f"- synthetic LongMemEval-S-like file (20 questions, {r['lme_turns']['questions']} turns; "

@@ -11,10 +11,11 @@ torch on CPU (sentence-transformers, the reference), the plain ONNX export in fp
 buckets, one text per call, or the old sorted batches of 64), the export after ONNX Runtime's
 transformer optimizer (fused attention, LayerNorm, GELU, embeddings), dynamic int8 variants
 (per-tensor or per-channel weights, FFN output projections kept in fp32, on the plain or the
-fused-without-attention graph), and ONNX Runtime's spinning thread pool against the shipped
-sleeping one. Each candidate's vectors are compared with the same graph run one text per
-call: a recipe whose vectors move with the batch (int8 batched) cannot back a
-content-addressed store, so int8 ships one text per call.
+fused-without-attention graph), per-token int8 (one activation scale per token: batched, and a
+vector still depends on its text alone), and ONNX Runtime's spinning thread pool against the
+shipped sleeping one. Each candidate's vectors are compared with the same graph run one text
+per call: a recipe whose vectors move with the batch (per-tensor int8 batched) cannot back a
+content-addressed store, so such a recipe would run one text per call.
 
 Prints a markdown table (JSON with --out): docs/s, ratio to torch, mean/min cosine to torch,
 agreement with one text per call; and the tokenizer's share of the time. On a loaded machine
@@ -44,7 +45,7 @@ from memcompile_local.adapters import embed_onnx  # noqa: E402
 from memcompile_local.adapters.embed_onnx import OnnxSentenceEncoder, cpu_threads  # noqa: E402
 from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder  # noqa: E402
 from memcompile_local.adapters.models import minilm_path, weights_fingerprint  # noqa: E402
-from memcompile_local.adapters.onnx_export import RECIPES, derived_model  # noqa: E402
+from memcompile_local.adapters.onnx_export import RECIPES, batch_independent, derived_model  # noqa: E402
 from memcompile_local.build import context_document_keys, packet_document_keys  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data.locomo import load_locomo  # noqa: E402
@@ -97,6 +98,7 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], str]] = {  # name -> (derivation st
     "int8 per-channel, FFN output fp32 in layers 1-3": (("int8pcffn3first1",), "per-text"),
     "int8 per-channel, fused w/o attention": (("fusednoattn1", "int8pc1"), "per-text"),
     "int8 per-channel, fused w/o attention, batched": (("fusednoattn1", "int8pc1"), "batched"),
+    "int8 per-token activations, batched": (("int8tok1",), "batched"),
 }
 
 
@@ -104,7 +106,7 @@ def shipped_names() -> dict[str, str]:
     """precision -> the candidate name that is ``onnx_export.RECIPES[precision]``, run as shipped."""
     out = {}
     for precision, steps in RECIPES.items():
-        mode = "per-text" if precision == "int8" else "batched"
+        mode = "batched" if batch_independent(precision) else "per-text"
         out[precision] = next(n for n, (s, m) in CANDIDATES.items() if s == steps and m == mode)
     return out
 
