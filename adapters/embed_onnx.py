@@ -5,7 +5,10 @@ read from the same folder: the fast tokenizer of ``tokenizer.json`` truncated at
 ``max_seq_length``, the pooling of ``1_Pooling/config.json`` (mean or CLS) over the attention
 mask, and l2 normalisation. Texts are sorted by token count and batched only with texts of
 nearly the same count (``length_buckets``), so little time goes to padding, and the rows are put
-back in input order.
+back in input order. Each model run is small (``RUN_TEXTS`` texts) and single-threaded, and one
+run per core goes at a time: on 2 shared cores that gave 1.4x the documents/s of batches of 64
+spread over both cores by ONNX Runtime's own thread pool for int8, and 1.2x for fp32 (less
+padding, no per-operator synchronisation; scripts/bench_embed_backends.py).
 
 On the fp32 graphs a text's vector does not depend on its batch: with right padding and the
 attention mask, the padded positions get exactly zero attention weight and every matrix row
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -84,6 +88,11 @@ PAD_SLACK = 0.125
 (at least 2 tokens): little padding, and still batches of many short texts."""
 
 
+RUN_TEXTS = 4
+"""Most texts per model run (measured on the build's documents, 2 shared cores: 1, 2 and 4
+texts per single-threaded run were equally fast, 8 was 5% slower, 16 15%)."""
+
+
 def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices of ``lengths`` grouped into batches of at most ``batch_size`` texts.
 
@@ -109,16 +118,18 @@ def length_buckets(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 class OnnxSentenceEncoder:
     """Sentence vectors from an ONNX file and the tokenizer of ``model_dir`` (CPU).
 
-    ``threads``: intra-op threads (default: every core this process may use).
+    ``threads``: model runs at a time, each on one thread (default: every core this process
+    may use). Concurrent ``encode`` calls share those runs, so callers on many threads never
+    put more than ``threads`` runs on the cores.
     ``spin``: let idle pool threads busy-wait for the next piece of work (ONNX Runtime's
-    default). Off here: with one short run per text, spinning threads burn the cores other
-    processes (and this one's own tokenizer and store) need; measured on 2 shared cores, int8
-    one text per call ran about 2x the documents/s with half the CPU time without it.
-    ``per_text``: run each text on its own. Dynamically quantized (int8) models scale their
-    activations by the maximum over the whole input tensor, so a text's vector would depend
-    on the other texts of its batch (measured: up to 0.03 per component on MiniLM); one text
-    per run makes every vector a function of its text alone, as the content-addressed store
-    assumes.
+    default). Off here: spinning threads burn the cores other processes (and this one's own
+    tokenizer and store) need; measured on 2 shared cores, int8 one text per call ran about 2x
+    the documents/s with half the CPU time without it.
+    ``per_text``: run each text on its own. Dynamically quantized models with one activation
+    scale per tensor scale it by the maximum over the whole input, so a text's vector would
+    depend on the other texts of its batch (measured: up to 0.03 per component on MiniLM); one
+    text per run makes every vector a function of its text alone, as the content-addressed
+    store assumes.
     """
 
     def __init__(self, model_dir: Path, onnx_path: Path, *, threads: int | None = None,
@@ -136,30 +147,44 @@ class OnnxSentenceEncoder:
         tok.no_padding()
         tok.enable_truncation(self.layout["max_seq_length"])
         self._tok = tok
+        self.workers = threads or cpu_threads()
         opts = ort.SessionOptions()
-        # One model run at a time (the lock below) spread over every usable core; the graph has
-        # no parallel branches worth a second pool.
-        opts.intra_op_num_threads = threads or cpu_threads()
+        # Parallel runs of one thread each (see the module docstring), not one run spread
+        # over every core; the graph has no parallel branches worth an inter-op pool.
+        opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.enable_cpu_mem_arena = True  # buffers of one shape are reused across runs
         opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # One session serves concurrent runs (ONNX Runtime's Run is thread-safe).
         self._session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
-        # One run at a time per session keeps the thread pool from being oversubscribed.
-        self._lock = threading.Lock()
+        self._runs: ThreadPoolExecutor | None = None
+        self._runs_pid = 0
+        self._runs_lock = threading.Lock()
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
-        """``(len(texts), dim)`` float32 rows (unit length when the model normalises)."""
+    def _executor(self) -> ThreadPoolExecutor:
+        # Made on first use and again in a forked child (a parent's pool threads do not exist there).
+        with self._runs_lock:
+            if self._runs is None or self._runs_pid != os.getpid():
+                self._runs = ThreadPoolExecutor(self.workers, thread_name_prefix="onnx-embed")
+                self._runs_pid = os.getpid()
+            return self._runs
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = RUN_TEXTS) -> np.ndarray:
+        """``(len(texts), dim)`` float32 rows (unit length when the model normalises).
+
+        ``batch_size``: most texts per model run; a few texts are spread over the workers
+        (two query texts run side by side, not in one run)."""
         if not texts:
             raise ValueError("encode needs at least one text")
-        if self.per_text:
-            batch_size = 1
+        size = 1 if self.per_text else max(1, min(batch_size, -(-len(texts) // self.workers)))
         encodings = self._tok.encode_batch(list(texts))
         lengths = [len(e.ids) for e in encodings]
-        out: np.ndarray | None = None
-        for idx in length_buckets(lengths, batch_size):
+        buckets = length_buckets(lengths, size)
+
+        def run(idx: list[int]) -> np.ndarray:
             width = max(lengths[i] for i in idx)
             ids = np.zeros((len(idx), width), dtype=np.int64)
             mask = np.zeros_like(ids)
@@ -170,13 +195,14 @@ class OnnxSentenceEncoder:
                 mask[row, :len(e.ids)] = 1
                 types[row, :len(e.ids)] = e.type_ids
             feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            with self._lock:
-                hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})[0]
-            vecs = self._pool(hidden, mask)
-            if out is None:
-                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
+            hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})[0]
+            return self._pool(hidden, mask)
+
+        parts = list(self._executor().map(run, buckets)) if len(buckets) > 1 and self.workers > 1 else [
+            run(b) for b in buckets]
+        out = np.zeros((len(texts), parts[0].shape[1]), dtype=np.float32)
+        for idx, vecs in zip(buckets, parts):
             out[idx] = vecs
-        assert out is not None
         return out
 
     def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -268,3 +268,22 @@ def test_per_token_int8_minilm_batches_and_stays_closer_than_per_tensor(onnx_cac
     cos_pt = np.sum(per_tensor * plain, axis=1)
     assert float(cos_tok.min()) > 0.98 and float(cos_tok.mean()) > 0.99  # "ok" moves most
     assert float(cos_tok.mean()) > float(cos_pt.mean())
+
+
+@pytest.mark.slow
+def test_parallel_runs_give_the_serial_vectors_under_concurrent_callers(onnx_cache, minilm):
+    from concurrent.futures import ThreadPoolExecutor
+
+    model_dir, sha = minilm
+    path = onnx_export.derived_model(model_dir, sha, ())
+    serial = OnnxSentenceEncoder(model_dir, path, threads=1)
+    parallel = OnnxSentenceEncoder(model_dir, path, threads=2)
+    texts = [f"{t} ({i})" for i, t in enumerate(TEXTS * 4)]
+    want = serial.encode(texts)
+    np.testing.assert_array_equal(parallel.encode(texts), want)
+    np.testing.assert_array_equal(parallel.encode(texts[:2]), want[:2])  # two texts: one run each
+    with ThreadPoolExecutor(16) as pool:  # sixteen callers share the encoder's two runs
+        got = list(pool.map(lambda i: parallel.encode(texts[i:] + texts[:i]), range(16)))
+    for i, vecs in enumerate(got):
+        np.testing.assert_array_equal(vecs, np.roll(want, -i, axis=0))
+    assert parallel._executor()._max_workers == 2
