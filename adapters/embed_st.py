@@ -3,14 +3,14 @@ backends: ONNX Runtime on CPU and torch (the GPU path, CUDA in fp16).
 
 The default CPU backend is ``onnx`` in fp32, chosen by measurement (scripts/bench_embed_backends.py
 and scripts/ablate_model_free.py, 2 shared cores, the build's own documents): it gives torch's
-vectors bit for bit (cosine 1.000000) at 2.4-2.9x torch's documents/s, so every figure chosen
+vectors bit for bit (cosine 1.000000) at 3.0x torch's documents/s, so every figure chosen
 by cross-validation holds as measured. ``int8`` (``onnx_export.RECIPES``: every weight MatMul
 in int8, one scale per weight column and one per token, so texts are batched and a vector still
-depends on its text alone) runs 1.6-1.8x fp32's documents/s, with recall@10 of the model-free
-preset on the 4-conversation LoCoMo dev file 0.41 points below torch (81.81 against 82.22):
-the opt-in fast path, not the default. (The int8 recipe before it, one text per run, was
-1.2x fp32 at 81.94; its small vector changes flipped the leave-one-conversation-out choice on
-one fold, cross-validated recall@10 81.1 against 82.1.)
+depends on its text alone) runs 2.1x fp32's documents/s (6.3x torch), with recall@10 of the
+model-free preset on the 4-conversation LoCoMo dev file 0.26 points below torch on categories
+1-4 (82.10 against 82.36; 0.33 over every question with evidence); but its small vector
+changes move the leave-one-conversation-out choices (cross-validated recall@10 80.9 against
+82.2, multi-hop 53.8 against 58.0), so it is the opt-in fast path, not the default.
 The backend and precision are part of ``identity()``, so vectors of two backends never share a
 cache entry.
 """

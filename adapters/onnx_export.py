@@ -68,9 +68,9 @@ RECIPES: dict[str, tuple[str, ...]] = {
 scripts/bench_build.py and recall@10 of the model-free preset on the 4-conversation LoCoMo dev
 file (755 questions, 2 shared cores; torch and fp32 82.22):
 fp32 plain 2.4-2.9x torch's documents/s (the fused graph was no faster: 2.2-3.2x);
-int8 ``int8tok1`` (per-token activation scales, batched) 1.6-1.8x fp32's documents/s in one
-run, recall 81.81; before it, ``int8pcffn1`` (one text per run, per-tensor activation scales)
-1.2x fp32, 81.94; ``int8pcffn3first1`` 81.94 and ``int8pc1`` 81.90, both one text per run;
+int8 ``int8tok1`` (per-token activation scales, batched) 1.6-2.1x fp32's documents/s in one
+run (6.3x torch), recall 81.83; before it, ``int8pcffn1`` (one text per run, per-tensor
+activation scales) 1.2x fp32, 81.94; ``int8pcffn3first1`` 81.94 and ``int8pc1`` 81.90, both one text per run;
 ``int8pt1`` cosine 0.95 to torch."""
 
 # Largest |difference| allowed between the fused and the plain graph's hidden states on the
