@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
@@ -170,6 +171,8 @@ class OnnxSentenceEncoder:
             if self._runs is None or self._runs_pid != os.getpid():
                 self._runs = ThreadPoolExecutor(self.workers, thread_name_prefix="onnx-embed")
                 self._runs_pid = os.getpid()
+                # Its idle threads end with the encoder, not with the process.
+                weakref.finalize(self, self._runs.shutdown, wait=False)
             return self._runs
 
     def encode(self, texts: Sequence[str], *, batch_size: int = RUN_TEXTS) -> np.ndarray:

@@ -287,3 +287,21 @@ def test_parallel_runs_give_the_serial_vectors_under_concurrent_callers(onnx_cac
     for i, vecs in enumerate(got):
         np.testing.assert_array_equal(vecs, np.roll(want, -i, axis=0))
     assert parallel._executor()._max_workers == 2
+
+
+@pytest.mark.slow
+def test_an_encoders_run_threads_end_with_it(onnx_cache, minilm):
+    import gc
+    import threading
+
+    model_dir, sha = minilm
+    before = {t.ident for t in threading.enumerate() if t.name.startswith("onnx-embed")}
+    enc = OnnxSentenceEncoder(model_dir, onnx_export.derived_model(model_dir, sha, ()), threads=2)
+    enc.encode(TEXTS)
+    mine = {t for t in threading.enumerate() if t.name.startswith("onnx-embed") and t.ident not in before}
+    assert mine
+    del enc
+    gc.collect()
+    for t in mine:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in mine)
