@@ -305,3 +305,27 @@ def test_an_encoders_run_threads_end_with_it(onnx_cache, minilm):
     for t in mine:
         t.join(timeout=10)
     assert not any(t.is_alive() for t in mine)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_encodes_with_its_own_run_threads(onnx_cache, minilm):
+    # A server that forks workers after the parent embedded once: the parent's pool threads do
+    # not exist in the child, so the child must make its own instead of waiting on them.
+    import multiprocessing
+
+    global _FORKED_ENCODER
+    model_dir, sha = minilm
+    _FORKED_ENCODER = OnnxSentenceEncoder(model_dir, onnx_export.derived_model(model_dir, sha, ()), threads=2)
+    want = _FORKED_ENCODER.encode(TEXTS)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:  # the child inherits the encoder, its session and its used pool
+        got = pool.apply_async(_encode_in_child, (TEXTS,)).get(timeout=60)
+    np.testing.assert_array_equal(got, want)
+
+
+_FORKED_ENCODER = None
+
+
+def _encode_in_child(texts):
+    return _FORKED_ENCODER.encode(texts)
