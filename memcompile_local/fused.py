@@ -348,6 +348,24 @@ def _memo(new: dict, old: Mapping, key, compute):
     return new[key]
 
 
+def add_packet_rows(packets: Sequence[SourcePacket], start: int, by_packet: Mapping[str, Sequence[Descriptor]],
+                    parts: FusionParts, old: FusionParts, period_rows: dict[Period, list[int]],
+                    expansion_terms: list[tuple[str, ...]], dated: list[float]) -> None:
+    """Add the rows of ``packets[start:]`` to ``period_rows`` (period -> rows dated then),
+    ``expansion_terms`` and ``dated`` (1.0 where a claim has a resolved event time). Periods
+    and expansion terms are kept in ``parts`` by what they are computed from, taken from
+    ``old`` or ``parts`` itself when already there."""
+    for i in range(start, len(packets)):
+        p = packets[i]
+        descs = by_packet.get(p.packet_id, ())
+        for period in _memo(parts.periods, old.periods, period_key(p, descs),
+                            lambda p=p, descs=descs: frozenset(packet_periods(p, descs))):
+            period_rows.setdefault(period, []).append(i)
+        words = expansion_words(descs)
+        expansion_terms.append(_memo(parts.expansion, old.expansion, words, lambda words=words: expansion_of(words)))
+        dated.append(float(any(d.event_time for d in descs)))
+
+
 @dataclass(frozen=True)
 class FusionIndex:
     """Query-time structures of the fused selector for one namespace."""
@@ -394,8 +412,7 @@ class FusionIndex:
             if m is not None and m.shape[0] != len(packets):
                 raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
         old = previous or FusionParts()
-        speakers = tuple(p.speaker for p in packets)
-        participants = tuple(dict.fromkeys(speakers))
+        participants = tuple(dict.fromkeys(p.speaker for p in packets))
         docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context,
                                  group_bursts=cfg.bursts)
         if cfg.tolerant_names:
@@ -406,28 +423,40 @@ class FusionIndex:
         corpus = [_memo(parts.tokens, old_tokens, d, lambda d=d: stem_terms(d)) for d in docs]
         lexical = LexicalIndex(corpus, k1=cfg.bm25_k1, b=cfg.bm25_b)
         rows: dict[Period, list[int]] = {}
-        expansion = []
-        for i, p in enumerate(packets):
-            descs = descriptors_by_packet.get(p.packet_id, ())
-            for period in _memo(parts.periods, old.periods, period_key(p, descs),
-                                lambda p=p, descs=descs: frozenset(packet_periods(p, descs))):
-                rows.setdefault(period, []).append(i)
-            words = expansion_words(descs)
-            expansion.append(_memo(parts.expansion, old.expansion, words, lambda words=words: expansion_of(words)))
-        index = cls(
+        expansion: list[tuple[str, ...]] = []
+        dated: list[float] = []
+        add_packet_rows(packets, 0, descriptors_by_packet, parts, old, rows, expansion, dated)
+        index = cls.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
+                             period_rows=rows, expansion_terms=expansion, dated=dated)
+        return index, parts
+
+    @classmethod
+    def assemble(
+        cls,
+        packets: Sequence[SourcePacket],
+        lexical: LexicalIndex,
+        cfg: FusionConfig,
+        *,
+        packet_matrix: np.ndarray | None,
+        context_matrix: np.ndarray | None,
+        period_rows: Mapping[Period, Sequence[int]],
+        expansion_terms: Sequence[tuple[str, ...]],
+        dated: Sequence[float],
+    ) -> "FusionIndex":
+        """The index of ``packets`` from its computed parts (a build, or an append in place)."""
+        speakers = tuple(p.speaker for p in packets)
+        return cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,
-            participants=participants,
+            participants=tuple(dict.fromkeys(speakers)),
             lexical=lexical,
             packet_matrix=packet_matrix,
             context_matrix=context_matrix if cfg.dense_neighbor_context else None,
-            dated=np.asarray([any(d.event_time for d in descriptors_by_packet.get(p.packet_id, ()))
-                              for p in packets], dtype=np.float64),
-            period_rows={k: np.asarray(v, dtype=np.int64) for k, v in rows.items()},
-            expansion_terms=tuple(expansion),
+            dated=np.asarray(dated, dtype=np.float64),
+            period_rows={k: np.asarray(v, dtype=np.int64) for k, v in period_rows.items()},
+            expansion_terms=tuple(expansion_terms),
             tolerant_names=cfg.tolerant_names,
         )
-        return index, parts
 
     def query_terms(self, question: str) -> list[str]:
         """The question's lexical terms, names made canonical when the index is tolerant."""

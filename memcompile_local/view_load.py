@@ -48,13 +48,10 @@ from .config import FusionConfig
 from .fused import (
     FusionIndex,
     FusionParts,
+    add_packet_rows,
     canonical_names,
     context_documents,
-    expansion_of,
-    expansion_words,
     lexical_documents,
-    packet_periods,
-    period_key,
 )
 from .language.stemming import stem_terms
 from .lexical_growth import GrowingLexicalIndex
@@ -530,8 +527,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     when it has to be built afresh (no base, a new participant under tolerant names)."""
     if base is None:
         return None
-    speakers = tuple(p.speaker for p in packets)
-    participants = tuple(dict.fromkeys(speakers))
+    participants = tuple(dict.fromkeys(p.speaker for p in packets))
     if cfg.tolerant_names and participants != base.participants:
         return None  # every document's canonical names may change
     old_docs = memo.lexical_docs
@@ -563,32 +559,11 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     rows = {k: list(v) for k, v in base.period_rows.items()}
     dated = list(base.dated)
     terms = list(base.expansion_terms)
-    for i in range(n_old, len(packets)):
-        p = packets[i]
-        descs = by_packet.get(p.packet_id, ())
-        when = period_key(p, descs)
-        if when not in periods:
-            periods[when] = frozenset(packet_periods(p, descs))
-        for period in periods[when]:
-            rows.setdefault(period, []).append(i)
-        words = expansion_words(descs)
-        if words not in expansion:
-            expansion[words] = expansion_of(words)
-        terms.append(expansion[words])
-        dated.append(float(any(d.event_time for d in descs)))
-    index = FusionIndex(
-        packet_ids=tuple(p.packet_id for p in packets),
-        speakers=speakers,
-        participants=participants,
-        lexical=lexical,
-        packet_matrix=packet_matrix,
-        context_matrix=context_matrix if cfg.dense_neighbor_context else None,
-        dated=np.asarray(dated, dtype=np.float64),
-        period_rows={k: np.asarray(v, dtype=np.int64) for k, v in rows.items()},
-        expansion_terms=tuple(terms),
-        tolerant_names=cfg.tolerant_names,
-    )
-    return index, FusionParts(participants, tokens, periods, expansion), docs
+    parts = FusionParts(participants, tokens, periods, expansion)
+    add_packet_rows(packets, n_old, by_packet, parts, FusionParts(), rows, terms, dated)
+    index = FusionIndex.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
+                                 period_rows=rows, expansion_terms=terms, dated=dated)
+    return index, parts, docs
 
 
 def _lexical_docs(packets: Sequence[SourcePacket], by_packet: Mapping[str, Sequence[Descriptor]],
