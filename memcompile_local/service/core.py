@@ -570,6 +570,10 @@ class MemoryService:
         return {"user_id": user_id, "deleted": {k: v for k, v in deleted.items() if v}}
 
     def health(self) -> dict:
+        # A store this server can no longer read or commit to is a failed health check (503),
+        # not "ok": both connections are checked against the file on disk.
+        self.store.verify_file()
+        self._probe.verify_file()
         return {"status": "ok", "queue": self.queue.depth(),
                 "backend": "down" if self.backend_down_since else "ok",
                 "inline_build": self.inline_build}

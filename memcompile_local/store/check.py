@@ -29,7 +29,7 @@ from .codecs import (
     packet_from_row,
     vector_from_blob,
 )
-from .connection import SQLITE_HEADER, connect_read_only
+from .connection import connect_read_only, probe_sqlite_file
 from .schema import OUR_TABLES, inspect_schema
 
 _MAX_PER_TABLE = 50  # problems listed per table; a wholly damaged table is summarised after that
@@ -203,13 +203,11 @@ def check_store(path: str | Path) -> CheckReport:
     report = CheckReport(str(p))
     if not p.is_file():
         raise StoreError(f"{p}: no store file at this path")
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(100)
-    except OSError as exc:
-        raise StoreError(f"{p}: cannot read the store file ({exc})") from exc
-    if not head.startswith(SQLITE_HEADER):
-        report.problems.append(Problem("file", "", f"not an SQLite file (first bytes {head[:16]!r})"))
+    # Through SQLite, never open(): closing a descriptor of the file would drop the locks of any
+    # connection this process holds on it (see probe_sqlite_file).
+    verdict = probe_sqlite_file(p, timeout_s=5.0)
+    if verdict:
+        report.problems.append(Problem("file", "", verdict))
         return report
     try:
         conn = connect_read_only(p, timeout_s=5.0)

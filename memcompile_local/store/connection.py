@@ -28,9 +28,6 @@ from ..errors import StoreError
 
 logger = logging.getLogger(__name__)
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file."""
-
 # Failures while reading a damaged file: DatabaseError (malformed image), OperationalError (text
 # that is not UTF-8), and UnicodeDecodeError (SQLite's own error message quotes damaged bytes of the
 # schema, and Python cannot decode the message).
@@ -63,6 +60,28 @@ def connect_read_only(path: str | os.PathLike, *, timeout_s: float = 30.0) -> sq
     # alone. Nobody can write it there either, so reading it as immutable is safe.
     logger.info("%s: read-only folder; opening the store as immutable", path)
     return sqlite3.connect(uri + "?mode=ro&immutable=1", **kw)
+
+
+def probe_sqlite_file(path: str | os.PathLike, *, timeout_s: float = 30.0) -> str:
+    """Why the existing file ``path`` is not an SQLite database, or ``""`` when it is one (or empty).
+
+    The file is read through SQLite itself (a ``mode=ro`` connection), never with ``open()``:
+    POSIX advisory locks belong to the process, and closing *any* descriptor of a database file
+    releases every lock the process holds on it. A plain open/close beside a live connection of
+    the same process would let other processes delete or overwrite that connection's WAL while
+    it still writes to it. SQLite keeps one set of descriptors per file in a process and defers
+    closing them while a lock is held, so a connection opened and closed here is safe.
+    """
+    try:
+        conn = connect_read_only(path, timeout_s=timeout_s)
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) or "not a database" not in str(exc):
+            return ""  # locked, unreadable or damaged: the store's own checks name the problem
+        return "is not an SQLite file (SQLite: file is not a database)"
+    except (sqlite3.Error, UnicodeDecodeError):
+        return ""
+    conn.close()
+    return ""
 
 
 class StoreConnection:
@@ -114,6 +133,7 @@ class StoreConnection:
         except READ_ERRORS as exc:
             raise StoreError(f"{self.path}: cannot open the store file ({exc})") from exc
         self._closed = False
+        self._identity = self._file_identity()
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             self._conn.execute("PRAGMA foreign_keys = ON")
@@ -136,16 +156,9 @@ class StoreConnection:
             return
         if not p.is_file():
             raise StoreError(f"{self.path}: is not a regular file; expected a memcompile-local store")
-        try:
-            with open(p, "rb") as fh:
-                head = fh.read(len(SQLITE_HEADER))
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot read the store file ({exc})") from exc
-        if head and head != SQLITE_HEADER:
-            raise StoreError(
-                f"{self.path}: is not an SQLite file (its first bytes are {head[:16]!r}); "
-                "expected a memcompile-local store"
-            )
+        verdict = probe_sqlite_file(p, timeout_s=self.busy_timeout_ms / 1000.0)
+        if verdict:
+            raise StoreError(f"{self.path}: {verdict}; expected a memcompile-local store")
 
     def _writable(self) -> bool:
         # WAL mode needs to create the -wal and -shm files beside the store, so the folder counts.
@@ -283,6 +296,41 @@ class StoreConnection:
             f"{self.path}: reading {where} failed; the file is damaged or not a store ({exc}); "
             "run `memcompile-local check --store PATH` for a report of the damaged rows"
         )
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self._memory:
+            return None
+        try:
+            st = os.stat(self.path)  # stat opens no descriptor, so it cannot drop a lock
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def verify_file(self) -> None:
+        """Raise :class:`StoreError` unless this connection can still read, and write through, its file.
+
+        Checks, without opening the file outside SQLite: the path still names the file that was
+        opened (not deleted or replaced), a real read succeeds, and, on a writable WAL store, the
+        ``-wal`` file is still there. SQLite deletes the WAL only when the last connection of any
+        process closes; a WAL gone while this connection is open means another process deleted
+        it after this process lost its locks, and commits since then may not survive a restart.
+        """
+        if self._memory:
+            return
+        with self._lock:
+            self._check_open()
+            if self._identity is not None and self._file_identity() != self._identity:
+                raise StoreError(f"{self.path}: the store file was deleted or replaced after it was opened")
+            try:
+                mode = str(self._conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+                self._conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            except READ_ERRORS as exc:
+                raise self._read_error(exc, None) from exc
+            if mode == "wal" and not self.read_only and not os.path.exists(self.path + "-wal"):
+                raise StoreError(
+                    f"{self.path}: the WAL file beside the store was deleted while this process had it "
+                    "open; commits made since then may be lost (restart the process)"
+                )
 
     # ------------------------------------------------------------------ lifetime
 

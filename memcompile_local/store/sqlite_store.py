@@ -113,6 +113,18 @@ class IngestResult:
     skipped: int
 
 
+def _in_snapshot(c: sqlite3.Connection, fn):
+    """Run ``fn`` inside one deferred read transaction on ``c`` (autocommit connection)."""
+    c.execute("BEGIN")
+    try:
+        return fn()
+    finally:
+        try:
+            c.execute("COMMIT")
+        except sqlite3.Error:  # the snapshot wrote nothing; ending it cannot lose anything
+            pass
+
+
 class MemoryStore(StoreConnection, RequestLedger):
     """A namespaced, durable store of packets, descriptors, cells, embeddings and the LLM cache.
 
@@ -155,8 +167,10 @@ class MemoryStore(StoreConnection, RequestLedger):
         """Check the file is (or may become) a store, then configure, create or upgrade it."""
         c = self._conn
         try:
-            # Judge the file before changing anything about it (journal mode included).
-            version = self._retry_locked(lambda: inspect_schema(c, self.path))
+            # Judge the file before changing anything about it (journal mode included). One read
+            # transaction: another process creating the schema commits all of it or none of it
+            # between our statements, never half (version 0 with our application id).
+            version = self._retry_locked(lambda: _in_snapshot(c, lambda: inspect_schema(c, self.path)))
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise StoreError(f"{self.path}: not a usable SQLite store file ({exc})") from exc
         if self.read_only:
