@@ -401,11 +401,14 @@ class ViewLoader:
         one of the whole sequence).
         """
         cfg = mem.config
+        namespace = plan.namespace
         packets = list(plan.packets)
         descriptors = [d for p in packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
         matrix = plan.packet_matrix
+        # The closure names only what the index is built from, never the plan: the plan holds
+        # the view it extends, so capturing it would chain every earlier view to the newest one.
         index = LazyAddressIndex(lambda: AddressIndex.build(
-            packets, descriptors, _cells_at(mem, plan.namespace, generation, descriptors), matrix,
+            packets, descriptors, _cells_at(mem, namespace, generation, descriptors), matrix,
             layout=cfg.placement.layout, placement=cfg.placement, routing=cfg.routing))
         view = MemoryView(
             namespace=plan.namespace,
