@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Re-run the store and input fault probes of issue 15 and print a table of tries / held / broke.
+"""Re-run the store and input fault probes and print a table of tries / held / broke.
 
 Every probe runs the real code (the CLI or the store API; real subprocesses where another process
 is the point) on the model-free preset with the ``hash`` embedder, so no model is needed:
@@ -7,7 +7,13 @@ is the point) on the model-free preset with the ``hash`` embedder, so no model i
 * kill points: ``ingest --build`` killed with SIGKILL at a random moment, then run again; the
   store must end bit-identical (every row, timestamps aside) to an uninterrupted build and pass
   ``check``;
-* concurrent writers: rounds of processes ingesting into one file at the same moment;
+* concurrent writers: rounds of processes ingesting into one file at the same moment, and eight
+  processes opening a store path that does not exist yet (the schema is created once, in one
+  transaction, and no opener sees it half made);
+* server beside the CLI: a ``serve`` process takes appends while CLI processes ingest, build, ask,
+  check, forget and scrub the same file and a Python ``Memory`` process adds and forgets; every
+  acknowledged turn must be in the file afterwards, no descriptor of the server may point at a
+  deleted WAL, and ``/healthz`` must stay ok;
 * forget under a reader: another process holds an old read snapshot; forget must return within
   its bound, not block a concurrent writer, report the scrub as pending, and a later scrub must
   remove the forgotten bytes;
@@ -23,6 +29,7 @@ is the point) on the model-free preset with the ``hash`` embedder, so no model i
 
     python scripts/fault_matrix.py            # the full set (a few minutes on 2 shared cores)
     python scripts/fault_matrix.py --quick    # fewer tries of each probe
+    python scripts/fault_matrix.py --only new-file,beside-server
 
 Exit code 0 when nothing broke, 1 otherwise.
 """
@@ -222,6 +229,164 @@ def probe_concurrent_writers(work: Path, rounds: int, width: int) -> Probe:
             counts = {ns: s.packet_count(ns) for ns in s.namespaces()}
         for k, (_out, err, rc) in enumerate(outcomes):
             p.record(rc == 0 and counts.get(f"w{r}-{k}") == 30, f"round {r} writer {k}: rc={rc} {err[-200:]}")
+    return p
+
+
+_NEW_FILE_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    from memcompile_local.store import MemoryStore
+    from memcompile_local.types import Conversation, Session, Turn
+    db, ns, go = sys.argv[1], sys.argv[2], sys.argv[3]
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    with MemoryStore(db) as s:  # the file does not exist yet: every writer may be the one creating it
+        turns = tuple(Turn(f"D1:{i + 1}", "Ann", f"{ns} turn {i}") for i in range(5))
+        s.ingest(Conversation(namespace=ns, sessions=(Session(1, "s1", "noon", turns),)))
+    """
+)
+
+
+def probe_writers_on_new_file(work: Path, rounds: int, width: int) -> Probe:
+    """``width`` processes open a store path that does not exist yet at the same moment."""
+    p = Probe("writer processes creating one new file")
+    for r in range(rounds):
+        db, go = work / f"fresh-{r}.sqlite", work / f"fresh-go-{r}"
+        procs = [subprocess.Popen([sys.executable, "-c", _NEW_FILE_WRITER, str(db), f"n{r}-{k}", str(go)],
+                                  env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for k in range(width)]
+        time.sleep(0.5)
+        go.touch()
+        outcomes = [proc.communicate(timeout=300) + (proc.returncode,) for proc in procs]
+        with MemoryStore(db, read_only=True) as s:
+            counts = {ns: s.packet_count(ns) for ns in s.namespaces()}
+        for k, (_out, err, rc) in enumerate(outcomes):
+            p.record(rc == 0 and counts.get(f"n{r}-{k}") == 5, f"round {r} writer {k}: rc={rc} {err[-200:]}")
+    return p
+
+
+_MEMORY_BESIDE_SERVER = textwrap.dedent(
+    """
+    import sys
+    from memcompile_local import Memory, PipelineConfig
+    from memcompile_local.evidence.presets import apply_preset
+    cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": "hash"})
+    with Memory(sys.argv[1], cfg) as mem:
+        mem.add("py-user", [{"time": "2024-04-02 08:00", "turns": [
+            {"speaker": "Lena", "text": "I planted tomatoes on the balcony."}]}])
+        mem.search("py-user", "What did Lena plant?", k=1)
+        mem.forget("py-user")
+    """
+)
+
+
+def _deleted_store_files(pid: int) -> list[str]:
+    out = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.endswith("(deleted)") and ".sqlite" in target:
+                out.append(target)
+    return out
+
+
+def probe_server_beside_cli(work: Path, rounds: int) -> Probe:
+    """A ``serve`` process takes appends while CLI and Python processes write, build, check and scrub."""
+    import httpx  # the serve extra; only this probe needs it
+    import socket
+    import threading
+
+    p = Probe("server beside CLI writers on one file")
+    db = work / "served.sqlite"
+    conf = work / "served.yaml"
+    conf.write_text(json.dumps({"extraction": {"extractor": "rule", "intent_source": "rule", "use_intent": True},
+                                "evidence": {"anchor_selector": "fused", "frontier": "none"},
+                                "model": {"embedder": "hash"}}), encoding="utf-8")
+    conv = write_json(work / "beside.json", {"namespace": "cli-user", "sessions": [
+        {"time": f"2024-03-{d + 1:02d} 10:00", "turns": [
+            {"speaker": "Mira", "text": f"On day {d} I repaired bicycle number {d}."},
+            {"speaker": "Otto", "text": f"Was bicycle {d} the red one?"}]} for d in range(3)]})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = open(work / "served.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "memcompile_local", "serve", "--store", str(db), "--port",
+                               str(port), "--config", str(conf)], stdout=log, stderr=subprocess.STDOUT,
+                              env=CHILD_ENV, cwd=REPO)
+    acked: list[str] = []
+    failed: list[str] = []
+    stop = threading.Event()
+
+    def append_loop() -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            i = 0
+            while not stop.is_set():
+                try:
+                    r = c.post("/v1/memories/agent/turns", json={"speaker": "Agent", "id": f"a{i}",
+                                                                "text": f"note {i} about the garden",
+                                                                "time": "2024-05-01 09:00"})
+                    (acked if r.status_code == 200 else failed).append(f"a{i}:{r.status_code}")
+                except httpx.HTTPError as exc:
+                    failed.append(f"a{i}:{type(exc).__name__}")
+                i += 1
+                stop.wait(0.02)  # a steady agent rather than a flood: the other processes get the cores too
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if server.poll() is not None or time.monotonic() > deadline:
+                p.record(False, "the server did not start")
+                return p
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        appender = threading.Thread(target=append_loop, daemon=True)
+        appender.start()
+        steps = [
+            ("ingest", ["ingest", str(conv), "--store", str(db), "--build", "--quiet", *MF]),
+            ("ask", ["ask", "cli-user", "Which bicycle was red?", "--store", str(db), "--no-answer", "--quiet", *MF]),
+            ("check", ["check", "--store", str(db)]),
+            ("forget", ["forget", "cli-user", "--store", str(db)]),
+            ("scrub", ["scrub", "--store", str(db)]),
+        ]
+        for r in range(rounds):
+            for name, argv in steps:
+                proc = cli_process(*argv)
+                ok_rc = (0, 3) if name == "forget" else (0,)
+                deleted = _deleted_store_files(server.pid) if server.poll() is None else ["server exited"]
+                try:
+                    health = httpx.get(url + "/healthz", timeout=30).status_code
+                except httpx.HTTPError as exc:
+                    health = f"{type(exc).__name__} (server rc={server.poll()})"
+                p.record(proc.returncode in ok_rc and not deleted and health == 200,
+                         f"round {r} {name}: rc={proc.returncode} deleted={deleted} healthz={health} "
+                         f"{proc.stderr[-200:]}")
+            child = subprocess.run([sys.executable, "-c", _MEMORY_BESIDE_SERVER, str(db)], capture_output=True,
+                                   text=True, env=CHILD_ENV, cwd=REPO, timeout=300)
+            deleted = _deleted_store_files(server.pid) if server.poll() is None else ["server exited"]
+            p.record(child.returncode == 0 and not deleted,
+                     f"round {r} python Memory: rc={child.returncode} deleted={deleted} {child.stderr[-200:]}")
+        stop.set()
+        appender.join(60)
+    finally:
+        stop.set()
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        log.close()
+    # After the server stopped: every turn it acknowledged is in the file.
+    with MemoryStore(db, read_only=True) as s:
+        (ns,) = [n for n in s.namespaces() if n.endswith("agent")]
+        stored = {pk.packet_id for pk in s.packets(ns)}
+    lost = sorted({a.split(":")[0] for a in acked} - stored)
+    p.record(not lost and not failed and bool(acked),
+             f"{len(lost)} of {len(acked)} acknowledged turns lost {lost[:5]}; failed appends {failed[:5]}")
+    p.info = f"{len(acked)} appends acknowledged during {rounds} rounds, {len(lost)} lost"
     return p
 
 
@@ -648,6 +813,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer tries of each probe")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--keep", help="keep the work files in this folder")
+    ap.add_argument("--only", help="comma-separated probe keys to run (e.g. new-file,beside-server)")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     q = args.quick
@@ -669,6 +835,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[tuple[str, Callable[[], Probe]]] = [
         ("kill", lambda: probe_kill_points(work, 4 if q else 15, rng)),
         ("writers", lambda: probe_concurrent_writers(work, 2 if q else 7, 8)),
+        ("new-file", lambda: probe_writers_on_new_file(work, 4 if q else 20, 8)),
+        ("beside-server", lambda: probe_server_beside_cli(work, 5 if q else 50)),
         ("forget", lambda: probe_forget_under_reader(work, 1 if q else 3)),
         ("stale", lambda: probe_stale_view(work, 1 if q else 2)),
         ("flips", lambda: probe_byte_flips(work, built, 4 if q else 10, rng)),
@@ -681,6 +849,12 @@ def main(argv: list[str] | None = None) -> int:
         ("foreign", lambda: probe_foreign_and_batches(work)),
         ("reingest", lambda: probe_reingest(work, copy_of_built("reingest.sqlite"), 5 if q else 20)),
     ]
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {key for key, _ in runs}
+        if unknown:
+            ap.error(f"unknown probe keys {sorted(unknown)}; expected some of {[key for key, _ in runs]}")
+        runs = [(key, run) for key, run in runs if key in wanted]
     probes: list[Probe] = []
     for key, run in runs:
         t0 = time.monotonic()
