@@ -13,27 +13,30 @@ import logging
 import threading
 from dataclasses import dataclass
 from os import PathLike
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .address.extract_llm import LLMExtractor
 from .address.extract_memo import MemoizedExtractor, forget_memo
 from .address.extract_rule import RuleExtractor
-from .append_in_place import InPlaceAppend
-from .build import BuildResult, build_memory, dense_plan, layout_id
+from .build.spec import BuildSpec, make_spec, uses_fusion
+from .build.stages import BuildResult, build_memory, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError
 from .evidence.answer import answer_settings
-from .fused import fused_scores, query_vector
+from .fused.retriever import fused_scores, query_vector
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
-from .pipeline import Context, MemoryView, compile_context
+from .pipeline.compile import Context, compile_context
 from .store import IngestResult, MemoryStore
-from .turn_ids import assign_stable_ids
+from .data.turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
-from .view_load import ViewLoader
+from .views.append import InPlaceAppend
+from .views.cache import ViewCache
+from .views.pending import PartialViews
+from .views.record import MemoryView
 
 log = logging.getLogger(__name__)
 
@@ -181,14 +184,12 @@ class Memory:
         self._client = client
         self.run_id = run_id
         self.progress = progress
-        self._views: dict[tuple, MemoryView] = {}
         self._lock = threading.RLock()
-        # One lock per namespace serialises view builds: concurrent first compiles build it once
-        # and get the same object, while other namespaces are not held up.
-        self._view_locks: dict[str, threading.Lock] = {}
-        # Each namespace's last view load, so the next load after an append redoes only new work.
-        self._loader = ViewLoader()
-        self._config_key_of: tuple[PipelineConfig, tuple] | None = None
+        # The current view of each namespace, and each namespace's last load (the next load
+        # after an append redoes only new work).
+        self.views = ViewCache()
+        self._spec_of: tuple[PipelineConfig, BuildSpec] | None = None
+        self._extractor_of: tuple[PipelineConfig, Any] | None = None
         self._appender: InPlaceAppend | None = None  # made on the first add under the rule extractor
 
     # -- models -------------------------------------------------------------------------
@@ -212,21 +213,52 @@ class Memory:
         return config_needs_llm(self.config)
 
     def uses_fusion(self) -> bool:
-        # The fused index serves the fused selector, and the scheduler when its pool is the fused top-N.
-        return self.config.evidence.anchor_selector == "fused" or self.config.fusion.schedule_pool == "fused"
+        return uses_fusion(self.config)
 
     def uses_context_embeddings(self) -> bool:
         """The fused selector's dense channel also embeds each turn with its neighbours."""
-        return self.uses_fusion() and self.config.fusion.dense_neighbor_context and self.embedder is not None
+        return self.spec.context_vectors
+
+    @property
+    def spec(self) -> BuildSpec:
+        """What builds and views are made of under the current config (made once per config;
+        loads the embedder, whose identity is part of it)."""
+        c = self.config
+        held = self._spec_of
+        if held is not None and held[0] is c:
+            return held[1]
+        spec = make_spec(c, self.extractor().descriptor_set, self.embedder)
+        self._spec_of = (c, spec)
+        return spec
 
     def extractor(self, client: Any = None):
-        """The configured descriptor extractor; ``client`` overrides the LLM client (sub-runs)."""
-        c = self.config.extraction
-        if c.extractor == "rule":
+        """The configured descriptor extractor, made once per config; ``client`` overrides the
+        LLM client (sub-runs) and gets an extractor of its own."""
+        c = self.config
+        if client is None:
+            held = self._extractor_of
+            if held is not None and held[0] is c:
+                return held[1]
+        if c.extraction.extractor == "rule":
             # Memoized by turn content: namespaces sharing sessions (LongMemEval) extract each turn once.
-            return MemoizedExtractor(RuleExtractor(c))
-        return LLMExtractor(client or self.client, combined=c.combined_call, config=c,
-                            max_tokens=self.config.model.max_tokens)
+            extractor = MemoizedExtractor(RuleExtractor(c.extraction))
+        else:
+            extractor = LLMExtractor(client or self.client, combined=c.extraction.combined_call, config=c.extraction,
+                                     max_tokens=c.model.max_tokens)
+        if client is None:
+            self._extractor_of = (c, extractor)
+        return extractor
+
+    def in_place_appender(self, lease_free: Callable[[str], bool] | None = None) -> InPlaceAppend:
+        """An appender that extends this Memory's held views (rule extractor; see ``add``).
+        ``lease_free(namespace)``: whether no other process holds the namespace's build lease
+        (the service's check; None: no check)."""
+        return InPlaceAppend(self.store, self.views, self.spec, self.extractor(), self.embedder, lease_free)
+
+    def partial_views(self) -> PartialViews:
+        """Views over built plus not-yet-extracted turns under this config (the service's search
+        while a background build is behind)."""
+        return PartialViews(self.store, self.spec, self.embedder)
 
     # -- write side ---------------------------------------------------------------------------
     def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping,
@@ -235,7 +267,7 @@ class Memory:
 
         ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
         dicts ``{"time": ..., "turns": [{"speaker": ..., "text": ...}], "id": ...}`` (one dict or
-        a list). Ids the dicts leave out are stable across calls (``memcompile_local.turn_ids``):
+        a list). Ids the dicts leave out are stable across calls (``memcompile_local.data.turn_ids``):
         a session without ``id`` continues the stored session with the same ``time``, else it
         is a new session numbered after the stored ones; a turn without ``id`` that equals a
         stored turn of its session is that turn, any other turn gets the next ``S<n>:<m>`` of
@@ -277,9 +309,10 @@ class Memory:
     def _ingest(self, conversation: Conversation, in_place: bool) -> IngestResult:
         """Store ``conversation``; in place (built, view extended) when that applies."""
         if in_place and self.config.extraction.extractor == "rule":
+            spec = self.spec
             with self._lock:
-                if self._appender is None:
-                    self._appender = InPlaceAppend(self)
+                if self._appender is None or self._appender.spec is not spec:
+                    self._appender = self.in_place_appender()
             done = self._appender.add(conversation.namespace, conversation)
             if done is not None:
                 return done
@@ -306,21 +339,18 @@ class Memory:
             return False
         if self.config.placement.layout == "flat":
             return True
-        dset = self.extractor().descriptor_set
-        return bool(self.store.cells(namespace, layout_id(dset, self.config.placement)))
+        # The layout id without the spec: a build check needs no embedder loaded.
+        return bool(self.store.cells(namespace, layout_id(self.extractor().descriptor_set, self.config.placement)))
 
     def build(self, namespace: str, *, client: Any = None) -> BuildResult:
         """Extract, place and embed whatever is not built yet (no model call when up to date)."""
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
                             self.embedder, progress=self.progress,
-                            on_failure=self.config.extraction.on_failure,
-                            dense=dense_plan(self.config, self.uses_context_embeddings()))
+                            on_failure=self.config.extraction.on_failure, dense=self.spec.dense)
 
     def forget(self, namespace: str) -> dict[str, int]:
         """Erase ``namespace`` from the store (``MemoryStore.forget``); rows deleted per table."""
-        with self._lock:
-            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
-        self._loader.drop(namespace)
+        self.views.drop(namespace)
         if self._appender is not None:
             self._appender.forget(namespace)
         forget_memo()  # the process-wide extraction memo holds the erased turns' text as keys
@@ -339,9 +369,7 @@ class Memory:
         """
         if self.store.get_packet(namespace, packet_id) is None:
             raise ConfigError(f"namespace {namespace!r} has no turn {packet_id!r} in {self.store.path}")
-        with self._lock:
-            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
-        self._loader.drop(namespace)
+        self.views.drop(namespace)
         if self._appender is not None:
             self._appender.forget(namespace)
         forget_memo()
@@ -370,16 +398,13 @@ class Memory:
         ``ConfigError`` instead.
         """
         key = self._view_key(namespace)
-        with self._lock:
-            cached = self._views.get(key)
-            if cached is not None:
-                return cached
-            lock = self._view_locks.setdefault(namespace, threading.Lock())
-        with lock:
+        cached = self.views.get(key)
+        if cached is not None:
+            return cached
+        with self.views.namespace_lock(namespace):
             # Another thread may have built it (and written) while this one waited.
             key = self._view_key(namespace)
-            with self._lock:
-                cached = self._views.get(key)
+            cached = self.views.get(key)
             if cached is not None:
                 return cached
             if not self.is_built(namespace):
@@ -394,12 +419,7 @@ class Memory:
             view, generation = self._load_view(namespace)
             # The steps above may have written; key the view on the generation read after them
             # (its data were read after that, so none of them is older than the key).
-            key = self._view_key(namespace, generation=generation)
-            with self._lock:
-                # Only the newest view of a namespace can be current: drop the older ones so a
-                # long-running server that appends all day does not keep every view it built.
-                self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
-                self._views[key] = view
+            self.views.put(self._view_key(namespace, generation=generation), view)
             return view
 
     def _view_key(self, namespace: str, *, generation: int | None = None) -> tuple:
@@ -407,21 +427,7 @@ class Memory:
             generation = self.store.generation(namespace)
         if not self.store.packet_count(namespace):
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
-        return (namespace, generation, *self._config_key())
-
-    def _config_key(self) -> tuple:
-        """The configuration part of a view's cache key (what its structures are made of)."""
-        c = self.config
-        held = self._config_key_of
-        if held is not None and held[0] is c:  # computed for this config object already
-            return held[1]
-        dset = self.extractor().descriptor_set
-        parts = repr((c.placement, c.routing, c.fusion, c.model.embedder, c.model.embed_model,
-                      self.uses_context_embeddings()))
-        key = (dset, layout_id(dset, c.placement), parts)
-        # Every search reads it (about 0.14 ms to make: an extractor, a layout hash, a repr).
-        self._config_key_of = (c, key)
-        return key
+        return (namespace, generation, *self.spec.view_key)
 
     def cached_view(self, namespace: str, *, generation: int | None = None) -> tuple[MemoryView, int] | None:
         """(the view of ``namespace`` this Memory holds, its generation), or None.
@@ -430,44 +436,13 @@ class Memory:
         generation now for a view that is current); without it, the newest one held. Loads
         and builds nothing, so a search can serve a current view without the checks of ``view``.
         """
-        config_key = self._config_key()
-        with self._lock:
-            for key, view in self._views.items():
-                if key[0] == namespace and key[2:] == config_key and generation in (None, key[1]):
-                    return view, key[1]
-        return None
-
-    def plan_append(self, namespace: str, base: MemoryView, packets: Sequence[SourcePacket],
-                    descriptors: Mapping[str, Sequence[Any]]):
-        """The view ``base`` becomes once ``packets`` and their descriptors are stored, or None
-        when it must be loaded instead (``view_load.ViewLoader.plan_append``; writes nothing)."""
-        return self._loader.plan_append(self, namespace, base, packets, descriptors)
-
-    def adopt_append(self, plan, generation: int) -> MemoryView | None:
-        """Make a planned append's view the cached view of its namespace at ``generation``
-        (None, and nothing cached, when the namespace was forgotten or reloaded since the plan).
-
-        The caller has written everything the plan describes and read ``generation`` after
-        its last write, knowing that nobody else wrote the namespace since ``plan.base`` was
-        current. A newer view already held is kept instead.
-        """
-        view = self._loader.adopt(self, plan, generation)
-        if view is None:  # forgotten or reloaded meanwhile: the next search loads from the store
-            return None
-        key = (plan.namespace, generation, *self._config_key())
-        with self._lock:
-            held = [k for k in self._views if k[0] == plan.namespace]
-            if any(k[1] > generation for k in held):
-                return self._views[max(held, key=lambda k: k[1])]
-            self._views = {k: v for k, v in self._views.items() if k[0] != plan.namespace}
-            self._views[key] = view
-        return view
+        return self.views.held(namespace, self.spec, generation=generation)
 
     def _load_view(self, namespace: str) -> tuple[MemoryView, int]:
         """Read a built namespace into a MemoryView (embedding any document not embedded yet),
         with the generation read before its data. Reuses the per-packet work of the previous
-        load of the namespace where the texts are unchanged (``view_load.ViewLoader``)."""
-        return self._loader.load(self, namespace)
+        load of the namespace where the texts are unchanged (``views.load.ViewLoader``)."""
+        return self.views.load(self.spec, self.store, self.embedder, namespace)
 
     def compile(self, namespace: str, question: str, *, client: Any = None,
                 address_trace: bool = False, build: bool = True) -> Context:

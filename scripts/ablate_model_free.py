@@ -46,11 +46,11 @@ from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
 from memcompile_local.bench.plots import ablation_plot  # noqa: E402
 from memcompile_local.address.intent import rule_intent  # noqa: E402
 from memcompile_local.address.query import address_query  # noqa: E402
-from memcompile_local.normalize import normalize_to_packets  # noqa: E402
-from memcompile_local.pipeline import _embed_query, query_intent  # noqa: E402
+from memcompile_local.pipeline.normalize import normalize_to_packets  # noqa: E402
+from memcompile_local.pipeline.compile import _embed_query, query_intent  # noqa: E402
 from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
-from memcompile_local.fused import (  # noqa: E402
+from memcompile_local.fused.retriever import (  # noqa: E402
     LIST_QUESTION,
     FusionIndex,
     _raw,
@@ -67,7 +67,7 @@ from memcompile_local.fused import (  # noqa: E402
     select_rows,
     session_neighbours,
 )
-from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.evidence.pursuit import mem_pursuit  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from memcompile_local import pipeline
+from memcompile_local.pipeline import compile as pipeline
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.config import FusionConfig, PipelineConfig
 from memcompile_local.data.plain import load_plain
-from memcompile_local.evidence.presets import apply_preset
-from memcompile_local.fused import (
+from memcompile_local.pipeline.presets import apply_preset
+from memcompile_local.fused.retriever import (
     FusionIndex,
     bursts,
     canonical_names,

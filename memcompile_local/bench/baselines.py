@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..address.lexical import LexicalIndex
-from ..build import embedding_model_id
+from ..build.stages import embedding_model_id
 from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..evidence.views import render_raw_packets

@@ -42,7 +42,7 @@ from ..llm.client import LLMClient, NoModelBackend
 from ..llm.interface import stable_hash
 from ..llm.registry import backend_kwargs, load_backend
 from ..memory import Memory
-from ..progress import bar
+from ..build.progress import bar
 from ..store import MemoryStore
 from ..types import Conversation, QAItem
 from . import judge as judge_module

@@ -15,19 +15,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .address.cells import PlacementState
-from .address.dense import DENSE_DOCUMENTS, composed_context_matrix, dense_document
-from .address.extract_memo import MemoizedExtractor
-from .address.extract_rule import RuleExtractor
-from .address.layouts import build_layout
-from .address.placement_memo import PlacementMemo
-from .config import PipelineConfig, PlacementConfig
-from .errors import ExtractionError, PacketExtractionError
-from .fused import context_documents
+from ..address.cells import PlacementState
+from ..address.dense import DENSE_DOCUMENTS, composed_context_matrix, dense_document
+from ..address.extract_memo import MemoizedExtractor
+from ..address.extract_rule import RuleExtractor
+from ..address.layouts import build_layout
+from ..address.placement_memo import PlacementMemo
+from ..config import PipelineConfig, PlacementConfig
+from ..errors import ExtractionError, PacketExtractionError
+from ..fused.retriever import context_documents
 from .progress import bar
-from .protocols import DescriptorExtractor, Embedder
-from .store import MemoryStore
-from .types import Descriptor, SourcePacket
+from ..protocols import DescriptorExtractor, Embedder
+from ..store import MemoryStore
+from ..types import Descriptor, SourcePacket
 
 log = logging.getLogger(__name__)
 

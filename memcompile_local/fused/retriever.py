@@ -52,14 +52,14 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .address.lexical import LexicalIndex
-from .config import FusionConfig
-from .evidence.pursuit import mem_pursuit
-from .language.names import known_name
-from .language.stemming import stem_terms
-from .language.timecues import is_temporal_question
-from .language.timeparse import find_time_mentions, parse_session_time
-from .types import Descriptor, SourcePacket
+from ..address.lexical import LexicalIndex
+from ..config import FusionConfig
+from ..evidence.pursuit import mem_pursuit
+from ..language.names import known_name
+from ..language.stemming import stem_terms
+from ..language.timecues import is_temporal_question
+from ..language.timeparse import find_time_mentions, parse_session_time
+from ..types import Descriptor, SourcePacket
 
 # A question that asks for several things ("What books has ...", "In what ways ...", "... both ...").
 LIST_QUESTION = re.compile(

@@ -18,25 +18,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from .address.dense import dense_proposals
-from .address.index import AddressIndex
-from .address.intent import llm_intent, rule_intent
-from .address.query import address_query
-from .config import PipelineConfig
-from .errors import ConfigError
-from .evidence.frontier import bounded_frontier, frontier_pool
-from .evidence.pursuit import mem_pursuit
-from .evidence.scheduler import schedule_packets
-from .evidence.views import render_view
-from .fused import FusionIndex, dense_query_texts, fused_ranking, query_vector, select_fused
-from .language.timecues import is_temporal_question
+from ..address.dense import dense_proposals
+from ..address.intent import llm_intent, rule_intent
+from ..address.query import address_query
+from ..config import PipelineConfig
+from ..errors import ConfigError
+from ..evidence.frontier import bounded_frontier, frontier_pool
+from ..evidence.pursuit import mem_pursuit
+from ..evidence.scheduler import schedule_packets
+from ..evidence.views import render_view
+from ..fused.retriever import dense_query_texts, fused_ranking, query_vector, select_fused
+from ..language.timecues import is_temporal_question
 from .normalize import mmr_anchors, normalize_to_packets
-from .protocols import Embedder, ModelClient
-from .types import AddressResult, Descriptor, PacketCandidate, QueryIntent, SourcePacket
+from ..protocols import Embedder, ModelClient
+from ..types import AddressResult, PacketCandidate, QueryIntent
+from ..views.record import MemoryView
 
 DenseProposals = tuple[tuple[str, float], ...]  # D_q: (packet id, cosine), best first
 
@@ -63,20 +63,6 @@ class Context:
     dense: DenseProposals = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class MemoryView:
-    """What query time needs of one built namespace (loaded once, reused across questions)."""
-
-    namespace: str
-    packets: tuple[SourcePacket, ...]
-    packets_by_id: Mapping[str, SourcePacket]
-    descriptors_by_packet: Mapping[str, tuple[Descriptor, ...]]
-    index: AddressIndex
-    packet_matrix: np.ndarray | None  # (N, d) in packet order, l2-normalized
-    row_of: Mapping[str, int]  # packet id -> row in packet_matrix
-    fusion: FusionIndex | None = None  # when the fused selector is configured
 
 
 def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None, view: MemoryView) -> QueryIntent:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from .config import RoutingConfig
-from .language.tokens import jaccard, term_set
-from .types import Candidate, Descriptor, PacketCandidate
+from ..config import RoutingConfig
+from ..language.tokens import jaccard, term_set
+from ..types import Candidate, Descriptor, PacketCandidate
 
 
 def _packet_key(ordinals: Mapping[str, int] | None):

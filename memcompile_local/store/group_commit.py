@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .store import MemoryStore
+from .sqlite_store import MemoryStore
 
 
 class _Job:

@@ -36,16 +36,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .address.cells import PlacementState
-from .address.dense import dense_document
-from .address.index import AddressIndex
-from .address.layouts import build_layout
+from ..address.cells import PlacementState
+from ..address.dense import dense_document
+from ..address.index import AddressIndex
+from ..address.layouts import build_layout
 # Private helpers of build.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
-from .build import _embed_missing, _keyed, context_model_id, embedding_model_id, layout_id, text_address
-from .build import composed_contexts, dense_plan
-from .config import FusionConfig
-from .fused import (
+from ..build.spec import BuildSpec
+from ..build.stages import _embed_missing, _keyed, composed_contexts, context_model_id, embedding_model_id, text_address
+from ..config import FusionConfig
+from ..fused.retriever import (
     FusionIndex,
     FusionParts,
     add_packet_rows,
@@ -53,10 +53,12 @@ from .fused import (
     context_documents,
     lexical_documents,
 )
-from .language.stemming import stem_terms
-from .lexical_growth import GrowingLexicalIndex
-from .pipeline import MemoryView
-from .types import Cell, Descriptor, SourcePacket
+from ..language.stemming import stem_terms
+from ..address.lexical_growth import GrowingLexicalIndex
+from ..protocols import Embedder
+from ..store.base import Store
+from ..types import Cell, Descriptor, SourcePacket
+from .record import MemoryView
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +147,7 @@ def _packet_documents(packets: Sequence[SourcePacket], by_packet: Mapping[str, S
     return docs, memo
 
 
-def _matrix(store: Any, namespace: str, model_id: str, embedder: Any, keys: list[str], docs: list[str],
+def _matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, keys: list[str], docs: list[str],
             old: _Rows | None, what: str) -> tuple[_Rows, int]:
     """(rows for ``keys`` in order, how many texts were embedded now).
 
@@ -220,19 +222,13 @@ class ViewLoader:
         with self._lock:
             return namespace in self._memos
 
-    def load(self, mem: Any, namespace: str) -> tuple[MemoryView, int]:
-        """(the view of built ``namespace`` under ``mem``'s configuration, the generation read
-        before its data). Embeds any document not embedded yet; raises RuntimeError when an
-        embedding is missing after that (a concurrent write; the caller may load again)."""
-        store, cfg = mem.store, mem.config
-        dset = mem.extractor().descriptor_set
-        lid = layout_id(dset, cfg.placement)
-        embedder = mem.embedder
-        use_fusion = mem.uses_fusion()
-        use_context = mem.uses_context_embeddings()
-        dense = dense_plan(cfg, use_context)
-        identity = (dset, lid, repr(cfg.fusion), embedding_model_id(embedder) if embedder is not None else None,
-                    use_fusion, use_context)
+    def load(self, spec: BuildSpec, store: Store, embedder: Embedder | None,
+             namespace: str) -> tuple[MemoryView, int]:
+        """(the view of built ``namespace`` under ``spec``, the generation read before its
+        data). Embeds any document not embedded yet; raises RuntimeError when an embedding is
+        missing after that (a concurrent write; the caller may load again)."""
+        cfg, dset, lid, dense = spec.config, spec.descriptor_set, spec.layout_id, spec.dense
+        use_fusion, use_context, identity = spec.fusion, spec.context_vectors, spec.identity
         with self._lock:
             memo = self._memos.get(namespace, _EMPTY)
         if memo.identity != identity:
@@ -304,7 +300,8 @@ class ViewLoader:
         return view, generation
 
     # ------------------------------------------------------------------ appends in place
-    def plan_append(self, mem: Any, namespace: str, base: MemoryView, packets: Sequence[SourcePacket],
+    def plan_append(self, spec: BuildSpec, store: Store, embedder: Embedder | None, namespace: str,
+                    base: MemoryView, packets: Sequence[SourcePacket],
                     descriptors: Mapping[str, Sequence[Descriptor]]) -> "AppendPlan | None":
         """The view ``base`` becomes when ``packets`` (with their ``descriptors``, by packet id)
         are appended, made without reading the namespace from the store.
@@ -316,14 +313,8 @@ class ViewLoader:
         change, the stemmed tokens and the BM25 counts of unchanged documents are reused; the
         rest is computed as a load from scratch computes it (``tests/test_view_load.py``).
         """
-        cfg = mem.config
-        dset = mem.extractor().descriptor_set
-        embedder = mem.embedder
-        use_fusion = mem.uses_fusion()
-        use_context = mem.uses_context_embeddings()
-        dense = dense_plan(cfg, use_context)
-        identity = (dset, layout_id(dset, cfg.placement), repr(cfg.fusion),
-                    embedding_model_id(embedder) if embedder is not None else None, use_fusion, use_context)
+        cfg, dense = spec.config, spec.dense
+        use_fusion, use_context, identity = spec.fusion, spec.context_vectors, spec.identity
         with self._lock:
             memo = self._memos.get(namespace)
         if memo is None or memo.view is not base or memo.identity != identity or not packets:
@@ -364,7 +355,7 @@ class ViewLoader:
                            if start + j < n_old and k != old_ckeys[start + j]}
                 ckeys, cdocs = ckeys[n_old - start:], cdocs[n_old - start:]
             # Every new text of both kinds in one embed call (a model's per-call cost is most of it).
-            vectors_of = _vectors_for(mem.store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs])
+            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs])
             rows[model_id], save = _grown_rows(vectors_of, embedder, model_id, rows.get(model_id), n_old, {},
                                                keys, docs)
             saves.extend(save)
@@ -389,7 +380,7 @@ class ViewLoader:
                           descriptors_by_packet=by_packet, packet_matrix=matrix, fusion=fusion,
                           memo=_Memo(identity, rows, parts, documents, None, None, lexical_docs))
 
-    def adopt(self, mem: Any, plan: "AppendPlan", generation: int) -> MemoryView | None:
+    def adopt(self, spec: BuildSpec, store: Store, plan: "AppendPlan", generation: int) -> MemoryView | None:
         """The planned view, remembered as this loader's last load of the namespace at
         ``generation`` (the generation the append's transaction wrote); None when the loader's
         memory of the namespace moved on since the plan (nothing is kept then).
@@ -400,12 +391,12 @@ class ViewLoader:
         what the stored Cells were (``build.place_cells``: an incremental placement equals
         one of the whole sequence).
         """
-        cfg = mem.config
+        cfg = spec.config
         packets = list(plan.packets)
         descriptors = [d for p in packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
         matrix = plan.packet_matrix
         index = LazyAddressIndex(lambda: AddressIndex.build(
-            packets, descriptors, _cells_at(mem, plan.namespace, generation, descriptors), matrix,
+            packets, descriptors, _cells_at(spec, store, plan.namespace, generation, descriptors), matrix,
             layout=cfg.placement.layout, placement=cfg.placement, routing=cfg.routing))
         view = MemoryView(
             namespace=plan.namespace,
@@ -426,13 +417,13 @@ class ViewLoader:
         return view
 
 
-def _cells_at(mem: Any, namespace: str, generation: int, descriptors: Sequence[Descriptor]) -> list[Cell]:
-    """The Cells of ``namespace`` at ``generation`` under ``mem``'s placement (see ``adopt``)."""
-    placement = mem.config.placement
+def _cells_at(spec: BuildSpec, store: Store, namespace: str, generation: int,
+              descriptors: Sequence[Descriptor]) -> list[Cell]:
+    """The Cells of ``namespace`` at ``generation`` under ``spec``'s placement (see ``adopt``)."""
+    placement = spec.config.placement
     if placement.layout == "flat":
         return []
-    store = mem.store
-    lid = layout_id(mem.extractor().descriptor_set, placement)
+    lid = spec.layout_id
     with store.transaction():  # generation and Cells read in one snapshot
         if store.generation(namespace) == generation:
             return store.cells(namespace, lid)
@@ -461,7 +452,7 @@ class AppendPlan:
     memo: _Memo
 
 
-def _vectors_for(store: Any, embedder: Any, docs: Sequence[str]) -> dict[str, np.ndarray]:
+def _vectors_for(store: Store, embedder: Embedder, docs: Sequence[str]) -> dict[str, np.ndarray]:
     """Content address -> float32 vector of each of ``docs``: taken from the store when a key
     already embedded the same text in the embedder's space (as ``build._embed_missing`` does),
     every other distinct text embedded now, all in one call."""
@@ -474,7 +465,7 @@ def _vectors_for(store: Any, embedder: Any, docs: Sequence[str]) -> dict[str, np
     return {a: np.asarray(v, dtype=np.float32) for a, v in vectors.items()}
 
 
-def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Any, model_id: str, old: _Rows | None, n_old: int,
+def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_id: str, old: _Rows | None, n_old: int,
                 changed: Mapping[int, tuple[str, str]], keys: list[str], docs: list[str],
                 ) -> tuple[_Rows, list[tuple[str, list[str], np.ndarray, list[str], str]]]:
     """Rows after the documents ``changed`` (row -> (key, document)) are replaced and ``keys``
