@@ -123,7 +123,9 @@ class EvidenceConfig:
 
 @dataclass(frozen=True)
 class FusionConfig:
-    """The model-free ``fused`` selector (memcompile_local/fused.py); not a paper component.
+    """The model-free ``fused`` selector (memcompile_local/fused/); not a paper component.
+
+    Each channel of ``fused.channels.CHANNELS`` has a ``<name>_weight`` here (0 turns it off).
 
     The defaults are the cross-validated winner of ``scripts/ablate_model_free.py --cv``
     (leave-one-conversation-out on four LoCoMo conversations; README, "The model-free path").
@@ -148,22 +150,15 @@ class FusionConfig:
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (on only where that kept them).
     time_match_weight: float = 0.75  # bonus for turns dated in the period the question names
-    packet_scale: Literal["cosine", "max"] = "cosine"  # "max": cosines divided by the query's best
     # The dense query: the rule intent's text alone, or the mean of its embedding and the question's.
     dense_query: Literal["intent", "intent+question"] = "intent+question"
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
-    complement: Literal["none", "mmr", "pursuit"] = "pursuit"  # complementary selection over the fused top-P
-    complement_scope: Literal["list", "all"] = "list"  # list questions only, or every question
+    # Complementary selection of list questions over the fused top-P: MemPursuit starting from
+    # the kept packets (its picks explain what the kept ones leave of the query), or none.
+    complement: Literal["none", "pursuit"] = "pursuit"
     complement_pool: NonNegInt = 30  # P
     complement_keep: NonNegInt = 6  # first slots kept in fused order
-    # Where MemPursuit starts: an empty selection over the pool, or the kept packets (its
-    # picks then explain what the kept ones leave of the query; --cv: multi-hop 57.5 -> 58.0).
-    pursuit_start: Literal["empty", "kept"] = "kept"
-    mmr_lambda: float = 0.3
-    second_round_slots: NonNegInt = 0  # last slots filled by the evidence-conditioned second round
-    second_round_read: NonNegInt = 3  # top packets whose names/keywords re-query the lexical channel
-    second_round_weight: float = 0.5
     # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
     schedule_pool: Literal["normalized", "fused"] = "normalized"
     schedule_pool_size: PosInt = 103  # N for the fused pool: the paper pool's mean size on dev4

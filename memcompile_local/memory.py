@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import numpy as np
-
 from .address.extract_llm import LLMExtractor
 from .address.extract_memo import MemoizedExtractor, forget_memo
 from .address.extract_rule import RuleExtractor
@@ -26,7 +24,6 @@ from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError
 from .evidence.answer import answer_settings
-from .fused.retriever import fused_scores, query_vector
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 from .pipeline.compile import Context, compile_context
@@ -130,36 +127,6 @@ def turns_to_conversation(namespace: str, data: Any) -> tuple[Conversation, Give
     if items and all(isinstance(s, Mapping) and "turns" in s for s in items):
         return parse_plain_given_ids({"namespace": namespace, "sessions": items}, "<add>", namespace=namespace)
     raise ConfigError("Memory.add expects a Conversation, Sessions, or a list of {'time', 'turns'} dicts")
-
-
-class _QueryVectors:
-    """An embedder that remembers what it embedded, so ``search`` scores with the query
-    vector ``compile_context`` computed instead of embedding the query twice."""
-
-    def __init__(self, embedder: Any):
-        self._embedder = embedder
-        self.last: np.ndarray | None = None
-
-    def identity(self) -> dict[str, Any]:
-        return self._embedder.identity()
-
-    @property
-    def dim(self) -> int:
-        return self._embedder.dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.asarray(self._embedder.embed(texts), dtype=np.float32)
-        if len(texts) == 1:
-            self.last = out[0]
-        return out
-
-    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        # Query vectors of embedders with a query prefix (e5, bge); others embed queries as documents.
-        embed = getattr(self._embedder, "embed_query", None) or self._embedder.embed
-        out = np.asarray(embed(texts), dtype=np.float32)
-        if len(texts):
-            self.last = query_vector(out)  # several texts embed one query (FusionConfig.dense_query)
-        return out
 
 
 class Memory:
@@ -474,14 +441,11 @@ class Memory:
         view = self.view(namespace, build=build)
         if client is None and self.needs_llm():
             client = self.client
-        vectors = _QueryVectors(self.embedder) if self.embedder is not None else None
-        ctx = compile_context(query, view, cfg, client=client, embedder=vectors)
+        ctx = compile_context(query, view, cfg, client=client, embedder=self.embedder)
         ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
         scores: dict[str, float] = {}
-        if cfg.evidence.anchor_selector == "fused" and view.fusion is not None:
-            total = fused_scores(view.fusion, query, vectors.last if vectors else None, cfg.fusion).total
-            row = {pid: i for i, pid in enumerate(view.fusion.packet_ids)}
-            scores = {pid: float(total[row[pid]]) for pid in ids}
+        if ctx.scores:  # the fused path: the scores the retriever selected by
+            scores = {pid: ctx.scores[pid] for pid in ids}
         else:
             dense = dict(ctx.dense)
             pool = {pc.packet_id: pc.score for pc in ctx.pool}

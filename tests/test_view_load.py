@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import pytest
 
-from memcompile_local.fused import retriever as fused
+from memcompile_local.fused import index as fused
 from memcompile_local.views import load as view_load
 from memcompile_local.build.stages import layout_id
 from memcompile_local.adapters.scripted import HashEmbedder
@@ -28,7 +28,8 @@ from memcompile_local.build.stages import extract_descriptors, place_cells
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ImmutablePacketError
 from memcompile_local.pipeline.presets import apply_preset
-from memcompile_local.fused.retriever import FusionIndex, fused_scores
+from memcompile_local.fused.channels import fused_scores
+from memcompile_local.fused.index import FusionIndex
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
 from memcompile_local.address.lexical_growth import GrowingLexicalIndex

@@ -23,7 +23,7 @@ from ..address.layouts import build_layout
 from ..address.placement_memo import PlacementMemo
 from ..config import PipelineConfig, PlacementConfig
 from ..errors import ExtractionError, PacketExtractionError
-from ..fused.retriever import context_documents
+from ..fused.documents import context_documents
 from .progress import bar
 from ..protocols import DescriptorExtractor, Embedder
 from ..store import MemoryStore

@@ -45,14 +45,8 @@ from ..address.layouts import build_layout
 from ..build.spec import BuildSpec
 from ..build.stages import _embed_missing, _keyed, composed_contexts, context_model_id, embedding_model_id, text_address
 from ..config import FusionConfig
-from ..fused.retriever import (
-    FusionIndex,
-    FusionParts,
-    add_packet_rows,
-    canonical_names,
-    context_documents,
-    lexical_documents,
-)
+from ..fused.documents import canonical_names, context_documents, lexical_documents
+from ..fused.index import FusionIndex, FusionParts, add_packet_rows
 from ..language.stemming import stem_terms
 from ..address.lexical_growth import GrowingLexicalIndex
 from ..protocols import Embedder

@@ -20,7 +20,7 @@ from ..address.index import AddressIndex
 from ..build.spec import BuildSpec
 from ..build.stages import embed_contexts, embed_packets, load_context_matrix, load_packet_matrix
 from ..errors import ConfigError
-from ..fused.retriever import FusionIndex
+from ..fused.index import FusionIndex
 from ..protocols import Embedder
 from ..store.base import Store
 from .record import MemoryView

@@ -8,7 +8,7 @@ from typing import Mapping
 import numpy as np
 
 from ..address.index import AddressIndex
-from ..fused.retriever import FusionIndex
+from ..fused.index import FusionIndex
 from ..types import Descriptor, SourcePacket
 
 
