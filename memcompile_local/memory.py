@@ -43,6 +43,7 @@ class Answer:
     text: str
     context: Context
     prompt_version: str = ""
+    model: str = ""  # the answer model, "<backend> <model>"
 
 
 @dataclass(frozen=True)
@@ -309,11 +310,15 @@ class Memory:
         # The layout id without the spec: a build check needs no embedder loaded.
         return bool(self.store.cells(namespace, layout_id(self.extractor().descriptor_set, self.config.placement)))
 
-    def build(self, namespace: str, *, client: Any = None) -> BuildResult:
-        """Extract, place and embed whatever is not built yet (no model call when up to date)."""
+    def build(self, namespace: str, *, client: Any = None, embed: bool = True) -> BuildResult:
+        """Extract, place and embed whatever is not built yet (no model call when up to date).
+
+        ``embed=False`` extracts and places only: the next view load embeds whatever packet and
+        context documents are missing (the service's in-request build relies on that).
+        """
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
-                            self.embedder, progress=self.progress,
-                            on_failure=self.config.extraction.on_failure, dense=self.spec.dense)
+                            self.embedder if embed else None, progress=self.progress,
+                            on_failure=self.config.extraction.on_failure, dense=self.spec.dense if embed else None)
 
     def forget(self, namespace: str) -> dict[str, int]:
         """Erase ``namespace`` from the store (``MemoryStore.forget``); rows deleted per table."""
@@ -419,10 +424,17 @@ class Memory:
         ``pipeline.compile_context``). ``build=False``: fail instead of building a namespace
         that is not built (see ``view``).
         """
-        view = self.view(namespace, build=build)
-        if client is None and self.needs_llm():
+        return self.compile_view(self.view(namespace, build=build), question, client=client,
+                                 address_trace=address_trace)
+
+    def compile_view(self, view: MemoryView, question: str, *, k: int | None = None, client: Any = None,
+                     address_trace: bool = False) -> Context:
+        """``compile`` over a given view (one of ``view``, or the service's partial view); ``k``
+        overrides the configured K0. The one place a question is compiled."""
+        cfg = self.config if k is None else self.config.replace(evidence={"k0": int(k)})
+        if client is None and config_needs_llm(cfg):
             client = self.client
-        return compile_context(question, view, self.config, client=client, embedder=self.embedder,
+        return compile_context(question, view, cfg, client=client, embedder=self.embedder,
                                address_trace=address_trace)
 
     def search(self, namespace: str, query: str, k: int | None = None, *, client: Any = None,
@@ -433,15 +445,10 @@ class Memory:
         configured K0) bounds the anchors and the returned list. See ``SearchHit`` for what
         the score is on each path.
         """
-        cfg = self.config
-        if k is not None:
-            if k < 1:
-                raise ConfigError(f"search needs k >= 1, got {k}")
-            cfg = cfg.replace(evidence={"k0": int(k)})
+        if k is not None and k < 1:
+            raise ConfigError(f"search needs k >= 1, got {k}")
         view = self.view(namespace, build=build)
-        if client is None and self.needs_llm():
-            client = self.client
-        ctx = compile_context(query, view, cfg, client=client, embedder=self.embedder)
+        ctx = self.compile_view(view, query, k=k, client=client)
         ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
         scores: dict[str, float] = {}
         if ctx.scores:  # the fused path: the scores the retriever selected by
@@ -465,9 +472,21 @@ class Memory:
         """
         client = client or self.client
         ctx = self.compile(namespace, question, client=client, build=build)
-        res = answer_settings(self.config.model).answer(client, question, ctx.text, namespace=namespace,
+        return self.answer_context(ctx, client=client, question_date=question_date)
+
+    def answer_context(self, ctx: Context, *, client: Any = None, question_date: str | None = None) -> Answer:
+        """Answer ``ctx.question`` from a compiled context: the one answer path (``answer``, the
+        service's ``/answer``, ``ask``). The prompt, completion cap, blocks read and reply
+        cleaning follow ``answer_settings(config.model)``."""
+        client = client or self.client
+        res = answer_settings(self.config.model).answer(client, ctx.question, ctx.text, namespace=ctx.namespace,
                                                         question_date=question_date)
-        return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)
+        return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version, model=self.answer_model)
+
+    @property
+    def answer_model(self) -> str:
+        """The model that answers, as "<backend> <model>"."""
+        return f"{self.config.model.backend} {self.config.model.model}"
 
     def close(self) -> None:
         if self._owns_store:

@@ -273,6 +273,7 @@ def cmd_ask(args) -> int:
         if args.json:
             print(json.dumps({"question": args.question, "packet_ids": list(ctx.packet_ids),
                               "context": ctx.text, "answer": answer,
+                              "answer_model": None if answer is None else result.model,
                               "timings_ms": ctx.timings_ms}, ensure_ascii=False, indent=2))
         else:
             print(f"# selected packets: {', '.join(ctx.packet_ids)}")

@@ -119,6 +119,9 @@ def cmd_serve(args) -> int:
               f"authentication; listening on loopback only ({args.host}:{args.port})", file=sys.stderr)
     print(f"memcompile-local serve: store {args.store}; REST at http://{args.host}:{args.port}/v1, "
           f"docs at /docs, MCP at /mcp", file=sys.stderr)
+    model = config_from_args(args).model
+    print(f"memcompile-local serve: answer model {model.backend} {model.model} (loaded on the first /answer)",
+          file=sys.stderr)
     if args.workers > 1:
         os.environ[_ENV_ARGS] = json.dumps(_arg_dict(args))
         uvicorn.run("memcompile_local.cli.service:app_from_env", factory=True, host=args.host, port=args.port,

@@ -26,13 +26,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..build.stages import extract_descriptors, place_cells
 from ..config import PipelineConfig, config_needs_llm
 from ..errors import MissingExtraError, TransportError
-from ..evidence.answer import answer_question, use_temporal_prompt
 from ..pipeline.presets import PRESETS, apply_presets
 from ..memory import Memory
-from ..pipeline.compile import compile_context
 from ..store import MemoryStore
 from ..store.queue import BuildQueue
 from ..types import Conversation, Session, Turn
@@ -144,6 +141,7 @@ class MemoryService:
         # Appends that extend this process's loaded view instead of making the next search load one.
         self.appender = self.memory.in_place_appender(lambda ns: not self.queue.held_by_other(ns, self.owner))
         self.backend_down_since: float | None = None
+        log.info("memory service over %s: answer model %s", store_path, self.memory.answer_model)
         # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
         self._warm_queue: queue.Queue[str] = queue.Queue()
         self._warm_waiting: set[str] = set()
@@ -315,9 +313,7 @@ class MemoryService:
         if not self._acquire_lease(ns, wait_s):
             return False
         try:
-            extractor = self.memory.extractor()
-            extract_descriptors(self.store, ns, extractor, on_failure=self.config.extraction.on_failure)
-            place_cells(self.store, ns, extractor.descriptor_set, self.config.placement)
+            self.memory.build(ns, embed=False)
         finally:
             self.queue.release(ns, self.owner)
         return True
@@ -433,10 +429,8 @@ class MemoryService:
             with self._view_lock(ns):
                 view, behind = current_view(mem, self.pending if mem is self.memory else mem.partial_views(), ns,
                                             allow_build=self.inline_build)
-        cfg = mem.config.replace(evidence={"k0": k}) if k is not None else mem.config
-        client = mem.client if config_needs_llm(cfg) else None
         try:
-            ctx = compile_context(query, view, cfg, client=client, embedder=mem.embedder)
+            ctx = mem.compile_view(view, query, k=k)
         except TransportError:
             self.backend_down_since = self.backend_down_since or time.time()
             raise
@@ -478,8 +472,7 @@ class MemoryService:
             raise ServiceError(503, "backend_unavailable", f"the answer model could not be loaded: {exc}",
                                headers={"Retry-After": "30"}) from exc
         try:
-            res = answer_question(client, query, ctx.text, temporal=use_temporal_prompt(query), namespace=ns,
-                                  max_tokens=mem.config.model.max_tokens, question_date=question_date)
+            res = mem.answer_context(ctx, client=client, question_date=question_date)
         except (TransportError, MissingExtraError) as exc:
             self.backend_down_since = self.backend_down_since or time.time()
             raise ServiceError(503, "backend_unavailable", f"the answer model is unavailable: {exc}",
@@ -487,6 +480,7 @@ class MemoryService:
         self.backend_down_since = None
         out = self._context_json(user_id, (ctx, packets), behind)
         out["answer"] = res.text
+        out["answer_model"] = res.model
         return out
 
     def stats(self, tenant: str, user_id: str) -> dict:
