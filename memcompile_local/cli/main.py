@@ -24,7 +24,7 @@ from .demo import run_demo
 from ..errors import ConfigError, DataFormatError, MemCompileError
 from ..pipeline.presets import COMPOSITION_HELP, PRESETS, describe_preset
 from ..memory import Memory
-from ..store import MemoryStore
+from ..store import open_store
 from ..store.check import check_store
 from .args import (
     add_model,
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _memory(args, cfg=None, *, create: bool = True):
     if cfg is None:
         cfg = config_from_args(args, announce=will_call_model(args))
-    store = MemoryStore(args.store, create=create)
+    store = open_store(args.store, create=create)
     return Memory(store, cfg, progress=not getattr(args, "quiet", False))
 
 
@@ -286,7 +286,7 @@ def cmd_ask(args) -> int:
 
 
 def cmd_forget(args) -> int:
-    with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
+    with open_store(args.store, create=False, forget_wait_s=args.wait) as store:
         if args.namespace not in store.namespaces():
             raise ConfigError(f"{args.store} has no namespace {args.namespace!r}, so nothing was forgotten; "
                               f"it has: {', '.join(store.namespaces()) or 'none'}")
@@ -300,7 +300,7 @@ def cmd_forget(args) -> int:
 
 
 def cmd_scrub(args) -> int:
-    with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
+    with open_store(args.store, create=False, forget_wait_s=args.wait) as store:
         done = store.scrub()
     if not done:
         print(f"scrub pending: another connection still holds old snapshots of {args.store}; retry later",
@@ -318,7 +318,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    with MemoryStore(args.store, read_only=True) as store:
+    with open_store(args.store, read_only=True) as store:
         if args.namespace is not None and args.namespace not in store.namespaces():
             raise ConfigError(f"{args.store} has no namespace {args.namespace!r}; "
                               f"it has: {', '.join(store.namespaces()) or 'none'}")

@@ -30,7 +30,7 @@ from ..config import PipelineConfig, config_needs_llm
 from ..errors import MissingExtraError, TransportError
 from ..pipeline.presets import PRESETS, apply_presets
 from ..memory import Memory
-from ..store import MemoryStore
+from ..store import open_store
 from ..store.queue import BuildQueue
 from ..types import Conversation, Session, Turn
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
@@ -122,12 +122,12 @@ class MemoryService:
                  backend: Any = None, embedder: Any = None):
         self.config = config or PipelineConfig()
         self.limits = limits or Limits()
-        self.store = MemoryStore(store_path)
+        self.store = open_store(store_path)
         # A second, read-only connection for the per-search checks (does the user exist, which
         # generation is current): the main connection is locked while an append's transaction
         # commits, and a search of another user should not queue behind that fsync. WAL lets
         # it read the last commit meanwhile.
-        self._probe = self.store if str(store_path) == ":memory:" else MemoryStore(store_path, read_only=True)
+        self._probe = self.store if str(store_path) == ":memory:" else open_store(store_path, read_only=True)
         self.queue = BuildQueue(self.store)
         self._backend = backend
         self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder)

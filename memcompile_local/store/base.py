@@ -13,11 +13,44 @@ into one commit; nested use joins the outer transaction.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from ..types import Cell, Conversation, Descriptor, SourcePacket
+
+
+class ForgetResult(dict):
+    """Rows deleted per table by ``Store.forget`` (and ``Store.delete_rows``) (a plain ``dict`` of counts), plus
+    the scrub's outcome.
+
+    ``scrub_complete`` is ``True`` when no copy of the deleted data remains in the file or its WAL;
+    ``False`` means the rows are gone but their bytes are not yet (``scrub_pending``): another
+    connection held an old read snapshot for the whole wait, and a later ``scrub``/``forget``
+    finishes the job.
+    """
+
+    def __init__(self, counts: dict[str, int], *, namespace: str, scrub_complete: bool):
+        super().__init__(counts)
+        self.namespace = namespace
+        self.scrub_complete = bool(scrub_complete)
+
+    @property
+    def scrub_pending(self) -> bool:
+        return not self.scrub_complete
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """Outcome of one ``Store.ingest`` call.
+
+    ``added`` packets were written; ``skipped`` turns were already stored with identical content.
+    """
+
+    namespace: str
+    added: int
+    skipped: int
 
 
 @runtime_checkable
@@ -28,11 +61,13 @@ class Store(Protocol):
 
     def transaction(self) -> ContextManager[Any]: ...
 
+    def savepoint(self) -> ContextManager[Any]: ...  # inside transaction(): undo the body alone if it raises
+
     def generation(self, namespace: str) -> int: ...
 
     def namespaces(self) -> list[str]: ...
 
-    def ingest(self, conversation: Conversation) -> Any: ...  # IngestResult
+    def ingest(self, conversation: Conversation) -> IngestResult: ...
 
     def packets(self, namespace: str) -> list[SourcePacket]: ...
 
@@ -62,7 +97,11 @@ class Store(Protocol):
 
     def set_meta(self, namespace: str, key: str, value: str) -> None: ...
 
-    def forget(self, namespace: str, *, wait_s: float | None = None) -> Any: ...  # ForgetResult
+    def packet_claims(self, namespace: str, packet_id: str) -> list[str]: ...  # every descriptor set
+
+    def delete_rows(self, plan: Any, *, wait_s: float | None = None) -> ForgetResult: ...  # a build.deletion.DeletionPlan
+
+    def forget(self, namespace: str, *, wait_s: float | None = None) -> ForgetResult: ...
 
     def stats(self, namespace: str | None = None) -> dict: ...
 
@@ -71,29 +110,49 @@ class Store(Protocol):
 
 @runtime_checkable
 class RequestCache(Protocol):
-    """Cached model responses keyed by the full request, and the ledger of every call."""
+    """Cached model responses keyed by a hash of the full request, and the ledger of calls:
+    which run used which entry, tokens per stage, and the calls wasted on failures."""
 
-    def cache_get(self, key: str) -> Any: ...
+    def cache_get(self, key: str) -> dict | None: ...
 
-    def cache_put(self, key: str, value: Any) -> None: ...
+    def cache_put(self, key: str, *, namespace: str | None, stage: str, identity_json: str,
+                  response: dict) -> bool: ...
 
-    def ledger_record(self, row: Mapping[str, Any]) -> None: ...
+    def record_waste(self, *, stage: str, namespace: str | None, prompt_tokens: int, completion_tokens: int,
+                     reason: str, run_id: str | None = None) -> None: ...
+
+    def mark_used(self, run_id: str, keys: Iterable[str]) -> None: ...
+
+    def token_totals(self, *, run_id: str | None = None, namespace: str | None = None) -> dict[str, dict]: ...
+
+    def waste_totals(self, *, run_id: str | None = None) -> dict[str, dict]: ...
 
 
 @runtime_checkable
 class BuildLeases(Protocol):
-    """Namespaces waiting for a background build, their build leases and session numbering."""
+    """The durable build queue of namespaces waiting for a background build, their
+    per-namespace build leases, and the session numbering an append gives its sessions."""
 
-    def enqueue(self, namespace: str, turns: int) -> None: ...
+    def enqueue(self, namespace: str, turns: int, *, limit: int | None = None) -> bool: ...
 
-    def acquire(self, namespace: str, owner: str, *, lease_s: float) -> bool: ...
+    def claim(self, owner: str, *, lease_s: float = 60.0) -> Any: ...  # Job | None
 
-    def release(self, namespace: str, owner: str) -> None: ...
+    def complete(self, job: Any, owner: str) -> bool: ...
+
+    def fail(self, job: Any, owner: str, error: str, *, retry_in_s: float) -> None: ...
+
+    def entry(self, namespace: str) -> dict | None: ...
+
+    def depth(self) -> dict[str, int]: ...
+
+    def acquire(self, namespace: str, owner: str, *, lease_s: float = 60.0) -> bool: ...
 
     def held_by_other(self, namespace: str, owner: str) -> bool: ...
 
-    def reap(self, alive: Callable[[str], bool]) -> Iterable[str]: ...
+    def reap(self, alive: Callable[[str], bool]) -> int: ...
 
-    def session_indexes(self, namespace: str, session_ids: Sequence[str]) -> dict[str, int]: ...
+    def release(self, namespace: str, owner: str) -> None: ...
 
-    def forget(self, namespace: str) -> None: ...
+    def session_indexes(self, namespace: str, session_ids: Iterable[str]) -> dict[str, int]: ...
+
+    def forget(self, namespace: str) -> int: ...

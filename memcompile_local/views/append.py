@@ -1,8 +1,8 @@
 """An append under the rule (model-free) extractor, applied to the loaded view in place.
 
 Every write moves the namespace's store generation, and a search that finds a new generation
-loads a new view: about a hundred milliseconds for a LoCoMo-sized memory, on the one Python
-thread that also serves every other search. When this process holds a current view of the
+loads a new view: work proportional to the memory, on the one Python thread that also serves
+every other search. When this process holds a current view of the
 namespace, an append knows everything the next view holds: the old view plus the new turns.
 ``InPlaceAppend.add`` then
 
@@ -10,11 +10,11 @@ namespace, an append knows everything the next view holds: the old view plus the
    plans the extended view (``ViewLoader.plan_append``: new dense rows, the changed neighbour
    context row, new stemmed tokens, BM25 counts grown, new dates and terms) before it
    writes anything, embedding the new documents outside any lock;
-2. in one store transaction (``MemoryStore.transaction``: one commit, and no other process
+2. in one store transaction (``Store.transaction``: one commit, and no other process
    can commit while it runs; appends of other namespaces arriving meanwhile share it, see
    ``store/group_commit.py``) checks that the namespace is still at the held view's
    generation and that no other process holds its build lease, then writes the turns, their
-   descriptors, their Cells (placed incrementally from ``build.PLACEMENTS``; the Cells the
+   descriptors, their Cells (placed incrementally from ``build.stages.PLACEMENTS``; the Cells the
    last append stored are known, so nothing is re-read) and the vectors, reading back only
    the new packets by key;
 3. adopts the planned view under the generation read inside that transaction (its Cells are
@@ -35,9 +35,8 @@ from typing import Callable
 from ..build.spec import BuildSpec
 from ..build.stages import PLACEMENTS, place_cells
 from ..protocols import DescriptorExtractor, Embedder
-from ..store.base import Store
+from ..store.base import IngestResult, Store
 from ..store.group_commit import GroupCommit
-from ..store.sqlite_store import IngestResult
 from ..types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
 from .cache import ViewCache
 
@@ -144,10 +143,10 @@ class InPlaceAppend:
         """Place the appended descriptors (inside the append's transaction); returns the Cells
         now stored when known without reading them, else None.
 
-        The bounded layout places incrementally from ``build.PLACEMENTS``' state. That state is
+        The bounded layout places incrementally from ``build.stages.PLACEMENTS``' state. That state is
         checked against the stored Cells before use; the Cells this process stored at the base
         view's generation are those (the transaction found the namespace still at it), so the
-        check needs no read of them. Otherwise ``build.place_cells`` reads and places.
+        check needs no read of them. Otherwise ``build.stages.place_cells`` reads and places.
         """
         store, spec = self.store, self.spec
         cfg, dset = spec.config, spec.descriptor_set
