@@ -1,7 +1,7 @@
 """Configuration. Every constant of the papers is a named field with the paper's value.
 
 Seed 000 (MemCompile) Appendix B and Table 6 give the Address Plane constants; Section 3.4
-and Appendix C give the Evidence Plane constants; seed 001 gives MemPursuit's tau.
+and Appendix C give the Evidence Plane constants; the MemPursuit paper gives MemPursuit's tau.
 """
 
 from __future__ import annotations
@@ -110,13 +110,13 @@ class EvidenceConfig:
     anchor_selector: Literal["llm", "mmr", "normalized", "pursuit", "dense", "fused"] = "llm"
     frontier: Literal["llm", "pursuit", "none"] = "llm"
     view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
-    pursuit_tau: NonNeg = 1e-5  # MemPursuit adaptive stop (seed 001)
+    pursuit_tau: NonNeg = 1e-5  # MemPursuit adaptive stop (MemPursuit paper)
     pursuit_pool: PosInt = 200  # P: MemPursuit candidates (normalized pool, then dense proposals)
     # For models with a small context window (not in the paper, which sends the whole pool):
     # the scheduler sees at most this many candidates (pool order) and this many characters of each.
     max_schedule_pool: PosInt | None = None
     max_candidate_chars: PosInt | None = None
-    # Reader budget of one evidence block in characters (issue 15.5): a longer block is cut with
+    # Reader budget of one evidence block in characters: a longer block is cut with
     # a visible marker (evidence/views.py). None: no cap. Far above any benchmark turn.
     max_block_chars: Annotated[int, Field(ge=1000)] | None = 8000
 
@@ -140,7 +140,7 @@ class FusionConfig:
     neighbor_context: bool = True  # lexical documents take in the in-session neighbours
     dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
     # What the dense channel embeds per turn when the fused selector is the anchor selector
-    # (build.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
+    # (build.stages.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
     # keywords and time; "lean" = z(p) without the claim lines; "turn" = the raw turn alone.
     dense_document: Literal["packet", "lean", "turn"] = "packet"
     # Context vectors: "embedded" = each turn's neighbour document (previous, own, next turn)
@@ -161,7 +161,7 @@ class FusionConfig:
     complement_keep: NonNegInt = 6  # first slots kept in fused order
     # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
     schedule_pool: Literal["normalized", "fused"] = "normalized"
-    schedule_pool_size: PosInt = 103  # N for the fused pool: the paper pool's mean size on dev4
+    schedule_pool_size: PosInt = 103  # N for the fused pool: the mean size of the paper's pool (ablate --pool-recall)
 
 
 @dataclass(frozen=True)

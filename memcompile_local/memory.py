@@ -19,7 +19,7 @@ from .address.extract_llm import LLMExtractor
 from .address.extract_memo import MemoizedExtractor, forget_memo
 from .address.extract_rule import RuleExtractor
 from .build.deletion import plan_turn_deletion
-from .build.spec import BuildSpec, make_spec, uses_fusion
+from .build.spec import BuildSpec, make_spec
 from .build.stages import BuildResult, build_memory, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
@@ -181,9 +181,6 @@ class Memory:
 
     def needs_llm(self) -> bool:
         return config_needs_llm(self.config)
-
-    def uses_fusion(self) -> bool:
-        return uses_fusion(self.config)
 
     def uses_context_embeddings(self) -> bool:
         """The fused selector's dense channel also embeds each turn with its neighbours."""

@@ -5,7 +5,7 @@ query embedding, the Address Plane's candidate union K_q (``address_candidates``
 normalization boundary that collapses K_q into the packet pool U_q (``normalize_pool``), the
 dense packet proposals D_q (``dense_candidates``), the anchors A0, the bounded frontier and
 the reader view. Each step calls a stage function from its own module; this module decides
-only which steps run, following ``PipelineConfig`` (the presets of ``evidence.presets`` are
+only which steps run, following ``PipelineConfig`` (the presets of ``pipeline.presets`` are
 configurations). Anchor selectors and frontier modes are tables (``ANCHOR_SELECTORS``,
 ``FRONTIER_MODES``): name -> function.
 

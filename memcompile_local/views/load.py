@@ -21,9 +21,9 @@ computed from, so a view loaded this way equals one built from scratch. The gene
 caller keys the view on is read before the data of the final pass.
 
 ``ViewLoader.plan_append`` and ``adopt`` go one step further for a process that writes the
-append itself (``service/append.py``): the new view is derived from the last one and the new
+append itself (``views/append.py``): the new view is derived from the last one and the new
 packets, without reading the namespace, with the BM25 counts grown in place
-(``lexical_growth``). It equals a load from scratch field by field, BM25 scores up to float64
+(``address/lexical_growth.py``). It equals a load from scratch field by field, BM25 scores up to float64
 rounding (``tests/test_view_load.py``).
 """
 
@@ -40,7 +40,7 @@ from ..address.cells import PlacementState
 from ..address.dense import dense_document
 from ..address.index import AddressIndex
 from ..address.layouts import build_layout
-# Private helpers of build.py: the store's embedding key format and its "embed what is
+# Helpers of build/stages.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
 from ..build.spec import BuildSpec
 from ..build.stages import _embed_missing, _keyed, composed_contexts, context_model_id, embedding_model_id, text_address
@@ -146,7 +146,7 @@ def _matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, key
     """(rows for ``keys`` in order, how many texts were embedded now).
 
     Rows of keys the previous load had are copied from it; the other keys are embedded when the
-    store lacks them (``build._embed_missing``, content-addressed) and then read from the store.
+    store lacks them (``build.stages._embed_missing``, content-addressed) and then read from the store.
     """
     old_row = old.row_of if old is not None else {}
     new = [(k, d) for k, d in zip(keys, docs) if k not in old_row]
@@ -173,23 +173,9 @@ def _matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, key
     return _Rows({k: i for i, k in enumerate(keys)}, matrix), embedded
 
 
-def fusion_index(
-    packets: Sequence[SourcePacket],
-    descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
-    cfg: FusionConfig,
-    *,
-    packet_matrix: np.ndarray | None,
-    context_matrix: np.ndarray | None,
-    memo: _Memo = _EMPTY,
-) -> tuple[FusionIndex, FusionParts]:
-    """``FusionIndex.build`` with the per-packet work taken from ``memo`` where its inputs are
-    unchanged; returns (index, the parts to remember for the next load)."""
-    return FusionIndex.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
-                                     context_matrix=context_matrix, previous=memo.fusion)
-
-
 class ViewLoader:
-    """Loads MemoryViews for one ``Memory``, remembering each namespace's last load.
+    """Loads MemoryViews for one view cache (``views.cache.ViewCache``), remembering each
+    namespace's last load.
 
     Thread-safe: the remembered parts of a namespace are replaced whole after a load and
     never changed in place, so loads of one namespace running at once each read a complete
@@ -201,7 +187,7 @@ class ViewLoader:
         self._memos: dict[str, _Memo] = {}
         # The fused index's per-text results of the last load under each configuration, for the
         # first load of another namespace: LongMemEval haystacks share most sessions, and the
-        # results are keyed by the exact text they were computed from (build.py S2).
+        # results are keyed by the exact text they were computed from (build/stages.py).
         self._shared_parts: dict[tuple, FusionParts] = {}
 
     def drop(self, namespace: str) -> None:
@@ -270,8 +256,9 @@ class ViewLoader:
                     shared = self._shared_parts.get(identity)
                 if shared is not None:
                     donor = dataclasses.replace(memo, fusion=shared)
-            fusion, parts = fusion_index(packets, descriptors_by_packet, cfg.fusion, packet_matrix=matrix,
-                                         context_matrix=context, memo=donor)
+            fusion, parts = FusionIndex.build_reusing(packets, descriptors_by_packet, cfg.fusion,
+                                                      packet_matrix=matrix, context_matrix=context,
+                                                      previous=donor.fusion)
         flat = cfg.placement.layout == "flat"
         index = LazyAddressIndex(lambda: AddressIndex.build(
             packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
@@ -365,8 +352,8 @@ class ViewLoader:
             grown = _grown_fusion(base.fusion, memo, allp, n_old, by_packet, cfg.fusion,
                                   packet_matrix=matrix, context_matrix=context)
             if grown is None:
-                fusion, parts = fusion_index(allp, by_packet, cfg.fusion, packet_matrix=matrix,
-                                             context_matrix=context, memo=memo)
+                fusion, parts = FusionIndex.build_reusing(allp, by_packet, cfg.fusion, packet_matrix=matrix,
+                                                          context_matrix=context, previous=memo.fusion)
                 lexical_docs = None
             else:
                 fusion, parts, lexical_docs = grown
@@ -382,7 +369,7 @@ class ViewLoader:
         Its Cells are read when the AddressIndex is first used (a trace, an LLM path; the
         fused path never asks): the stored Cells while the namespace is still at
         ``generation``, else the placement of the view's descriptors from scratch, which is
-        what the stored Cells were (``build.place_cells``: an incremental placement equals
+        what the stored Cells were (``build.stages.place_cells``: an incremental placement equals
         one of the whole sequence).
         """
         cfg = spec.config
@@ -448,7 +435,7 @@ class AppendPlan:
 
 def _vectors_for(store: Store, embedder: Embedder, docs: Sequence[str]) -> dict[str, np.ndarray]:
     """Content address -> float32 vector of each of ``docs``: taken from the store when a key
-    already embedded the same text in the embedder's space (as ``build._embed_missing`` does),
+    already embedded the same text in the embedder's space (as ``build.stages._embed_missing`` does),
     every other distinct text embedded now, all in one call."""
     space = embedding_model_id(embedder)
     text_of = {text_address(d): d for d in docs}
