@@ -386,8 +386,10 @@ class EvalRunner:
         t0 = time.perf_counter()
         candidate_packets: list[str] = []
         if self.spec.baseline:
-            packet_ids, text = baseline_context(self.spec.baseline, mem, conv.namespace, q.question, self.cfg,
-                                                cache=self._baseline_cache)
+            # The embedder loads only for the dense baseline.
+            embedder = mem.embedder if self.spec.baseline == "dense" else None
+            packet_ids, text = baseline_context(self.spec.baseline, mem.store, embedder, conv.namespace, q.question,
+                                                self.cfg, cache=self._baseline_cache)
             stages = {"final": list(packet_ids)}
             timings: dict[str, float] = {}
         else:
