@@ -499,7 +499,7 @@ class MemoryStore(StoreConnection, RequestLedger):
         dim = int(arr.shape[1])
         with self._write() as c:
             # Every vector of a space was stored through this check, so one row tells its dim
-            # (looking for a row of another dim read every vector of the space: ~15 ms a call).
+            # (looking for a row of another dim read every vector of the space).
             row = c.execute("SELECT dim FROM vectors WHERE space = ? LIMIT 1", (sp,)).fetchone()
             if row is not None and row[0] != dim:
                 raise StoreError(
