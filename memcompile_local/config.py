@@ -1,7 +1,7 @@
 """Configuration. Every constant of the papers is a named field with the paper's value.
 
 Seed 000 (MemCompile) Appendix B and Table 6 give the Address Plane constants; Section 3.4
-and Appendix C give the Evidence Plane constants; seed 001 gives MemPursuit's tau.
+and Appendix C give the Evidence Plane constants; the MemPursuit paper gives MemPursuit's tau.
 """
 
 from __future__ import annotations
@@ -110,20 +110,22 @@ class EvidenceConfig:
     anchor_selector: Literal["llm", "mmr", "normalized", "pursuit", "dense", "fused"] = "llm"
     frontier: Literal["llm", "pursuit", "none"] = "llm"
     view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
-    pursuit_tau: NonNeg = 1e-5  # MemPursuit adaptive stop (seed 001)
+    pursuit_tau: NonNeg = 1e-5  # MemPursuit adaptive stop (MemPursuit paper)
     pursuit_pool: PosInt = 200  # P: MemPursuit candidates (normalized pool, then dense proposals)
     # For models with a small context window (not in the paper, which sends the whole pool):
     # the scheduler sees at most this many candidates (pool order) and this many characters of each.
     max_schedule_pool: PosInt | None = None
     max_candidate_chars: PosInt | None = None
-    # Reader budget of one evidence block in characters (issue 15.5): a longer block is cut with
+    # Reader budget of one evidence block in characters: a longer block is cut with
     # a visible marker (evidence/views.py). None: no cap. Far above any benchmark turn.
     max_block_chars: Annotated[int, Field(ge=1000)] | None = 8000
 
 
 @dataclass(frozen=True)
 class FusionConfig:
-    """The model-free ``fused`` selector (memcompile_local/fused.py); not a paper component.
+    """The model-free ``fused`` selector (memcompile_local/fused/); not a paper component.
+
+    Each channel of ``fused.channels.CHANNELS`` has a ``<name>_weight`` here (0 turns it off).
 
     The defaults are the cross-validated winner of ``scripts/ablate_model_free.py --cv``
     (leave-one-conversation-out on four LoCoMo conversations; README, "The model-free path").
@@ -138,7 +140,7 @@ class FusionConfig:
     neighbor_context: bool = True  # lexical documents take in the in-session neighbours
     dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
     # What the dense channel embeds per turn when the fused selector is the anchor selector
-    # (build.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
+    # (build.stages.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
     # keywords and time; "lean" = z(p) without the claim lines; "turn" = the raw turn alone.
     dense_document: Literal["packet", "lean", "turn"] = "packet"
     # Context vectors: "embedded" = each turn's neighbour document (previous, own, next turn)
@@ -148,25 +150,18 @@ class FusionConfig:
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (on only where that kept them).
     time_match_weight: float = 0.75  # bonus for turns dated in the period the question names
-    packet_scale: Literal["cosine", "max"] = "cosine"  # "max": cosines divided by the query's best
     # The dense query: the rule intent's text alone, or the mean of its embedding and the question's.
     dense_query: Literal["intent", "intent+question"] = "intent+question"
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
-    complement: Literal["none", "mmr", "pursuit"] = "pursuit"  # complementary selection over the fused top-P
-    complement_scope: Literal["list", "all"] = "list"  # list questions only, or every question
+    # Complementary selection of list questions over the fused top-P: MemPursuit starting from
+    # the kept packets (its picks explain what the kept ones leave of the query), or none.
+    complement: Literal["none", "pursuit"] = "pursuit"
     complement_pool: NonNegInt = 30  # P
     complement_keep: NonNegInt = 6  # first slots kept in fused order
-    # Where MemPursuit starts: an empty selection over the pool, or the kept packets (its
-    # picks then explain what the kept ones leave of the query; --cv: multi-hop 57.5 -> 58.0).
-    pursuit_start: Literal["empty", "kept"] = "kept"
-    mmr_lambda: float = 0.3
-    second_round_slots: NonNegInt = 0  # last slots filled by the evidence-conditioned second round
-    second_round_read: NonNegInt = 3  # top packets whose names/keywords re-query the lexical channel
-    second_round_weight: float = 0.5
     # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
     schedule_pool: Literal["normalized", "fused"] = "normalized"
-    schedule_pool_size: PosInt = 103  # N for the fused pool: the paper pool's mean size on dev4
+    schedule_pool_size: PosInt = 103  # N for the fused pool: the mean size of the paper's pool (ablate --pool-recall)
 
 
 @dataclass(frozen=True)

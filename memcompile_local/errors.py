@@ -25,6 +25,10 @@ class StoreError(MemCompileError):
     pass
 
 
+class StalePlanError(StoreError):
+    """A deletion plan was read at a generation the namespace has moved on from; plan again."""
+
+
 class ImmutablePacketError(StoreError):
     """An existing SourcePacket id was ingested again with different content."""
 

@@ -13,27 +13,28 @@ import logging
 import threading
 from dataclasses import dataclass
 from os import PathLike
-from typing import Any, Iterable, Mapping, Sequence
-
-import numpy as np
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .address.extract_llm import LLMExtractor
 from .address.extract_memo import MemoizedExtractor, forget_memo
 from .address.extract_rule import RuleExtractor
-from .append_in_place import InPlaceAppend
-from .build import BuildResult, build_memory, dense_plan, layout_id
+from .build.deletion import plan_turn_deletion
+from .build.spec import BuildSpec, make_spec
+from .build.stages import BuildResult, build_memory, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
-from .errors import ConfigError, ImmutablePacketError
+from .errors import ConfigError, ImmutablePacketError, StalePlanError
 from .evidence.answer import answer_settings
-from .fused import fused_scores, query_vector
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
-from .pipeline import Context, MemoryView, compile_context
-from .store import IngestResult, MemoryStore
-from .turn_ids import assign_stable_ids
+from .pipeline.compile import Context, compile_context
+from .store import IngestResult, Store, open_store
+from .data.turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
-from .view_load import ViewLoader
+from .views.append import InPlaceAppend
+from .views.cache import ViewCache
+from .views.pending import PartialViews
+from .views.record import MemoryView
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class Answer:
     text: str
     context: Context
     prompt_version: str = ""
+    model: str = ""  # the answer model, "<backend> <model>"
 
 
 @dataclass(frozen=True)
@@ -129,42 +131,12 @@ def turns_to_conversation(namespace: str, data: Any) -> tuple[Conversation, Give
     raise ConfigError("Memory.add expects a Conversation, Sessions, or a list of {'time', 'turns'} dicts")
 
 
-class _QueryVectors:
-    """An embedder that remembers what it embedded, so ``search`` scores with the query
-    vector ``compile_context`` computed instead of embedding the query twice."""
-
-    def __init__(self, embedder: Any):
-        self._embedder = embedder
-        self.last: np.ndarray | None = None
-
-    def identity(self) -> dict[str, Any]:
-        return self._embedder.identity()
-
-    @property
-    def dim(self) -> int:
-        return self._embedder.dim
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.asarray(self._embedder.embed(texts), dtype=np.float32)
-        if len(texts) == 1:
-            self.last = out[0]
-        return out
-
-    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        # Query vectors of embedders with a query prefix (e5, bge); others embed queries as documents.
-        embed = getattr(self._embedder, "embed_query", None) or self._embedder.embed
-        out = np.asarray(embed(texts), dtype=np.float32)
-        if len(texts):
-            self.last = query_vector(out)  # several texts embed one query (FusionConfig.dense_query)
-        return out
-
-
 class Memory:
     """Long-term memory over a store file, configured by a PipelineConfig."""
 
     def __init__(
         self,
-        store: MemoryStore | str | PathLike,
+        store: Store | str | PathLike,
         config: PipelineConfig | None = None,
         *,
         backend: Any = None,
@@ -173,22 +145,21 @@ class Memory:
         run_id: str | None = None,
         progress: bool = False,
     ):
-        self.store = store if isinstance(store, MemoryStore) else MemoryStore(store)
-        self._owns_store = not isinstance(store, MemoryStore)
+        # A path or URL is opened here (and closed by ``close``); a store object is the caller's.
+        self._owns_store = isinstance(store, (str, PathLike))
+        self.store: Store = open_store(store) if self._owns_store else store
         self.config = config or PipelineConfig()
         self._backend = backend
         self._embedder = embedder
         self._client = client
         self.run_id = run_id
         self.progress = progress
-        self._views: dict[tuple, MemoryView] = {}
         self._lock = threading.RLock()
-        # One lock per namespace serialises view builds: concurrent first compiles build it once
-        # and get the same object, while other namespaces are not held up.
-        self._view_locks: dict[str, threading.Lock] = {}
-        # Each namespace's last view load, so the next load after an append redoes only new work.
-        self._loader = ViewLoader()
-        self._config_key_of: tuple[PipelineConfig, tuple] | None = None
+        # The current view of each namespace, and each namespace's last load (the next load
+        # after an append redoes only new work).
+        self.views = ViewCache()
+        self._spec_of: tuple[PipelineConfig, BuildSpec] | None = None
+        self._extractor_of: tuple[PipelineConfig, Any] | None = None
         self._appender: InPlaceAppend | None = None  # made on the first add under the rule extractor
 
     # -- models -------------------------------------------------------------------------
@@ -211,22 +182,50 @@ class Memory:
     def needs_llm(self) -> bool:
         return config_needs_llm(self.config)
 
-    def uses_fusion(self) -> bool:
-        # The fused index serves the fused selector, and the scheduler when its pool is the fused top-N.
-        return self.config.evidence.anchor_selector == "fused" or self.config.fusion.schedule_pool == "fused"
-
     def uses_context_embeddings(self) -> bool:
         """The fused selector's dense channel also embeds each turn with its neighbours."""
-        return self.uses_fusion() and self.config.fusion.dense_neighbor_context and self.embedder is not None
+        return self.spec.context_vectors
+
+    @property
+    def spec(self) -> BuildSpec:
+        """What builds and views are made of under the current config (made once per config;
+        loads the embedder, whose identity is part of it)."""
+        c = self.config
+        held = self._spec_of
+        if held is not None and held[0] is c:
+            return held[1]
+        spec = make_spec(c, self.extractor().descriptor_set, self.embedder)
+        self._spec_of = (c, spec)
+        return spec
 
     def extractor(self, client: Any = None):
-        """The configured descriptor extractor; ``client`` overrides the LLM client (sub-runs)."""
-        c = self.config.extraction
-        if c.extractor == "rule":
+        """The configured descriptor extractor, made once per config; ``client`` overrides the
+        LLM client (sub-runs) and gets an extractor of its own."""
+        c = self.config
+        if client is None:
+            held = self._extractor_of
+            if held is not None and held[0] is c:
+                return held[1]
+        if c.extraction.extractor == "rule":
             # Memoized by turn content: namespaces sharing sessions (LongMemEval) extract each turn once.
-            return MemoizedExtractor(RuleExtractor(c))
-        return LLMExtractor(client or self.client, combined=c.combined_call, config=c,
-                            max_tokens=self.config.model.max_tokens)
+            extractor = MemoizedExtractor(RuleExtractor(c.extraction))
+        else:
+            extractor = LLMExtractor(client or self.client, combined=c.extraction.combined_call, config=c.extraction,
+                                     max_tokens=c.model.max_tokens)
+        if client is None:
+            self._extractor_of = (c, extractor)
+        return extractor
+
+    def in_place_appender(self, lease_free: Callable[[str], bool] | None = None) -> InPlaceAppend:
+        """An appender that extends this Memory's held views (rule extractor; see ``add``).
+        ``lease_free(namespace)``: whether no other process holds the namespace's build lease
+        (the service's check; None: no check)."""
+        return InPlaceAppend(self.store, self.views, self.spec, self.extractor(), self.embedder, lease_free)
+
+    def partial_views(self) -> PartialViews:
+        """Views over built plus not-yet-extracted turns under this config (the service's search
+        while a background build is behind)."""
+        return PartialViews(self.store, self.spec, self.embedder)
 
     # -- write side ---------------------------------------------------------------------------
     def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping,
@@ -235,7 +234,7 @@ class Memory:
 
         ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
         dicts ``{"time": ..., "turns": [{"speaker": ..., "text": ...}], "id": ...}`` (one dict or
-        a list). Ids the dicts leave out are stable across calls (``memcompile_local.turn_ids``):
+        a list). Ids the dicts leave out are stable across calls (``memcompile_local.data.turn_ids``):
         a session without ``id`` continues the stored session with the same ``time``, else it
         is a new session numbered after the stored ones; a turn without ``id`` that equals a
         stored turn of its session is that turn, any other turn gets the next ``S<n>:<m>`` of
@@ -249,7 +248,7 @@ class Memory:
 
         In place (the default): under the rule extractor, while this Memory holds a current
         view of the namespace, the new turns are also built and the view extended in place
-        (``append_in_place``: one transaction, and the next ``compile`` does not reload). An
+        (``views.append``: one transaction, and the next ``compile`` does not reload). An
         agent that adds a turn and then searches pays for that turn only. Otherwise (no view
         held, an LLM extractor, another writer moved the store, or ``in_place=False``) the
         turns are only stored and the next ``view`` builds and loads.
@@ -261,7 +260,7 @@ class Memory:
             return self._ingest(conversation, in_place)
         for attempt in range(3):
             # A view held for the store's current generation holds exactly the stored packets:
-            # then an agent's one-turn add does not read the whole namespace (12 ms at 1k turns).
+            # then an agent's one-turn add does not read the whole namespace.
             held = self.cached_view(namespace, generation=self.store.generation(namespace)) if attempt == 0 else None
             stored = held[0].packets if held is not None else self.store.packets(namespace)
             stable = assign_stable_ids(conversation, given, stored)
@@ -277,9 +276,10 @@ class Memory:
     def _ingest(self, conversation: Conversation, in_place: bool) -> IngestResult:
         """Store ``conversation``; in place (built, view extended) when that applies."""
         if in_place and self.config.extraction.extractor == "rule":
+            spec = self.spec
             with self._lock:
-                if self._appender is None:
-                    self._appender = InPlaceAppend(self)
+                if self._appender is None or self._appender.spec is not spec:
+                    self._appender = self.in_place_appender()
             done = self._appender.add(conversation.namespace, conversation)
             if done is not None:
                 return done
@@ -306,21 +306,22 @@ class Memory:
             return False
         if self.config.placement.layout == "flat":
             return True
-        dset = self.extractor().descriptor_set
-        return bool(self.store.cells(namespace, layout_id(dset, self.config.placement)))
+        # The layout id without the spec: a build check needs no embedder loaded.
+        return bool(self.store.cells(namespace, layout_id(self.extractor().descriptor_set, self.config.placement)))
 
-    def build(self, namespace: str, *, client: Any = None) -> BuildResult:
-        """Extract, place and embed whatever is not built yet (no model call when up to date)."""
+    def build(self, namespace: str, *, client: Any = None, embed: bool = True) -> BuildResult:
+        """Extract, place and embed whatever is not built yet (no model call when up to date).
+
+        ``embed=False`` extracts and places only: the next view load embeds whatever packet and
+        context documents are missing (the service's in-request build relies on that).
+        """
         return build_memory(self.store, namespace, self.extractor(client), self.config.placement,
-                            self.embedder, progress=self.progress,
-                            on_failure=self.config.extraction.on_failure,
-                            dense=dense_plan(self.config, self.uses_context_embeddings()))
+                            self.embedder if embed else None, progress=self.progress,
+                            on_failure=self.config.extraction.on_failure, dense=self.spec.dense if embed else None)
 
     def forget(self, namespace: str) -> dict[str, int]:
         """Erase ``namespace`` from the store (``MemoryStore.forget``); rows deleted per table."""
-        with self._lock:
-            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
-        self._loader.drop(namespace)
+        self.views.drop(namespace)
         if self._appender is not None:
             self._appender.forget(namespace)
         forget_memo()  # the process-wide extraction memo holds the erased turns' text as keys
@@ -339,13 +340,20 @@ class Memory:
         """
         if self.store.get_packet(namespace, packet_id) is None:
             raise ConfigError(f"namespace {namespace!r} has no turn {packet_id!r} in {self.store.path}")
-        with self._lock:
-            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
-        self._loader.drop(namespace)
+        self.views.drop(namespace)
         if self._appender is not None:
             self._appender.forget(namespace)
         forget_memo()
-        return self.store.delete_packet(namespace, packet_id)
+        for attempt in range(3):
+            # The write side decides what goes (build.deletion); the store deletes exactly that,
+            # refusing a plan another writer made stale meanwhile.
+            plan = plan_turn_deletion(self.store, namespace, packet_id)
+            try:
+                return self.store.delete_rows(plan)
+            except StalePlanError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def get_all(self, namespace: str, *, offset: int = 0, limit: int = 100) -> PacketPage:
         """Up to ``limit`` packets of ``namespace`` from ``offset`` on, in dialogue order.
@@ -370,16 +378,13 @@ class Memory:
         ``ConfigError`` instead.
         """
         key = self._view_key(namespace)
-        with self._lock:
-            cached = self._views.get(key)
-            if cached is not None:
-                return cached
-            lock = self._view_locks.setdefault(namespace, threading.Lock())
-        with lock:
+        cached = self.views.get(key)
+        if cached is not None:
+            return cached
+        with self.views.namespace_lock(namespace):
             # Another thread may have built it (and written) while this one waited.
             key = self._view_key(namespace)
-            with self._lock:
-                cached = self._views.get(key)
+            cached = self.views.get(key)
             if cached is not None:
                 return cached
             if not self.is_built(namespace):
@@ -394,12 +399,7 @@ class Memory:
             view, generation = self._load_view(namespace)
             # The steps above may have written; key the view on the generation read after them
             # (its data were read after that, so none of them is older than the key).
-            key = self._view_key(namespace, generation=generation)
-            with self._lock:
-                # Only the newest view of a namespace can be current: drop the older ones so a
-                # long-running server that appends all day does not keep every view it built.
-                self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
-                self._views[key] = view
+            self.views.put(self._view_key(namespace, generation=generation), view)
             return view
 
     def _view_key(self, namespace: str, *, generation: int | None = None) -> tuple:
@@ -407,21 +407,7 @@ class Memory:
             generation = self.store.generation(namespace)
         if not self.store.packet_count(namespace):
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
-        return (namespace, generation, *self._config_key())
-
-    def _config_key(self) -> tuple:
-        """The configuration part of a view's cache key (what its structures are made of)."""
-        c = self.config
-        held = self._config_key_of
-        if held is not None and held[0] is c:  # computed for this config object already
-            return held[1]
-        dset = self.extractor().descriptor_set
-        parts = repr((c.placement, c.routing, c.fusion, c.model.embedder, c.model.embed_model,
-                      self.uses_context_embeddings()))
-        key = (dset, layout_id(dset, c.placement), parts)
-        # Every search reads it (about 0.14 ms to make: an extractor, a layout hash, a repr).
-        self._config_key_of = (c, key)
-        return key
+        return (namespace, generation, *self.spec.view_key)
 
     def cached_view(self, namespace: str, *, generation: int | None = None) -> tuple[MemoryView, int] | None:
         """(the view of ``namespace`` this Memory holds, its generation), or None.
@@ -430,44 +416,13 @@ class Memory:
         generation now for a view that is current); without it, the newest one held. Loads
         and builds nothing, so a search can serve a current view without the checks of ``view``.
         """
-        config_key = self._config_key()
-        with self._lock:
-            for key, view in self._views.items():
-                if key[0] == namespace and key[2:] == config_key and generation in (None, key[1]):
-                    return view, key[1]
-        return None
-
-    def plan_append(self, namespace: str, base: MemoryView, packets: Sequence[SourcePacket],
-                    descriptors: Mapping[str, Sequence[Any]]):
-        """The view ``base`` becomes once ``packets`` and their descriptors are stored, or None
-        when it must be loaded instead (``view_load.ViewLoader.plan_append``; writes nothing)."""
-        return self._loader.plan_append(self, namespace, base, packets, descriptors)
-
-    def adopt_append(self, plan, generation: int) -> MemoryView | None:
-        """Make a planned append's view the cached view of its namespace at ``generation``
-        (None, and nothing cached, when the namespace was forgotten or reloaded since the plan).
-
-        The caller has written everything the plan describes and read ``generation`` after
-        its last write, knowing that nobody else wrote the namespace since ``plan.base`` was
-        current. A newer view already held is kept instead.
-        """
-        view = self._loader.adopt(self, plan, generation)
-        if view is None:  # forgotten or reloaded meanwhile: the next search loads from the store
-            return None
-        key = (plan.namespace, generation, *self._config_key())
-        with self._lock:
-            held = [k for k in self._views if k[0] == plan.namespace]
-            if any(k[1] > generation for k in held):
-                return self._views[max(held, key=lambda k: k[1])]
-            self._views = {k: v for k, v in self._views.items() if k[0] != plan.namespace}
-            self._views[key] = view
-        return view
+        return self.views.held(namespace, self.spec, generation=generation)
 
     def _load_view(self, namespace: str) -> tuple[MemoryView, int]:
         """Read a built namespace into a MemoryView (embedding any document not embedded yet),
         with the generation read before its data. Reuses the per-packet work of the previous
-        load of the namespace where the texts are unchanged (``view_load.ViewLoader``)."""
-        return self._loader.load(self, namespace)
+        load of the namespace where the texts are unchanged (``views.load.ViewLoader``)."""
+        return self.views.load(self.spec, self.store, self.embedder, namespace)
 
     def compile(self, namespace: str, question: str, *, client: Any = None,
                 address_trace: bool = False, build: bool = True) -> Context:
@@ -477,10 +432,17 @@ class Memory:
         ``pipeline.compile_context``). ``build=False``: fail instead of building a namespace
         that is not built (see ``view``).
         """
-        view = self.view(namespace, build=build)
-        if client is None and self.needs_llm():
+        return self.compile_view(self.view(namespace, build=build), question, client=client,
+                                 address_trace=address_trace)
+
+    def compile_view(self, view: MemoryView, question: str, *, k: int | None = None, client: Any = None,
+                     address_trace: bool = False) -> Context:
+        """``compile`` over a given view (one of ``view``, or the service's partial view); ``k``
+        overrides the configured K0. The one place a question is compiled."""
+        cfg = self.config if k is None else self.config.replace(evidence={"k0": int(k)})
+        if client is None and config_needs_llm(cfg):
             client = self.client
-        return compile_context(question, view, self.config, client=client, embedder=self.embedder,
+        return compile_context(question, view, cfg, client=client, embedder=self.embedder,
                                address_trace=address_trace)
 
     def search(self, namespace: str, query: str, k: int | None = None, *, client: Any = None,
@@ -491,22 +453,14 @@ class Memory:
         configured K0) bounds the anchors and the returned list. See ``SearchHit`` for what
         the score is on each path.
         """
-        cfg = self.config
-        if k is not None:
-            if k < 1:
-                raise ConfigError(f"search needs k >= 1, got {k}")
-            cfg = cfg.replace(evidence={"k0": int(k)})
+        if k is not None and k < 1:
+            raise ConfigError(f"search needs k >= 1, got {k}")
         view = self.view(namespace, build=build)
-        if client is None and self.needs_llm():
-            client = self.client
-        vectors = _QueryVectors(self.embedder) if self.embedder is not None else None
-        ctx = compile_context(query, view, cfg, client=client, embedder=vectors)
+        ctx = self.compile_view(view, query, k=k, client=client)
         ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
         scores: dict[str, float] = {}
-        if cfg.evidence.anchor_selector == "fused" and view.fusion is not None:
-            total = fused_scores(view.fusion, query, vectors.last if vectors else None, cfg.fusion).total
-            row = {pid: i for i, pid in enumerate(view.fusion.packet_ids)}
-            scores = {pid: float(total[row[pid]]) for pid in ids}
+        if ctx.scores:  # the fused path: the scores the retriever selected by
+            scores = {pid: ctx.scores[pid] for pid in ids}
         else:
             dense = dict(ctx.dense)
             pool = {pc.packet_id: pc.score for pc in ctx.pool}
@@ -526,9 +480,21 @@ class Memory:
         """
         client = client or self.client
         ctx = self.compile(namespace, question, client=client, build=build)
-        res = answer_settings(self.config.model).answer(client, question, ctx.text, namespace=namespace,
+        return self.answer_context(ctx, client=client, question_date=question_date)
+
+    def answer_context(self, ctx: Context, *, client: Any = None, question_date: str | None = None) -> Answer:
+        """Answer ``ctx.question`` from a compiled context: the one answer path (``answer``, the
+        service's ``/answer``, ``ask``). The prompt, completion cap, blocks read and reply
+        cleaning follow ``answer_settings(config.model)``."""
+        client = client or self.client
+        res = answer_settings(self.config.model).answer(client, ctx.question, ctx.text, namespace=ctx.namespace,
                                                         question_date=question_date)
-        return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)
+        return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version, model=self.answer_model)
+
+    @property
+    def answer_model(self) -> str:
+        """The model that answers, as "<backend> <model>"."""
+        return f"{self.config.model.backend} {self.config.model.model}"
 
     def close(self) -> None:
         if self._owns_store:

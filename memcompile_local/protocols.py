@@ -40,7 +40,7 @@ class ModelClient(Protocol):
 
 @runtime_checkable
 class DescriptorExtractor(Protocol):
-    """Turns SourcePackets into source-linked descriptors (seed 000, Section 3.2.1).
+    """Turns SourcePackets into source-linked descriptors (MemCompile paper, Section 3.2.1).
 
     ``descriptor_set`` names the extractor and every setting that changes its output; the
     store keys extracted descriptors by it. ``extract`` takes (packet, preceding packet or

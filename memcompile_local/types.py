@@ -96,7 +96,7 @@ class SourcePacket:
 
 @dataclass(frozen=True)
 class EventFields:
-    """Event-role fields of a descriptor (seed 000, Appendix F metadata schema)."""
+    """Event-role fields of a descriptor (MemCompile paper, Appendix F metadata schema)."""
 
     subject_people: tuple[str, ...] = ()
     predicate: str = ""

@@ -46,28 +46,20 @@ from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
 from memcompile_local.bench.plots import ablation_plot  # noqa: E402
 from memcompile_local.address.intent import rule_intent  # noqa: E402
 from memcompile_local.address.query import address_query  # noqa: E402
-from memcompile_local.normalize import normalize_to_packets  # noqa: E402
-from memcompile_local.pipeline import _embed_query, query_intent  # noqa: E402
+from memcompile_local.pipeline.normalize import normalize_to_packets  # noqa: E402
+from memcompile_local.pipeline.compile import _embed_query, query_intent  # noqa: E402
 from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
-from memcompile_local.fused import (  # noqa: E402
+from memcompile_local.fused.channels import channel_weights, fused_scores, score_order  # noqa: E402
+from memcompile_local.fused.documents import lexical_documents, raw_text as _raw, session_neighbours  # noqa: E402
+from memcompile_local.fused.index import FusionIndex  # noqa: E402
+from memcompile_local.fused.retriever import (  # noqa: E402
     LIST_QUESTION,
-    FusionIndex,
-    _raw,
-    channel_weights,
-    combine,
-    complementary,
     dense_query_texts,
-    fused_scores,
     is_list_question,
-    lexical_documents,
     query_vector,
-    score_order,
-    second_round,
-    select_rows,
-    session_neighbours,
 )
-from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.evidence.pursuit import mem_pursuit  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
@@ -75,6 +67,126 @@ from memcompile_local.store import MemoryStore  # noqa: E402
 from memcompile_local.types import Conversation  # noqa: E402
 
 CATS = (1, 2, 3, 4)
+
+
+# ============================================================================ dropped package variants
+# Variants of the fused selector that were measured with --cv and dropped from the package:
+# the dense cosine divided by its best value (packet_scale="max"), MMR as the complementary
+# selection (complement="mmr", mmr_lambda), complementary selection on every question
+# (complement_scope="all"), MemPursuit from an empty selection (pursuit_start="empty") and
+# the evidence-conditioned second round (second_round_*). Their knobs live on
+# ``AblationFusion``; the selection below is the package's plus these knobs, so at their
+# defaults it selects exactly what the package selects (load_questions checks that).
+
+@dataclasses.dataclass(frozen=True)
+class AblationFusion(FusionConfig):
+    """FusionConfig plus the knobs of the dropped variants (defaults: the package's behaviour)."""
+
+    complement: str = "pursuit"  # also "mmr" here
+    complement_scope: str = "list"  # "list" questions only, or "all"
+    packet_scale: str = "cosine"  # "max": cosines divided by the query's best
+    pursuit_start: str = "kept"  # or "empty": MemPursuit over the whole pool from nothing
+    mmr_lambda: float = 0.3
+    second_round_slots: int = 0  # last slots filled by the evidence-conditioned second round
+    second_round_read: int = 3  # top packets whose names/keywords re-query the lexical channel
+    second_round_weight: float = 0.5
+
+    @classmethod
+    def of(cls, fusion: FusionConfig) -> "AblationFusion":
+        return cls(**{f.name: getattr(fusion, f.name) for f in dataclasses.fields(fusion)})
+
+
+_KNOBS = {f.name: f.default for f in dataclasses.fields(AblationFusion)}
+
+
+def _knob(cfg, name):
+    return getattr(cfg, name, _KNOBS[name])
+
+
+def _normalized(s: np.ndarray) -> np.ndarray:
+    top = float(s.max()) if s.size else 0.0
+    return s / top if top > 0 else np.zeros(len(s))
+
+
+def combine(channels, cfg, n=None) -> np.ndarray:
+    """The package's weighted channel sum, the packet cosine divided by its best value first
+    when ``packet_scale == "max"`` (so it spans [.., 1] like the lexical one)."""
+    weights = channel_weights(cfg)
+    total = np.zeros(n if n is not None else len(next(iter(channels.values()))))
+    for name, values in channels.items():
+        if name == "packet" and _knob(cfg, "packet_scale") == "max":
+            top_value = float(values.max()) if values.size else 0.0
+            values = values / top_value if top_value > 0 else values
+        total += weights[name] * values
+    return total
+
+
+def complementary(index, total, order, query_vec, cfg, k) -> list[int]:
+    """K rows from the fused top-P: the first ``complement_keep`` in score order, the rest by
+    MemPursuit (from the kept packets, or with ``pursuit_start="empty"`` from nothing) or by
+    MMR (score minus ``mmr_lambda`` times the largest cosine to a packet already chosen)."""
+    pool = [int(i) for i in order[: max(cfg.complement_pool, k)]]
+    keep = min(cfg.complement_keep, k)
+    chosen = pool[:keep]
+    rest = pool[keep:]
+    E = index.packet_matrix
+    if E is None or not rest or k <= keep:
+        return [int(i) for i in order[:k]]
+    if cfg.complement == "pursuit":
+        if query_vec is None:
+            return [int(i) for i in order[:k]]
+        start = range(keep) if _knob(cfg, "pursuit_start") == "kept" else ()
+        res = mem_pursuit(query_vec, E[pool], k=k, tau=0.0, start=start)
+        picked = chosen + [pool[i] for i in res.indices if pool[i] not in chosen]
+        return (picked + [i for i in pool if i not in picked])[:k]
+    sims = E[rest] @ E[chosen].T if chosen else np.zeros((len(rest), 0))
+    redundancy = sims.max(axis=1) if chosen else np.zeros(len(rest))
+    base = total[rest]
+    left = list(range(len(rest)))
+    while len(chosen) < k and left:
+        value = base[left] - _knob(cfg, "mmr_lambda") * redundancy[left]
+        j = left[int(np.lexsort((np.asarray(left), -value))[0])]
+        left.remove(j)
+        chosen.append(rest[j])
+        redundancy = np.maximum(redundancy, E[rest] @ E[rest[j]])
+    return chosen
+
+
+def second_round(index, question, total, first, cfg, k) -> list[int]:
+    """The first ``k - second_round_slots`` rows of ``first``, then the best rows by
+    ``total + second_round_weight * lexical(new terms)`` not chosen yet; the new terms are the
+    names and keywords of the first ``second_round_read`` rows the question does not contain."""
+    slots = min(_knob(cfg, "second_round_slots"), k)
+    asked = set(index.query_terms(question))
+    new: dict[str, None] = {}
+    for i in first[: _knob(cfg, "second_round_read")]:
+        for t in index.expansion_terms[i]:
+            if t not in asked:
+                new.setdefault(t, None)
+    if not slots or not new:
+        return list(first[:k])
+    kept = list(first[: k - slots])
+    again = total + _knob(cfg, "second_round_weight") * _normalized(index.lexical.scores(list(new)))
+    taken = set(kept)
+    for i in score_order(again):
+        if len(kept) == k:
+            break
+        if int(i) not in taken:
+            kept.append(int(i))
+            taken.add(int(i))
+    return kept
+
+
+def select_rows(index, question, total, query_vec, cfg, k) -> list[int]:
+    """The package's selection (``fused.retriever.select_rows``) with the dropped knobs."""
+    order = score_order(total)
+    if cfg.complement != "none" and (_knob(cfg, "complement_scope") == "all" or is_list_question(question)):
+        rows = complementary(index, total, order, query_vec, cfg, k)
+    else:
+        rows = [int(i) for i in order[:k]]
+    if _knob(cfg, "second_round_slots"):
+        rows = second_round(index, question, total, rows, cfg, k)
+    return rows
 
 
 def top(scores: np.ndarray, k: int) -> list[int]:
@@ -859,7 +971,7 @@ def main() -> int:
     if args.pool_recall:
         run_pool_recall(questions, cfg)
     if args.cv:
-        run_cv(questions, cfg.fusion, args.plot, args.rows)
+        run_cv(questions, AblationFusion.of(cfg.fusion), args.plot, args.rows)
     if not args.no_latency:
         latency(mem, store, convs, args.latency_runs, args.latency_turns)
     store.close()

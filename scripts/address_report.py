@@ -35,8 +35,8 @@ from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
-from memcompile_local.normalize import normalize_to_packets  # noqa: E402
-from memcompile_local.pipeline import query_intent  # noqa: E402
+from memcompile_local.pipeline.normalize import normalize_to_packets  # noqa: E402
+from memcompile_local.pipeline.compile import query_intent  # noqa: E402
 from memcompile_local.store import MemoryStore  # noqa: E402
 
 DEPTHS = (10, 20, 40)

@@ -34,7 +34,7 @@ from memcompile_local.address.query import address_query, lexical_channel, route
 from memcompile_local.address.scoring import QueryTerms
 from memcompile_local.language.tokens import count_tokens, terms
 from memcompile_local.config import PlacementConfig, RoutingConfig
-from memcompile_local.normalize import normalize_to_packets
+from memcompile_local.pipeline.normalize import normalize_to_packets
 from memcompile_local.bench.coverage import aliasing_audit
 from memcompile_local.types import Descriptor, QueryIntent, SourcePacket, content_sha256
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from memcompile_local.config import PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore
 

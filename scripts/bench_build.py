@@ -50,11 +50,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder  # noqa: E402
 from memcompile_local.adapters.models import minilm_path  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall, nearest_rank_percentile  # noqa: E402
-from memcompile_local.build import context_document_keys, packet_document_keys  # noqa: E402
+from memcompile_local.build.stages import context_document_keys, packet_document_keys  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data.locomo import load_locomo  # noqa: E402
 from memcompile_local.data.longmemeval import load_longmemeval  # noqa: E402
-from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.store import MemoryStore  # noqa: E402
 from memcompile_local.types import Conversation, Session  # noqa: E402

@@ -46,10 +46,10 @@ from memcompile_local.adapters.embed_onnx import OnnxSentenceEncoder, cpu_thread
 from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder  # noqa: E402
 from memcompile_local.adapters.models import minilm_path, weights_fingerprint  # noqa: E402
 from memcompile_local.adapters.onnx_export import RECIPES, batch_independent, derived_model  # noqa: E402
-from memcompile_local.build import context_document_keys, packet_document_keys  # noqa: E402
+from memcompile_local.build.stages import context_document_keys, packet_document_keys  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data.locomo import load_locomo  # noqa: E402
-from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.store import MemoryStore  # noqa: E402
 

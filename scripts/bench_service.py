@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from memcompile_local.config import PipelineConfig  # noqa: E402
-from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.service.auth import hash_key, namespace_for  # noqa: E402
 

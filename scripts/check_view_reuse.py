@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data.locomo import load_locomo  # noqa: E402
-from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.types import Conversation  # noqa: E402
 

@@ -269,7 +269,7 @@ _MEMORY_BESIDE_SERVER = textwrap.dedent(
     """
     import sys
     from memcompile_local import Memory, PipelineConfig
-    from memcompile_local.evidence.presets import apply_preset
+    from memcompile_local.pipeline.presets import apply_preset
     cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": "hash"})
     with Memory(sys.argv[1], cfg) as mem:
         mem.add("py-user", [{"time": "2024-04-02 08:00", "turns": [
@@ -445,7 +445,7 @@ _LONG_LIVED = textwrap.dedent(
     """
     import json, sys
     from memcompile_local.config import PipelineConfig
-    from memcompile_local.evidence.presets import apply_preset
+    from memcompile_local.pipeline.presets import apply_preset
     from memcompile_local.memory import Memory
     cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": "hash"})
     with Memory(sys.argv[1], cfg) as mem:

@@ -19,7 +19,7 @@ from memcompile_local.address.scoring import DescriptorTerms, QueryTerms, bm25_b
 from memcompile_local.language.tokens import count_tokens, terms
 from memcompile_local.config import RoutingConfig
 from memcompile_local.errors import ConfigError, DataFormatError
-from memcompile_local.normalize import normalize_to_packets
+from memcompile_local.pipeline.normalize import normalize_to_packets
 from memcompile_local.types import Descriptor, QueryIntent, SourcePacket, content_sha256
 
 from _data_paths import LOCOMO_DEV, require_dev
@@ -268,7 +268,7 @@ from test_address_query import DEV, dev_namespace, PACKETS, DESCRIPTORS
 from memcompile_local.address.cells import place_descriptors
 from memcompile_local.address.index import AddressIndex
 from memcompile_local.address.query import address_query
-from memcompile_local.normalize import normalize_to_packets
+from memcompile_local.pipeline.normalize import normalize_to_packets
 from memcompile_local.types import QueryIntent
 if DEV.exists():
     sample = json.loads(DEV.read_text())[0]

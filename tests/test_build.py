@@ -12,7 +12,7 @@ from memcompile_local.address.extract_llm import LLMExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
 from memcompile_local.address import cells as cells_module
 from memcompile_local.address.cells import cell_from_descriptors, place_descriptors
-from memcompile_local.build import PLACEMENTS, build_memory, layout_id, place_cells
+from memcompile_local.build.stages import PLACEMENTS, build_memory, layout_id, place_cells
 from memcompile_local.config import PlacementConfig
 from memcompile_local.errors import ExtractionError
 from memcompile_local.protocols import DescriptorExtractor

@@ -12,8 +12,8 @@ from memcompile_local.address import cells as cells_module
 from memcompile_local.address.cells import place_descriptors
 from memcompile_local.address.extract_memo import MemoizedExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
-from memcompile_local import build as build_module
-from memcompile_local.build import PLACEMENTS, build_memory, layout_id
+from memcompile_local.build import stages as build_module
+from memcompile_local.build.stages import PLACEMENTS, build_memory, layout_id
 from memcompile_local.config import PlacementConfig
 from memcompile_local.store import MemoryStore
 from memcompile_local.store.codecs import event_from_json, event_to_json

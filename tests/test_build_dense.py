@@ -14,12 +14,11 @@ from memcompile_local.address.dense import (
     packet_document,
     turn_document,
 )
-from memcompile_local.build import DensePlan, dense_plan, packet_document_keys
+from memcompile_local.build.stages import DensePlan, dense_plan, packet_document_keys
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError, DataFormatError
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.memory import Memory
-from memcompile_local.service.view import PendingViews
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Descriptor, SourcePacket
 
@@ -137,7 +136,7 @@ def test_the_service_view_of_turns_not_built_yet_follows_the_dense_plan(tmp_path
     emb = CountingEmbedder()
     mem = Memory(store, _config("turn", "composed"), embedder=emb)
     mem.add("alice", [SESSION_A, SESSION_B])
-    pending = PendingViews(mem).view("alice")  # nothing extracted yet
+    pending = mem.partial_views().view("alice")  # nothing extracted yet
     packets = store.packets("alice")
     assert sorted(emb.texts) == sorted(turn_document(p) for p in packets)
     np.testing.assert_allclose(pending.fusion.context_matrix,

@@ -3,10 +3,10 @@ index's per-text results of one namespace's load serve the first load of another
 
 from __future__ import annotations
 
-from memcompile_local import fused as fused_module
+from memcompile_local.fused import index as fused_module
 from memcompile_local.address import dense as dense_module
 from memcompile_local.config import PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from memcompile_local.cli import build_parser, main
+from memcompile_local.cli.main import build_parser, main
 from memcompile_local.data import example_conversation_path
 
 MF = ["--preset", "model-free", "--embedder", "hash"]
@@ -199,7 +199,7 @@ def test_repeated_presets_compose_and_conflicts_are_refused(tmp_path, capsys):
 
 
 def test_max_tokens_flag_and_the_small_model_caps():
-    from memcompile_local.cli import config_from_args
+    from memcompile_local.cli.args import config_from_args
 
     parser = build_parser()
     cfg = config_from_args(parser.parse_args(["ask", "a", "q"]))
@@ -214,7 +214,7 @@ def test_max_tokens_flag_and_the_small_model_caps():
 
 
 def test_max_tokens_from_a_config_file_wins_over_the_caps(tmp_path):
-    from memcompile_local.cli import config_from_args
+    from memcompile_local.cli.args import config_from_args
 
     conf = tmp_path / "c.yaml"
     conf.write_text("model: {max_tokens: 1024}\nextraction: {extractor: llm}\n")
@@ -240,7 +240,7 @@ def test_a_second_plain_file_for_the_same_namespace_appends(tmp_path, capsys):
 
 
 def test_the_small_model_note_appears_only_when_the_model_runs(capsys):
-    from memcompile_local.cli import config_from_args
+    from memcompile_local.cli.args import config_from_args
 
     parser = build_parser()
     config_from_args(parser.parse_args(["ask", "a", "q", "--preset", "model-free", "--no-answer"]), announce=True)

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from memcompile_local import Memory, PipelineConfig
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.data import load_locomo
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 
 THREADS = 16
 

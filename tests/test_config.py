@@ -15,7 +15,7 @@ from memcompile_local.config import (
     validate_config,
 )
 from memcompile_local.errors import ConfigError
-from memcompile_local.evidence.presets import PRESETS, apply_preset
+from memcompile_local.pipeline.presets import PRESETS, apply_preset
 
 
 def _error(data, **kw) -> str:

@@ -19,7 +19,7 @@ from memcompile_local.config import PipelineConfig
 from memcompile_local.data import load_locomo, load_longmemeval
 from memcompile_local.data.hf import HubUnavailableError, parse_hf_source, resolve_hf_source, rows_to_json
 from memcompile_local.errors import ConfigError
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 
 from _data_paths import LOCOMO_MINI, LONGMEMEVAL_MINI
 

@@ -13,7 +13,7 @@ import re
 from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
 from memcompile_local.config import ModelConfig, PipelineConfig
 from memcompile_local.data import example_conversation_path, load_locomo
-from memcompile_local.demo import RIGHT_F1, demo_config, run_demo
+from memcompile_local.cli.demo import RIGHT_F1, demo_config, run_demo
 from memcompile_local.evidence.answer import SMALL_ANSWER_BLOCKS, SMALL_ANSWER_MAX_TOKENS, answer_settings
 from memcompile_local.evidence.prompts import ANSWER, SMALL_ANSWER, TEMPORAL_ANSWER
 from memcompile_local.memory import Memory

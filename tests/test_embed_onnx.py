@@ -15,7 +15,7 @@ from memcompile_local.adapters import embed_onnx, onnx_export
 from memcompile_local.adapters.embed_onnx import OnnxSentenceEncoder, length_buckets
 from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder
 from memcompile_local.adapters.models import minilm_path, weights_fingerprint
-from memcompile_local.build import embedding_model_id
+from memcompile_local.build.stages import embedding_model_id
 from memcompile_local.errors import ConfigError, ModelNotFoundError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -16,11 +16,12 @@ from memcompile_local.adapters.embed_st import SentenceTransformerEmbedder
 from memcompile_local.adapters.models import minilm_path, weights_fingerprint
 from memcompile_local.adapters.onnx_export import EXPORT_VERSION, RECIPES, onnx_cache_dir, recipe_id
 from memcompile_local.adapters.scripted import HashEmbedder
-from memcompile_local.build import embedding_model_id
-from memcompile_local.cli import build_parser, config_from_args
+from memcompile_local.build.stages import embedding_model_id
+from memcompile_local.cli.args import config_from_args
+from memcompile_local.cli.main import build_parser
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError, MissingExtraError, TransportError
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.llm.registry import embedder_kwargs
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore

@@ -14,7 +14,7 @@ from memcompile_local.address.extract_llm import LLMExtractor
 from memcompile_local.address import extract_memo
 from memcompile_local.address.extract_memo import MemoizedExtractor
 from memcompile_local.address.extract_rule import RuleExtractor
-from memcompile_local.build import (
+from memcompile_local.build.stages import (
     context_document_keys,
     embedding_model_id,
     load_packet_matrix,
@@ -22,7 +22,7 @@ from memcompile_local.build import (
     text_address,
 )
 from memcompile_local.config import PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.llm.client import LLMClient
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore, check_store

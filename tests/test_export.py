@@ -13,7 +13,7 @@ from memcompile_local.bench.runner import EvalRunner, EvalSpec, read_jsonl
 from memcompile_local.cli import main
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 
 from _data_paths import LOCOMO_MINI
 

@@ -24,7 +24,7 @@ from memcompile_local.address.prompts import (
     build_metadata_user,
 )
 from memcompile_local.config import PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.evidence.prompts import (
     ANCHOR_SCHEDULER,
     ANSWER,

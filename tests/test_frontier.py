@@ -7,7 +7,7 @@ import pytest
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError
 from memcompile_local.evidence.frontier import bounded_frontier, frontier_pool
-from memcompile_local.evidence.presets import (
+from memcompile_local.pipeline.presets import (
     PRESET_DESCRIPTIONS,
     PRESETS,
     apply_preset,

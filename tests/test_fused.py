@@ -8,30 +8,30 @@ from pathlib import Path
 
 import pytest
 
-from memcompile_local import pipeline
+from memcompile_local.pipeline import compile as pipeline
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.config import FusionConfig, PipelineConfig
 from memcompile_local.data.plain import load_plain
-from memcompile_local.evidence.presets import apply_preset
-from memcompile_local.fused import (
-    FusionIndex,
+from memcompile_local.pipeline.presets import apply_preset
+from memcompile_local.fused.channels import fused_scores, score_order
+from memcompile_local.fused.documents import (
     bursts,
     canonical_names,
-    combine,
     context_documents,
-    dense_query_texts,
-    fused_ranking,
-    fused_scores,
-    is_list_question,
     lexical_documents,
     named_participants,
     periods,
-    query_vector,
     question_periods,
-    select_fused,
-    score_order,
-    select_rows,
     tolerant_name,
+)
+from memcompile_local.fused.index import FusionIndex
+from memcompile_local.fused.retriever import (
+    dense_query_texts,
+    fused_ranking,
+    is_list_question,
+    query_vector,
+    select_fused,
+    select_rows,
 )
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore
@@ -261,15 +261,13 @@ def test_complementary_selection_skips_near_duplicates_for_list_questions():
     scores = np.asarray([1.0, 0.95, 0.6, 0.5, 0.4, 0.3])
     q = np.asarray([0.7, 0.7, 0.1], dtype=np.float32)
     q /= np.linalg.norm(q)
-    for mode in ("mmr", "pursuit"):
-        cfg = FusionConfig(complement=mode, complement_keep=1, complement_pool=6, mmr_lambda=0.5)
-        index = FusionIndex.build(LIST_PACKETS, {}, cfg, packet_matrix=m)
-        got = select_rows(index, "What hobbies does Ann have?", scores, q, cfg, 2)
-        assert got == [0, 2], mode  # the duplicate (row 1) gives way to what adds something
-        assert select_rows(index, "Where does Ann live?", scores, q, cfg, 2) == [0, 1]  # not a list question
-        everywhere = FusionConfig(complement=mode, complement_keep=1, complement_pool=6, mmr_lambda=0.5,
-                                  complement_scope="all")
-        assert select_rows(index, "Where does Ann live?", scores, q, everywhere, 2) == [0, 2]
+    # (MMR and complementary selection on every question were dropped from the package; their
+    # checks are in test_ablate_dropped.py.)
+    cfg = FusionConfig(complement="pursuit", complement_keep=1, complement_pool=6)
+    index = FusionIndex.build(LIST_PACKETS, {}, cfg, packet_matrix=m)
+    got = select_rows(index, "What hobbies does Ann have?", scores, q, cfg, 2)
+    assert got == [0, 2]  # the duplicate (row 1) gives way to what adds something
+    assert select_rows(index, "Where does Ann live?", scores, q, cfg, 2) == [0, 1]  # not a list question
     # The shipped default: MemPursuit over the fused top-P, for list questions only.
     shipped = FusionConfig(complement_keep=1, complement_pool=6)
     index = FusionIndex.build(LIST_PACKETS, {}, shipped, packet_matrix=m)
@@ -290,13 +288,10 @@ def test_pursuit_from_the_kept_packets_explains_what_they_leave_of_the_query():
     scores = np.asarray([1.0, 0.9, 0.8, 0.3, 0.2, 0.1])
     q = np.asarray([0.7071, 0.7071, 0], dtype=np.float32)
     question = "What hobbies does Ann have?"
-    kept = FusionConfig(complement_keep=1, complement_pool=6)  # the default start: the kept packets
-    assert kept.pursuit_start == "kept"
-    empty = FusionConfig(complement_keep=1, complement_pool=6, pursuit_start="empty")
+    kept = FusionConfig(complement_keep=1, complement_pool=6)  # the package's pursuit starts from the kept packets
     index = FusionIndex.build(LIST_PACKETS, {}, kept, packet_matrix=m)
-    # From an empty selection pursuit takes the packet that restates the query first, which
-    # adds little to the kept one; from the kept packet, the residual is axis 1.
-    assert select_rows(index, question, scores, q, empty, 2) == [0, 1]
+    # From the kept packet, the residual is axis 1 (the dropped start from an empty selection
+    # is checked in test_ablate_dropped.py).
     assert select_rows(index, question, scores, q, kept, 2) == [0, 2]
     assert select_rows(index, "Where does Ann live?", scores, q, kept, 2) == [0, 1]  # not a list question
     # Slots pursuit leaves (budget above what it picks) follow in score order, no repeats.
@@ -304,26 +299,9 @@ def test_pursuit_from_the_kept_packets_explains_what_they_leave_of_the_query():
     assert sorted(got) == list(range(6)) and got[:2] == [0, 2]
 
 
-def test_second_round_fills_the_last_slots_from_what_the_first_found():
-    packets = [*PACKETS, packet(5, 3, "Ann", "Pepper chewed my slippers again."),
-               packet(6, 3, "Bo", "Oh no, the slippers!")]
-    adopted = claim("D1:2", "Ann adopted a puppy called Pepper.", keywords=("puppy", "Pepper"))
-    base = dict(packet_weight=0, speaker_weight=0, temporal_weight=0, neighbor_context=False)
-    off = FusionConfig(**base)
-    on = FusionConfig(**base, second_round_slots=1, second_round_read=1, second_round_weight=0.5)
-    question = "What did Ann adopt?"
-    index = FusionIndex.build(packets, {"D1:2": (adopted,)}, on)
-    assert select_fused(index, question, None, off, 2) == ["D1:2", "D1:0"]  # round one: "adopt" only
-    # "Pepper" is in the top packet's claim and not in the question: it re-queries and wins slot 2.
-    assert select_fused(index, question, None, on, 2) == ["D1:2", "D3:5"]
-    # Nothing new to ask for: the first round stands.
-    bare = FusionIndex.build(packets, {}, on)
-    assert select_fused(bare, question, None, on, 2) == select_fused(bare, question, None, off, 2)
-
-
 def test_fused_ranking_is_the_score_order_without_the_selection_stages():
-    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, second_round_slots=1,
-                       complement="mmr", complement_scope="all")
+    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, complement="pursuit",
+                       complement_keep=1)
     index = FusionIndex.build(PACKETS, {}, cfg)
     ranking = fused_ranking(index, "camping lake", None, cfg, 5)
     assert ranking[:2] == ["D2:3", "D2:4"] and len(ranking) == 5 and len(set(ranking)) == 5
@@ -351,17 +329,6 @@ def test_fused_pool_preset_hands_the_scheduler_the_fused_top_n(monkeypatch):
     assert seen[-1] == fused_ranking(index, question, None, cfg.fusion, 3) and seen[-1][0] == "D2:3"
     pipeline.select_anchors("llm", cfg=PipelineConfig(), **args)
     assert seen[-1] == ["D1:0"]  # A0 itself keeps the normalized pool
-
-
-def test_packet_scale_max_divides_the_cosines_by_the_query_best():
-    channels = {"lexical": np.asarray([1.0, 0.0, 0.5]), "packet": np.asarray([0.1, 0.4, 0.2])}
-    plain = FusionConfig(packet_weight=1.5, packet_scale="cosine")
-    scaled = FusionConfig(packet_weight=1.5, packet_scale="max")
-    assert np.allclose(combine(channels, plain), [1.15, 0.6, 0.8])
-    assert np.allclose(combine(channels, scaled), [1.375, 1.5, 1.25])  # the best cosine counts as 1
-    assert score_order(combine(channels, plain))[0] == 0 and score_order(combine(channels, scaled))[0] == 1
-    negative = {"packet": np.asarray([-0.2, -0.1])}
-    assert np.allclose(combine(negative, scaled), 1.5 * negative["packet"])  # no best above 0: left as is
 
 
 def test_dense_query_embeds_the_question_beside_the_intent_text():
@@ -426,3 +393,47 @@ def test_model_free_path_embeds_intent_and_question_in_one_call_and_search_score
     emb.batches.clear()
     one.compile("n", question)
     assert [len(b) for b in emb.batches] == [1] and emb.batches[0][0] != question
+
+
+def test_one_search_scores_each_fused_channel_once_and_returns_those_scores(tmp_path, monkeypatch):
+    from memcompile_local.fused import channels as channels_module
+
+    calls: dict[str, int] = {}
+    for name, fn in list(channels_module.CHANNELS.items()):
+        def counted(index, query, fn=fn, name=name):
+            calls[name] = calls.get(name, 0) + 1
+            return fn(index, query)
+        monkeypatch.setitem(channels_module.CHANNELS, name, counted)
+    emb = _RecordingEmbedder()
+    cfg = apply_preset("model-free", PipelineConfig())
+    mem = Memory(MemoryStore(tmp_path / "m.sqlite"), cfg, embedder=emb)
+    mem.add("n", [{"time": "2024-03-04 09:00", "turns": [
+        {"speaker": "Ann", "text": "We adopted a puppy called Pepper in March 2024."},
+        {"speaker": "Bo", "text": "I went camping near the lake."}]}])
+    mem.build("n")
+    mem.view("n")
+    calls.clear()
+    emb.batches.clear()
+    question = "When did Ann adopt a puppy in March 2024?"
+    hits = mem.search("n", question)
+    weighted = [name for name, w in channels_module.channel_weights(cfg.fusion).items() if w]
+    assert calls == {name: 1 for name in weighted}  # each channel once, none again for the scores
+    assert len(emb.batches) == 1  # the question is embedded once
+    view = mem.view("n")
+    qvec = query_vector(emb.inner.embed(emb.batches[0]))
+    total = fused_scores(view.fusion, question, qvec, cfg.fusion).total
+    assert [h.score for h in hits] == [float(total[view.fusion.row_of[h.packet.packet_id]]) for h in hits]
+
+
+def test_a_new_channel_is_one_function_and_one_weight(monkeypatch):
+    # The table is what fused_scores sums: an entry with a weight field joins the total.
+    from memcompile_local.fused import channels as channels_module
+
+    index = FusionIndex.build(PACKETS, {}, FusionConfig())
+    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, time_match_weight=0)
+    before = fused_scores(index, "camping lake", None, cfg).total
+    monkeypatch.setitem(channels_module.CHANNELS, "first_turn", lambda ix, q: np.eye(len(ix.packet_ids))[0])
+    monkeypatch.setattr(FusionConfig, "first_turn_weight", 2.0, raising=False)
+    after = fused_scores(index, "camping lake", None, cfg)
+    assert np.allclose(after.total - before, 2.0 * np.eye(len(PACKETS))[0])
+    assert set(after.channels) == {"lexical", "first_turn"}

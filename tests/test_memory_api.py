@@ -14,7 +14,7 @@ import pytest
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore
@@ -267,8 +267,8 @@ def test_an_add_in_place_is_searchable_without_a_reload_and_equals_a_fresh_memor
     mem.add("alice", [MONDAY])
     mem.view("alice")
     loads: list[str] = []
-    real = mem._loader.load
-    monkeypatch.setattr(mem._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
+    real = mem.views.loader.load
+    monkeypatch.setattr(mem.views.loader, "load", lambda *a: loads.append(a[-1]) or real(*a))
     third = {"time": MONDAY["time"], "turns": [{"speaker": "Ana", "text": "Pepper sleeps on the piano all day."}]}
     assert mem.add("alice", [third]).added == 1  # in place is the default
     ctx = mem.compile("alice", "Where does Pepper sleep?")

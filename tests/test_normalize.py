@@ -8,7 +8,7 @@ import pytest
 
 from memcompile_local.config import RoutingConfig
 from memcompile_local.bench.coverage import aliasing_audit
-from memcompile_local.normalize import mmr_anchors, normalize_to_packets
+from memcompile_local.pipeline.normalize import mmr_anchors, normalize_to_packets
 from memcompile_local.types import Candidate, Descriptor, PacketCandidate
 
 

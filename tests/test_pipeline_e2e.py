@@ -13,7 +13,7 @@ import pytest
 
 from memcompile_local.adapters.scripted import HashEmbedder, ScriptedBackend
 from memcompile_local.config import PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore
@@ -103,7 +103,7 @@ def test_model_free_path_makes_no_model_call(tmp_path, conv):
 def test_model_free_build_embeds_context_documents_incrementally(tmp_path, conv):
     from dataclasses import replace
 
-    from memcompile_local.build import context_document_keys, context_model_id
+    from memcompile_local.build.stages import context_document_keys, context_model_id
 
     store = MemoryStore(tmp_path / "m.sqlite")
     emb = HashEmbedder(dim=64)

@@ -6,7 +6,7 @@ import pytest
 
 from memcompile_local.config import PipelineConfig, config_needs_llm
 from memcompile_local.errors import ConfigError
-from memcompile_local.evidence.presets import apply_preset, apply_presets, split_preset_names
+from memcompile_local.pipeline.presets import apply_preset, apply_presets, split_preset_names
 
 
 def test_model_free_then_a_view_keeps_the_model_free_path():

@@ -15,7 +15,7 @@ from memcompile_local.bench.judge_model import resolve_judge
 from memcompile_local.bench.runner import EvalRunner, EvalSpec, read_jsonl
 from memcompile_local.config import JudgeConfig, ModelConfig, PipelineConfig
 from memcompile_local.errors import ConfigError, TransportError
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.llm.registry import load_backend
 
 from _data_paths import LOCOMO_MINI, LONGMEMEVAL_MINI

@@ -19,7 +19,7 @@ import pytest
 
 from _service_util import MODEL_FREE, REPO, env, running, write_config, write_keys
 from memcompile_local.adapters.scripted import HashEmbedder
-from memcompile_local.client import MemoryClient, ServiceRequestError
+from memcompile_local.service.client import MemoryClient, ServiceRequestError
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ConfigError
 from memcompile_local.memory import Memory
@@ -446,7 +446,7 @@ def test_memory_view_cache_keeps_one_view_per_namespace(tmp_path):
     for i in range(3):
         mem.add("ns", [{"time": "2024-01-01", "turns": [{"speaker": "A", "text": f"turn {i}", "id": f"x{i}"}]}])
         mem.compile("ns", "turn")
-    assert len(mem._views) == 1
+    assert len(mem.views.keys()) == 1
     mem.close()
 
 
@@ -458,7 +458,7 @@ def test_an_append_loads_the_new_view_before_the_next_search(tmp_path):
     svc.wait_warm()
     ns = namespace_for("local", "w")
     generation = svc.store.generation(ns)
-    assert any(k[0] == ns and generation in k for k in svc.memory._views), "the view was not loaded ahead"
+    assert any(k[0] == ns and generation in k for k in svc.memory.views.keys()), "the view was not loaded ahead"
     loads = []
     real = svc.memory._load_view
     svc.memory._load_view = lambda n: loads.append(n) or real(n)
@@ -469,7 +469,7 @@ def test_an_append_loads_the_new_view_before_the_next_search(tmp_path):
 
 def test_a_view_load_cut_short_by_a_concurrent_build_is_retried(tmp_path):
     """Regression: a build committing during a view load made the search fail (embedding missing)."""
-    from memcompile_local.service.view import PendingViews, current_view
+    from memcompile_local.service.core import current_view
 
     mem = Memory(tmp_path / "m.sqlite", PipelineConfig.from_dict(MODEL_FREE), embedder=HashEmbedder())
     mem.add("ns", [{"time": "2024-01-01", "turns": [{"speaker": "A", "text": "turn about owls", "id": "x"}]}])
@@ -483,9 +483,9 @@ def test_a_view_load_cut_short_by_a_concurrent_build_is_retried(tmp_path):
         return real(ns, **kw)
 
     mem.view = racing_view
-    view, behind = current_view(mem, PendingViews(mem), "ns", allow_build=True)
+    view, behind = current_view(mem, mem.partial_views(), "ns", allow_build=True)
     assert behind == 0 and [p.packet_id for p in view.packets] == ["x"] and len(calls) == 2
     mem.view = lambda ns, **kw: (_ for _ in ()).throw(RuntimeError("broken, nothing moved"))
     with pytest.raises(RuntimeError, match="nothing moved"):
-        current_view(mem, PendingViews(mem), "ns", allow_build=True)
+        current_view(mem, mem.partial_views(), "ns", allow_build=True)
     mem.close()

@@ -20,11 +20,11 @@ import pytest
 from _service_util import MODEL_FREE, running, write_config
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.config import PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.memory import Memory
 from memcompile_local.service.auth import LOCAL_TENANT
 from memcompile_local.service.core import MemoryService
-from memcompile_local.group_commit import GroupCommit
+from memcompile_local.store.group_commit import GroupCommit
 from memcompile_local.store import MemoryStore
 from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn

@@ -130,7 +130,7 @@ def test_cli_commands_beside_a_server_lose_no_acknowledged_turn(tmp_path):
 _MEMORY_CHILD = """
 import sys
 from memcompile_local import Memory, PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": "hash"})
 with Memory(sys.argv[1], cfg) as mem:
     mem.add("py-user", [{"time": "2024-04-02 08:00", "turns": [

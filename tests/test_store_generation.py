@@ -87,7 +87,7 @@ _LONG_LIVED = textwrap.dedent(
     import json, sys
     sys.path.insert(0, sys.argv[2])
     from memcompile_local.config import PipelineConfig
-    from memcompile_local.evidence.presets import apply_preset
+    from memcompile_local.pipeline.presets import apply_preset
     from memcompile_local.memory import Memory
 
     cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": "hash"})

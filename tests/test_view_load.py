@@ -18,24 +18,27 @@ import threading
 import numpy as np
 import pytest
 
-from memcompile_local import fused, view_load
+from memcompile_local.fused import index as fused
+from memcompile_local.views import load as view_load
+from memcompile_local.build.stages import layout_id
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.address.index import AddressIndex
 from memcompile_local.address.lexical import LexicalIndex
-from memcompile_local.build import extract_descriptors, place_cells
+from memcompile_local.build.stages import extract_descriptors, place_cells
 from memcompile_local.config import PipelineConfig
 from memcompile_local.errors import ImmutablePacketError
-from memcompile_local.evidence.presets import apply_preset
-from memcompile_local.fused import FusionIndex, fused_scores
+from memcompile_local.pipeline.presets import apply_preset
+from memcompile_local.fused.channels import fused_scores
+from memcompile_local.fused.index import FusionIndex
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.memory import Memory
-from memcompile_local.lexical_growth import GrowingLexicalIndex
-from memcompile_local.pipeline import MemoryView, compile_context
-from memcompile_local.append_in_place import InPlaceAppend
+from memcompile_local.address.lexical_growth import GrowingLexicalIndex
+from memcompile_local.pipeline.compile import compile_context
+from memcompile_local.views.record import MemoryView
 from memcompile_local.store import MemoryStore
 from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
-from memcompile_local.view_load import LazyAddressIndex
+from memcompile_local.views.load import LazyAddressIndex
 
 FIRST = [
     {"time": "2024-05-02 10:00", "id": "s1", "turns": [
@@ -129,7 +132,7 @@ def test_incremental_load_after_appends_equals_a_load_from_scratch(tmp_path, mon
         # neighbours (and, with bursts, the rest of their burst), and new expansion words.
         assert stemmed_by_load <= 4 * len(batch[0]["turns"]) + 4 < len(view.packets) + 4
         scratch = memory(store, cfg)  # a new Memory remembers no earlier load
-        assert not scratch._loader.remembered("u")
+        assert not scratch.views.loader.remembered("u")
         assert selection(scratch, "u") == incremental
         same_fusion(view.fusion, FusionIndex.build(
             view.packets, view.descriptors_by_packet, cfg.fusion, packet_matrix=scratch.view("u").packet_matrix,
@@ -178,7 +181,7 @@ def test_a_forget_between_loads_is_never_served_from_the_old_view(tmp_path):
     assert np.array_equal(view.packet_matrix, scratch.view("u").packet_matrix)
     # This process's own forget drops what it remembered of the namespace.
     live.forget("u")
-    assert not live._loader.remembered("u")
+    assert not live.views.loader.remembered("u")
     other_store.close()
     store.close()
 
@@ -203,7 +206,7 @@ def test_the_address_index_is_built_only_when_asked_and_traces_as_before(tmp_pat
     # The same trace as a view whose AddressIndex was built up front from the same records.
     flat = cfg.placement.layout == "flat"
     eager = real_build(AddressIndex, view.packets, [d for p in view.packets for d in view.descriptors_by_packet.get(p.packet_id, ())],
-                       [] if flat else store.cells("u", view_load.layout_id(mem.extractor().descriptor_set,
+                       [] if flat else store.cells("u", layout_id(mem.extractor().descriptor_set,
                                                                               cfg.placement)),
                        view.packet_matrix, layout=cfg.placement.layout, placement=cfg.placement,
                        routing=cfg.routing)
@@ -255,8 +258,8 @@ def test_a_load_that_only_links_shared_vectors_is_keyed_on_the_current_generatio
     extract_descriptors(store, "b", extractor)
     place_cells(store, "b", extractor.descriptor_set, cfg.placement)
     loads: list[str] = []
-    real = mem._loader.load
-    monkeypatch.setattr(mem._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
+    real = mem.views.loader.load
+    monkeypatch.setattr(mem.views.loader, "load", lambda *a: loads.append(a[-1]) or real(*a))
     first = mem.view("b")
     assert mem.view("b") is first and loads == ["b"]
     assert selection(mem, "b") == selection(memory(store, cfg), "b")
@@ -280,7 +283,7 @@ def as_conversation(store: MemoryStore, ns: str, batch: list[dict]) -> Conversat
 
 def appender(mem: Memory) -> InPlaceAppend:
     queue = BuildQueue(mem.store)
-    return InPlaceAppend(mem, lambda ns: not queue.held_by_other(ns, "test-owner"))
+    return mem.in_place_appender(lambda ns: not queue.held_by_other(ns, "test-owner"))
 
 
 def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> None:
@@ -331,10 +334,10 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
     plain = memory(plain_store, cfg)
     plain.add("u", FIRST)
     plain.build("u")
-    lid = view_load.layout_id(live.extractor().descriptor_set, cfg.placement)
+    lid = layout_id(live.extractor().descriptor_set, cfg.placement)
     loads: list[str] = []
-    real = live._loader.load
-    monkeypatch.setattr(live._loader, "load", lambda m, ns: loads.append(ns) or real(m, ns))
+    real = live.views.loader.load
+    monkeypatch.setattr(live.views.loader, "load", lambda *a: loads.append(a[-1]) or real(*a))
     for n, batch in enumerate(APPENDS + [[{"time": "2024-06-20 08:00", "id": "s3", "turns": [
             {"speaker": "Lena", "text": "Hi both, Lena here: I joined the Tallinn trip in 2024-06.", "id": "c3"}]}]],
             start=1):
@@ -349,7 +352,7 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
         view = live.view("u")
         assert view is held[0] and loads == []
         scratch = memory(store, cfg)
-        assert not scratch._loader.remembered("u")
+        assert not scratch.views.loader.remembered("u")
         same_view(view, scratch.view("u"), cfg)
         same_selection(selection(live, "u"), selection(scratch, "u"))
     # An adopted view reads its Cells only when its AddressIndex is first used; by then the
@@ -389,7 +392,7 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
     live.add("u", APPENDS[1])
     assert {"b4", "b5", "b6"} <= set(live.view("u").packets_by_id)
     # Between the plan (made from the held view) and the transaction.
-    real_plan = live.plan_append
+    real_plan = live.views.loader.plan_append
 
     def plan_then_other_writes(*a, **k):
         plan = real_plan(*a, **k)
@@ -397,7 +400,7 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
             {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}])
         return plan
 
-    monkeypatch.setattr(live, "plan_append", plan_then_other_writes)
+    monkeypatch.setattr(live.views.loader, "plan_append", plan_then_other_writes)
     assert app.add("u", as_conversation(store, "u", APPENDS[2])) is None and app.declined == 2
     monkeypatch.undo()
     assert store.get_packet("u", "c1") is None
@@ -433,7 +436,7 @@ def test_a_failed_append_leaves_the_old_view_serving(tmp_path, monkeypatch):
         store.ingest(as_conversation(store, "u", changed))
     assert live.cached_view("u", generation=store.generation("u"))[0] is old
     # Planning fails before anything is written: nothing stored, the old view still serves.
-    monkeypatch.setattr(live, "plan_append", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(live.views.loader, "plan_append", lambda *a, **k: 1 / 0)
     assert app.add("u", as_conversation(store, "u", APPENDS[0])) is None
     assert store.packet_count("u") == 6 and live.cached_view("u", generation=store.generation("u"))[0] is old
     monkeypatch.undo()
@@ -460,11 +463,11 @@ def test_an_append_in_place_adopts_nothing_after_the_namespace_was_dropped(tmp_p
     live = memory(store, config())
     live.add("u", FIRST)
     live.view("u")
-    real = live._loader.adopt
-    monkeypatch.setattr(live._loader, "adopt", lambda *a, **k: live._loader.drop("u") or real(*a, **k))
+    real = live.views.loader.adopt
+    monkeypatch.setattr(live.views.loader, "adopt", lambda *a, **k: live.views.loader.drop("u") or real(*a, **k))
     app = appender(live)
     assert app.add("u", as_conversation(store, "u", APPENDS[0])).added == 1
-    assert app.in_place == 0 and not live._loader.remembered("u")
+    assert app.in_place == 0 and not live.views.loader.remembered("u")
     assert live.cached_view("u") is None or live.cached_view("u")[1] != store.generation("u")
     store.close()
 

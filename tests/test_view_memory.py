@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 
 from memcompile_local import Memory, PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 
 
 def alive_views(namespace: str) -> int:

@@ -1,4 +1,4 @@
-"""Bounded Cell placement (seed 000, Section 3.2.2, Appendix B.2, Algorithm 2).
+"""Bounded Cell placement (MemCompile paper, Section 3.2.2, Appendix B.2, Algorithm 2).
 
 Descriptors arrive one at a time in dialogue and claim order. Every existing Cell that can
 still take the descriptor (token and item capacity, Eq. 3) competes with a fresh Cell under

@@ -1,4 +1,4 @@
-"""Dense packet channel (seed 000, Section 3.2.4 and Appendix C.2).
+"""Dense packet channel (MemCompile paper, Section 3.2.4 and Appendix C.2).
 
 Every SourcePacket gets a document z(p): the raw turn (speaker and content), the image
 caption and image query when present, every claim extracted from the packet in construction

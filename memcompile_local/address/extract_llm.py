@@ -1,4 +1,4 @@
-"""LLM descriptor extraction (seed 000, Section 3.2.1 and Appendix B.1).
+"""LLM descriptor extraction (MemCompile paper, Section 3.2.1 and Appendix B.1).
 
 Two-step mode (the default), for a batch of (packet, preceding packet) items:
 

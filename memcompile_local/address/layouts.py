@@ -1,4 +1,4 @@
-"""Controlled placement layouts (seed 000, Appendix B.4).
+"""Controlled placement layouts (MemCompile paper, Appendix B.4).
 
 Every layout receives the same descriptors, in dialogue and claim order, and returns Cells:
 

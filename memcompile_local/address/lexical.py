@@ -1,4 +1,4 @@
-"""Lexical channel: BM25 over descriptor documents (seed 000, Section 3.2.4, Appendix B.3).
+"""Lexical channel: BM25 over descriptor documents (MemCompile paper, Section 3.2.4, Appendix B.3).
 
 Documents and queries are tokenized with ``text.terms`` (lowercased content words, stopwords
 and one-character tokens removed), the same normalization behind every Jaccard term set, so

@@ -1,5 +1,5 @@
 """Address-plane query serving: lexical channel, Cell routing, and the scored candidate union
-K_q (seed 000, Sections 3.2.3-3.2.4, Algorithm 3).
+K_q (MemCompile paper, Sections 3.2.3-3.2.4, Algorithm 3).
 
 This module stops at descriptor hits. Collapsing them to SourcePackets (U_q, Section 3.3) is
 ``normalize.normalize_to_packets``, and the dense packet proposals D_q are

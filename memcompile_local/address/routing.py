@@ -1,4 +1,4 @@
-"""Diminishing-benefit Cell routing (seed 000, Section 3.2.3, Eqs. 5, 22-23, Algorithm 3).
+"""Diminishing-benefit Cell routing (MemCompile paper, Section 3.2.3, Eqs. 5, 22-23, Algorithm 3).
 
 Base relevance of Cell c for query q (Eq. 22):
 

@@ -1,4 +1,4 @@
-"""Candidate score r_i of an address hit (seed 000, Eq. 7 and Appendix B.3).
+"""Candidate score r_i of an address hit (MemCompile paper, Eq. 7 and Appendix B.3).
 
     r_i = alpha_f J(Term_q, Term_i) + alpha_k J(Term_q, Key_i) + alpha_p J(Per_q, Per_i)
           + alpha_t 1_t(i, q) + alpha_b b_i

@@ -266,7 +266,7 @@ def longmemeval_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------
-# Token accounting (seed 000, Appendix E, Table 8)
+# Token accounting (MemCompile paper, Appendix E, Table 8)
 # --------------------------------------------------------------------------------------
 
 _COLD_STAGES = (("fact", "Fact extraction"), ("metadata", "Metadata extraction"),

@@ -9,17 +9,19 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..address.lexical import LexicalIndex
-from ..build import embedding_model_id
+from ..build.stages import embedding_model_id
 from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..evidence.views import render_raw_packets
 from ..language.stemming import stem_terms
 from ..language.tokens import count_tokens
+from ..protocols import Embedder
+from ..store.base import Store
 from ..types import SourcePacket
 
 BASELINES = ("full-context", "bm25", "dense")
@@ -33,15 +35,16 @@ def _raw_text(p: SourcePacket) -> str:
     return p.content + (f" [image: {p.image_caption}]" if p.image_caption else "")
 
 
-def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: PipelineConfig,
-                     cache: dict | None = None) -> tuple[list[str], str]:
-    """(packet ids, rendered context) of a baseline for one question.
+def baseline_context(kind: str, store: Store, embedder: Embedder | None, namespace: str, question: str,
+                     cfg: PipelineConfig, cache: dict | None = None) -> tuple[list[str], str]:
+    """(packet ids, rendered context) of a baseline for one question over ``store`` (the dense
+    baseline embeds with ``embedder``).
 
     ``cache`` (owned by the caller, e.g. one per run) keeps each namespace's index between
     questions.
     """
     cache = {} if cache is None else cache
-    packets = mem.store.packets(namespace)
+    packets = store.packets(namespace)
     k = cfg.evidence.k0
     if kind == "full-context":
         text = render_raw(packets)
@@ -58,8 +61,8 @@ def baseline_context(kind: str, mem: Any, namespace: str, question: str, cfg: Pi
         chosen = [packets[i] for i, _ in hits]
         return [p.packet_id for p in chosen], render_raw(chosen)
     if kind == "dense":
-        matrix = _cached(cache, ("dense", namespace, len(packets)), lambda: _raw_matrix(mem, namespace, packets))
-        q = np.asarray(mem.embedder.embed([question]), dtype=np.float32)[0]
+        matrix = _cached(cache, ("dense", namespace, len(packets)), lambda: _raw_matrix(store, embedder, namespace, packets))
+        q = np.asarray(embedder.embed([question]), dtype=np.float32)[0]
         scores = matrix @ q
         order = np.lexsort((np.arange(len(packets)), -scores))[:k]  # cosine desc, dialogue order on ties
         chosen = [packets[i] for i in order]
@@ -73,15 +76,15 @@ def _cached(cache: dict, key: tuple, make):
     return cache[key]
 
 
-def _raw_matrix(mem: Any, namespace: str, packets: Sequence[SourcePacket]) -> np.ndarray:
+def _raw_matrix(store: Store, embedder: Embedder, namespace: str, packets: Sequence[SourcePacket]) -> np.ndarray:
     """Raw-turn embeddings, stored in the memory store like the packet documents."""
-    model_id = embedding_model_id(mem.embedder)
+    model_id = embedding_model_id(embedder)
     keys = [f"raw|{p.packet_id}|{hashlib.sha256(_raw_text(p).encode()).hexdigest()[:16]}" for p in packets]
-    have = mem.store.embeddings(namespace, model_id, keys)
+    have = store.embeddings(namespace, model_id, keys)
     missing = [i for i, k in enumerate(keys) if k not in have]
     for start in range(0, len(missing), 64):
         idx = missing[start : start + 64]
-        vecs = np.asarray(mem.embedder.embed([_raw_text(packets[i]) for i in idx]), dtype=np.float32)
-        mem.store.save_embeddings(namespace, model_id, [keys[i] for i in idx], vecs)
+        vecs = np.asarray(embedder.embed([_raw_text(packets[i]) for i in idx]), dtype=np.float32)
+        store.save_embeddings(namespace, model_id, [keys[i] for i in idx], vecs)
         have.update({keys[i]: v for i, v in zip(idx, vecs)})
     return np.stack([have[k] for k in keys]).astype(np.float32)

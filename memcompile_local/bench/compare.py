@@ -37,7 +37,7 @@ import yaml
 
 from ..config import PipelineConfig
 from ..errors import ConfigError
-from ..evidence.presets import apply_preset
+from ..pipeline.presets import apply_preset
 from .baselines import BASELINES
 from .judge_model import resolve_judge
 from .plots import quality_vs_tokens_plot

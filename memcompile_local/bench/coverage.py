@@ -1,6 +1,6 @@
 """Evidence metrics: gold recall of the selected SourcePackets and the source-aliasing audit.
 
-Gold recall (seed 000, Table 2 and Appendix C.2.1) asks how much of the benchmark's gold
+Gold recall (MemCompile paper, Table 2 and Appendix C.2.1) asks how much of the benchmark's gold
 evidence reached the reader: for one question it is the fraction of *distinct* gold ids that
 appear among the selected packet ids; the benchmark figure is the mean over the questions
 that have gold evidence, and a question is *fully covered* when every gold id was selected.
@@ -10,7 +10,7 @@ loader's convention), so the session of a selected turn is the part before the l
 Session recall is the fraction of the question's answer sessions that have at least one
 selected turn; turn recall is gold recall against the ``has_answer`` turn ids.
 
-The aliasing audit (seed 000, Appendix A.4) measures how many slots of a ranked retrieval
+The aliasing audit (MemCompile paper, Appendix A.4) measures how many slots of a ranked retrieval
 list are taken by repeats of the same SourcePacket before source normalization. It is
 self-contained here on purpose: it is the benchmark's canonical definition.
 """

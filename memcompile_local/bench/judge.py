@@ -5,7 +5,7 @@ JSON object constrained by a pydantic schema, so the client validates it and a c
 backend cannot produce anything else:
 
 * LoCoMo: ``{"label": "CORRECT" | "WRONG"}``. The judge is lenient in the way the paper's
-  protocol is (seed 000, Appendix F): an answer about the same fact or topic as the gold
+  protocol is (MemCompile paper, Appendix F): an answer about the same fact or topic as the gold
   answer is correct whatever its length or wording, and a time answer is correct when it
   names the same period in another format.
 * LongMemEval: ``{"answer": "yes" | "no"}`` with one prompt per question type, following
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 # quoted data, never instructions (a generated answer must not be able to grade itself).
 LOCOMO_JUDGE_PROMPT_VERSION = "locomo-judge-v2"
 LONGMEMEVAL_JUDGE_PROMPT_VERSION = "longmemeval-judge-v2"
-# The paper's generation limit for every model call (seed 000, Section 4.1). A constrained
+# The paper's generation limit for every model call (MemCompile paper, Section 4.1). A constrained
 # backend stops at the end of the JSON object long before it.
 JUDGE_MAX_TOKENS = 2048
 

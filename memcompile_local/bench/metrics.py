@@ -4,7 +4,7 @@ Two conventions are in use for LoCoMo and they give different numbers for the sa
 so both are provided and every report names which one a figure is:
 
 ``mem0_f1`` / ``mem0_bleu1``
-    The convention of the comparison tables in the MemCompile paper (seed 000, Table 1),
+    The convention of the comparison tables in the MemCompile paper (Table 1),
     which follow the widely used mem0 evaluation harness.
 
     * F1 works on token *sets*. A string is lowercased, each of ``. , ! ?`` is replaced by a

@@ -317,7 +317,7 @@ def aliasing_markdown(aliasing: Mapping[str, Mapping[str, Any]]) -> str:
     """The report section of ``bench.coverage.aliasing_audit`` results (depth -> figures)."""
     lines = ["## Source aliasing before normalization", "",
              "Address hits (claims) in candidate order, before they are collapsed to packets "
-             "(seed 000, Appendix A.4). Eligible: questions with at least that many hits. DBR: share of "
+             "(MemCompile paper, Appendix A.4). Eligible: questions with at least that many hits. DBR: share of "
              "slots holding a packet already seen higher in the list. Affected: share of eligible questions "
              "with such a slot. Max-source: slots held by the most repeated packet (mean / p95 / max).", "",
              "| Depth | Eligible | Unique packets | DBR | Affected | Max-source mean/p95/max |",

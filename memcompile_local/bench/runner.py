@@ -42,8 +42,8 @@ from ..llm.client import LLMClient, NoModelBackend
 from ..llm.interface import stable_hash
 from ..llm.registry import backend_kwargs, load_backend
 from ..memory import Memory
-from ..progress import bar
-from ..store import MemoryStore
+from ..build.progress import bar
+from ..store import RequestCache, open_store
 from ..types import Conversation, QAItem
 from . import judge as judge_module
 from .aggregate import add_judge_totals, locomo_metrics, longmemeval_metrics, token_table
@@ -192,7 +192,7 @@ def child_run_ids(run_id: str, convs: Sequence[Conversation], items: Sequence[tu
     return ids
 
 
-def run_waste(store: MemoryStore, run_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+def run_waste(store: RequestCache, run_ids: Sequence[str]) -> dict[str, dict[str, int]]:
     """Wasted calls per stage over several run ids.
 
     Failed attempts are logged under the id of the client that made them, a child id such as
@@ -263,7 +263,7 @@ class EvalRunner:
         check_run_folder(out, run_id)
         judge_cfg, self_judge = self._judge_model()  # a refused self-judge stops here, before any work
 
-        store = MemoryStore(spec.store)
+        store = open_store(spec.store)
         phases: dict[str, float] = {}
         completed = False
         try:
@@ -386,8 +386,10 @@ class EvalRunner:
         t0 = time.perf_counter()
         candidate_packets: list[str] = []
         if self.spec.baseline:
-            packet_ids, text = baseline_context(self.spec.baseline, mem, conv.namespace, q.question, self.cfg,
-                                                cache=self._baseline_cache)
+            # The embedder loads only for the dense baseline.
+            embedder = mem.embedder if self.spec.baseline == "dense" else None
+            packet_ids, text = baseline_context(self.spec.baseline, mem.store, embedder, conv.namespace, q.question,
+                                                self.cfg, cache=self._baseline_cache)
             stages = {"final": list(packet_ids)}
             timings: dict[str, float] = {}
         else:
@@ -445,7 +447,7 @@ class EvalRunner:
                                             model=str(ident.get("model", "?")), base_url=ident.get("base_url"))
         return judge_description(judge_cfg, version, self_judge=self_judge, identity=identity)
 
-    def _judge(self, out: Path, rows: list[dict], store: MemoryStore, run_id: str, judge_backend: Any
+    def _judge(self, out: Path, rows: list[dict], store: RequestCache, run_id: str, judge_backend: Any
                ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
         spec = self.spec
         path = out / "judgments.jsonl"

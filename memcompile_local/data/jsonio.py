@@ -13,12 +13,12 @@ wrote. The checks on string content are:
   ``\\ud800`` escape), because such a string cannot be written back as UTF-8 later;
 * no string is longer than the reader's ``max_turn_chars`` (default
   :data:`DEFAULT_MAX_TURN_CHARS`; None turns the cap off), so one huge turn cannot make a
-  build take hours or a compiled context megabytes (issue 15.5);
+  build take hours or a compiled context megabytes;
 * labels, the fields that reader views and prompts put into one-line headers (speaker
   names, session times, turn and session ids), hold no control or line-break character
   (:meth:`FieldReader.as_label`). Such a label is **rejected**, not normalised: a rewritten
   speaker name or date would silently change what the user stored, and a located error
-  lets them fix the file (issue 15.4).
+  lets them fix the file.
 """
 
 from __future__ import annotations

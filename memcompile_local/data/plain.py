@@ -22,7 +22,7 @@ them; otherwise the speakers are collected in order of first appearance. The nam
 is the ``namespace`` argument, else the file's ``namespace``, else the file name stem.
 
 These positional defaults describe one file. ``Memory.add`` gives turns without ids ids that
-stay stable across calls instead (see ``memcompile_local.turn_ids``); it learns which ids a
+stay stable across calls instead (see ``memcompile_local.data.turn_ids``); it learns which ids a
 document wrote itself from :func:`parse_plain_given_ids`.
 """
 

@@ -5,14 +5,12 @@
 - ``pursuit``: MemPursuit, the model-free greedy simplex reconstruction selector
 - ``views``: reader views over a fixed packet sequence
 - ``answer`` and ``prompts``: the answer step and every Evidence Plane prompt
-- ``presets``: the paper's ablation paths as configurations
 
 Only numpy is imported here; no model library is loaded.
 """
 
 from .answer import AnswerResult, answer_question, postprocess_answer, use_temporal_prompt
 from .frontier import bounded_frontier, frontier_pool
-from .presets import PRESETS, apply_preset, apply_presets, describe_preset
 from .pursuit import PursuitResult, mem_pursuit
 from .scheduler import ScheduleResult, schedule_packets
 from .views import (
@@ -30,10 +28,6 @@ __all__ = [
     "use_temporal_prompt",
     "bounded_frontier",
     "frontier_pool",
-    "PRESETS",
-    "apply_preset",
-    "apply_presets",
-    "describe_preset",
     "PursuitResult",
     "mem_pursuit",
     "ScheduleResult",

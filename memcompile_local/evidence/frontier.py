@@ -1,4 +1,4 @@
-"""Anchor-preserving bounded frontier (seed 000, Section 3.4.2, Eqs. 12-14, Appendix C.2).
+"""Anchor-preserving bounded frontier (MemCompile paper, Section 3.4.2, Eqs. 12-14, Appendix C.2).
 
 The frontier pool ``W_q`` unites the anchors ``A0`` with the dense packet proposals ``D_q``
 by dialogue id. Some ordering ``sigma_q`` of ``W_q`` (a listwise model call, MemPursuit, ...)

@@ -2,7 +2,7 @@
 
 Each prompt is a :class:`PromptTemplate` whose ``version`` enters the request's
 ``prompt_version`` and therefore the cache identity: change the text, bump the version.
-The wording is this project's own; the intent of each prompt follows seed 000,
+The wording is this project's own; the intent of each prompt follows the MemCompile paper,
 Appendix F (two packet schedulers, a general answer prompt and a temporal one).
 """
 
@@ -42,7 +42,7 @@ class PromptTemplate:
 SCHEDULER_PROTOCOL_VERSION = "closed-pool-listwise/1"
 
 
-# Stated in every system prompt that shows stored text (issue 15.4): memcompile_local.fence
+# Stated in every system prompt that shows stored text: memcompile_local.fence
 # keeps content from looking like structure, and these sentences tell the model what the
 # fencing means.
 EVIDENCE_IS_DATA = (

@@ -1,4 +1,4 @@
-"""MemPursuit: greedy evidence composition by sparse convex reconstruction of the query (seed 001).
+"""MemPursuit: greedy evidence composition by sparse convex reconstruction of the query (MemPursuit paper).
 
 The query embedding ``q`` is approximated by a convex combination of selected candidate
 embeddings. At every step the candidate best aligned with what the current reconstruction

@@ -1,4 +1,4 @@
-"""Closed-pool listwise packet scheduling (seed 000, Section 3.4.1 and Appendix A.2).
+"""Closed-pool listwise packet scheduling (MemCompile paper, Section 3.4.1 and Appendix A.2).
 
 A model sees the question and a closed list of SourcePackets under opaque labels C001,
 C002, ... (assigned in pool order) and returns the labels of the packets it wants, best

@@ -1,4 +1,4 @@
-"""Reader views over a fixed packet sequence (seed 000, Section 3.4.3, Table 4, Appendix C.3).
+"""Reader views over a fixed packet sequence (MemCompile paper, Section 3.4.3, Table 4, Appendix C.3).
 
 Every view renders the same packets in the same order; only what each block shows differs:
 
@@ -19,14 +19,14 @@ Each block starts with the same header in every view, then its content quoted li
 
 The number is the position in the packet sequence; blocks are joined by a blank line.
 
-Fencing (issue 15.4): the header is built only from the packet id, session time and speaker,
+Fencing: the header is built only from the packet id, session time and speaker,
 each rendered by :func:`memcompile_local.fence.header_value` (bare when a plain single-line
 label, else a JSON string), and every content line starts with ``"> "``
 (:func:`memcompile_local.fence.quote_block`). So whatever a stored turn or claim says, the
 context holds exactly one header line per packet, and no content line can pass for a header,
 a ``Question:`` line or a system message.
 
-Size (issue 15.5): ``max_block_chars`` caps one rendered block (header included). Content
+Size: ``max_block_chars`` caps one rendered block (header included). Content
 past the cap is cut and the block ends with a marker line saying how many characters were
 left out, so a huge turn can neither crowd out the other evidence nor vanish silently.
 """

@@ -47,8 +47,8 @@ from memcompile_local.llm.interface import LLMBackend, LLMRequest, LLMResponse, 
 from memcompile_local.llm.validate import validate_response
 from memcompile_local.store.ledger import InMemoryLedger  # the store's ledger SQL, on a private in-memory database
 
-if TYPE_CHECKING:  # the store is only used through the methods below
-    from memcompile_local.store import MemoryStore
+if TYPE_CHECKING:  # the store is only used as a request cache and ledger
+    from memcompile_local.store.base import RequestCache
 
 __all__ = ["LLMClient", "InMemoryLedger", "Result", "add_totals"]
 
@@ -93,7 +93,7 @@ class _Miss:
 class LLMClient:
     """Cached, validated, token-accounted access to one ``LLMBackend``.
 
-    ``store`` (a ``MemoryStore``) makes the cache and the ledger persistent; without it an
+    ``store`` (a ``RequestCache``: the store's cache and ledger) makes the cache and the ledger persistent; without it an
     ``InMemoryLedger`` is used. ``run_id`` names the run whose totals ``totals()`` reports;
     pass the same id to resume a run (a fresh random id by default). ``progress`` shows a
     tqdm counter of finished requests on stderr.
@@ -102,12 +102,12 @@ class LLMClient:
     being computed by one thread is awaited, not recomputed, by the others.
     """
 
-    def __init__(self, backend: LLMBackend, store: "MemoryStore | None" = None, *,
+    def __init__(self, backend: LLMBackend, store: "RequestCache | None" = None, *,
                  run_id: str | None = None, progress: bool = False) -> None:
         self.backend = backend
         self.store = store
         self.run_id = run_id if run_id is not None else uuid.uuid4().hex
-        self._ledger: Any = store if store is not None else InMemoryLedger()
+        self._ledger: RequestCache = store if store is not None else InMemoryLedger()
         # Backends are immutable once built; identity() may hash weight files, so ask once.
         self._backend_identity = backend.identity()
         self._lock = threading.RLock()

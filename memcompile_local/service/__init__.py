@@ -2,5 +2,5 @@
 
 Needs the ``serve`` extra (``pip install 'memcompile-local[serve]'``); nothing here is imported by
 ``import memcompile_local``. Entry points: ``memcompile-local serve`` / ``mcp`` (``service/cli.py``),
-``service.app.create_app`` and ``memcompile_local.client.MemoryClient``.
+``service.app.create_app`` and ``memcompile_local.service.client.MemoryClient``.
 """

@@ -26,21 +26,18 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..append_in_place import InPlaceAppend
-from ..build import extract_descriptors, place_cells
 from ..config import PipelineConfig, config_needs_llm
 from ..errors import MissingExtraError, TransportError
-from ..evidence.answer import answer_question, use_temporal_prompt
-from ..evidence.presets import PRESETS, apply_presets
+from ..pipeline.presets import PRESETS, apply_presets
 from ..memory import Memory
-from ..pipeline import compile_context
-from ..store import MemoryStore
+from ..store import open_store
 from ..store.queue import BuildQueue
 from ..types import Conversation, Session, Turn
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .errors import ServiceError
 from .limits import Limits
-from .view import PendingViews, current_view, pending_turns
+from ..views.pending import PartialViews, pending_turns
+from ..views.record import MemoryView
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +122,16 @@ class MemoryService:
                  backend: Any = None, embedder: Any = None):
         self.config = config or PipelineConfig()
         self.limits = limits or Limits()
-        self.store = MemoryStore(store_path)
+        self.store = open_store(store_path)
         # A second, read-only connection for the per-search checks (does the user exist, which
         # generation is current): the main connection is locked while an append's transaction
         # commits, and a search of another user should not queue behind that fsync. WAL lets
         # it read the last commit meanwhile.
-        self._probe = self.store if str(store_path) == ":memory:" else MemoryStore(store_path, read_only=True)
+        self._probe = self.store if str(store_path) == ":memory:" else open_store(store_path, read_only=True)
         self.queue = BuildQueue(self.store)
         self._backend = backend
         self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder)
-        self.pending = PendingViews(self.memory)
+        self.pending = self.memory.partial_views()
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         # Model-free extraction is fast enough to run in the append request itself.
         self.inline_build = self.config.extraction.extractor == "rule"
@@ -142,8 +139,9 @@ class MemoryService:
         self._presets_lock = threading.Lock()
         self._view_locks: dict[str, threading.Lock] = {}
         # Appends that extend this process's loaded view instead of making the next search load one.
-        self.appender = InPlaceAppend(self.memory, lambda ns: not self.queue.held_by_other(ns, self.owner))
+        self.appender = self.memory.in_place_appender(lambda ns: not self.queue.held_by_other(ns, self.owner))
         self.backend_down_since: float | None = None
+        log.info("memory service over %s: answer model %s", store_path, self.memory.answer_model)
         # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
         self._warm_queue: queue.Queue[str] = queue.Queue()
         self._warm_waiting: set[str] = set()
@@ -282,7 +280,7 @@ class MemoryService:
             "added": result.added,
             "skipped": result.skipped,
             "built": built or not result.added,
-            "pending_turns": 0 if built else pending_turns(self.memory, ns),
+            "pending_turns": 0 if built else pending_turns(self.store, self.memory.extractor().descriptor_set, ns),
         }
 
     def _conversation(self, ns: str, turns: Sequence[TurnInput], ids: Sequence[str]) -> Conversation:
@@ -315,9 +313,7 @@ class MemoryService:
         if not self._acquire_lease(ns, wait_s):
             return False
         try:
-            extractor = self.memory.extractor()
-            extract_descriptors(self.store, ns, extractor, on_failure=self.config.extraction.on_failure)
-            place_cells(self.store, ns, extractor.descriptor_set, self.config.placement)
+            self.memory.build(ns, embed=False)
         finally:
             self.queue.release(ns, self.owner)
         return True
@@ -426,17 +422,15 @@ class MemoryService:
         if held is not None:
             view, behind = held[0], 0
         else:
-            if self.inline_build and pending_turns(mem, ns):
+            if self.inline_build and pending_turns(self.store, mem.extractor().descriptor_set, ns):
                 self.build_now(ns)  # turns left by a request that could not get the lease
             # One thread per namespace loads a new view; the others wait for it instead of each
             # rebuilding the same indexes (every write makes the next search load a view).
             with self._view_lock(ns):
-                view, behind = current_view(mem, self.pending if mem is self.memory else PendingViews(mem), ns,
+                view, behind = current_view(mem, self.pending if mem is self.memory else mem.partial_views(), ns,
                                             allow_build=self.inline_build)
-        cfg = mem.config.replace(evidence={"k0": k}) if k is not None else mem.config
-        client = mem.client if config_needs_llm(cfg) else None
         try:
-            ctx = compile_context(query, view, cfg, client=client, embedder=mem.embedder)
+            ctx = mem.compile_view(view, query, k=k)
         except TransportError:
             self.backend_down_since = self.backend_down_since or time.time()
             raise
@@ -478,8 +472,7 @@ class MemoryService:
             raise ServiceError(503, "backend_unavailable", f"the answer model could not be loaded: {exc}",
                                headers={"Retry-After": "30"}) from exc
         try:
-            res = answer_question(client, query, ctx.text, temporal=use_temporal_prompt(query), namespace=ns,
-                                  max_tokens=mem.config.model.max_tokens, question_date=question_date)
+            res = mem.answer_context(ctx, client=client, question_date=question_date)
         except (TransportError, MissingExtraError) as exc:
             self.backend_down_since = self.backend_down_since or time.time()
             raise ServiceError(503, "backend_unavailable", f"the answer model is unavailable: {exc}",
@@ -487,13 +480,14 @@ class MemoryService:
         self.backend_down_since = None
         out = self._context_json(user_id, (ctx, packets), behind)
         out["answer"] = res.text
+        out["answer_model"] = res.model
         return out
 
     def stats(self, tenant: str, user_id: str) -> dict:
         """Counts and build state of one user's memory."""
         ns = self._existing(tenant, user_id)
         s = self.store.stats(ns)["namespaces"][ns]
-        behind = pending_turns(self.memory, ns)
+        behind = pending_turns(self.store, self.memory.extractor().descriptor_set, ns)
         entry = self.queue.entry(ns)
         state = "built" if behind == 0 else ("failing" if entry and entry["last_error"] else "pending")
         return {
@@ -577,3 +571,21 @@ class MemoryService:
         return {"status": "ok", "queue": self.queue.depth(),
                 "backend": "down" if self.backend_down_since else "ok",
                 "inline_build": self.inline_build}
+
+
+def current_view(mem: Memory, partial: PartialViews, namespace: str, *, allow_build: bool) -> tuple[MemoryView, int]:
+    """(view, turns not yet extracted): ``mem.view`` when nothing waits or building is cheap,
+    else the built-so-far view."""
+    for attempt in range(3):
+        generation = mem.store.generation(namespace)
+        behind = pending_turns(mem.store, mem.extractor().descriptor_set, namespace)
+        try:
+            if behind == 0 or allow_build:
+                return mem.view(namespace), 0
+            return partial.view(namespace), behind
+        except RuntimeError:
+            # A view load reads several tables one after another; a build committing in between
+            # (another thread or process) can leave it an embedding short. Load again then.
+            if attempt == 2 or mem.store.generation(namespace) == generation:
+                raise
+    raise AssertionError("unreachable")

@@ -17,7 +17,7 @@ import time
 from ..errors import TransportError
 from .auth import NAMESPACE_PREFIX
 from .core import MemoryService, owner_alive
-from .view import pending_turns
+from ..views.pending import pending_turns
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class BuildWorker:
         behind = []
         for ns in svc.store.namespaces():
             if ns.startswith(NAMESPACE_PREFIX):
-                n = pending_turns(svc.memory, ns)
+                n = pending_turns(svc.store, svc.memory.extractor().descriptor_set, ns)
                 if n:
                     behind.append((ns, n))
         added = svc.queue.reconcile(behind)

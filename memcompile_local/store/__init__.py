@@ -1,6 +1,13 @@
-"""Durable, namespaced storage of memories (SQLite, standard library only plus numpy)."""
+"""Durable, namespaced storage of memories.
 
+``base`` holds the protocols everything above names (``Store``, ``RequestCache``,
+``BuildLeases``); ``open_store`` opens one from a path or URL; ``sqlite_store`` (with
+``queue`` and ``group_commit``) is the SQLite implementation (standard library plus numpy).
+"""
+
+from .base import BuildLeases, RequestCache, Store
 from .check import CheckReport, check_store
+from .factory import open_store
 from .ledger import InMemoryLedger
 from .namespace import MAX_NAMESPACE_LEN, validate_namespace
 from .schema import APPLICATION_ID, SCHEMA_VERSION
@@ -10,11 +17,15 @@ __all__ = [
     "APPLICATION_ID",
     "MAX_NAMESPACE_LEN",
     "SCHEMA_VERSION",
+    "BuildLeases",
     "CheckReport",
     "ForgetResult",
     "InMemoryLedger",
     "IngestResult",
     "MemoryStore",
+    "RequestCache",
+    "Store",
     "check_store",
+    "open_store",
     "validate_namespace",
 ]

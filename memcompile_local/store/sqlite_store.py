@@ -40,12 +40,12 @@ import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ImmutablePacketError, StoreError
+from ..errors import ImmutablePacketError, StalePlanError, StoreError
 from ..types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
 from .codecs import (
     CELL_COLS,
@@ -63,6 +63,7 @@ from .codecs import (
     require_str,
     vector_from_blob,
 )
+from .base import ForgetResult, IngestResult
 from .check import damaged_rows
 from .connection import StoreConnection
 from .ledger import RequestLedger
@@ -79,38 +80,6 @@ _SCRUB_STEP_MS = 50  # busy timeout of one scrub attempt; attempts repeat until 
 
 DEFAULT_FORGET_WAIT_S = 5.0
 """Default bound, in seconds, on how long :meth:`MemoryStore.forget` waits for other connections."""
-
-
-class ForgetResult(dict):
-    """Rows deleted per table by :meth:`MemoryStore.forget` (a plain ``dict`` of counts), plus
-    the scrub's outcome.
-
-    ``scrub_complete`` is ``True`` when no copy of the deleted data remains in the file or its WAL;
-    ``False`` means the rows are gone but their bytes are not yet (``scrub_pending``): another
-    connection held an old read snapshot for the whole wait, and a later ``scrub``/``forget``
-    finishes the job.
-    """
-
-    def __init__(self, counts: dict[str, int], *, namespace: str, scrub_complete: bool):
-        super().__init__(counts)
-        self.namespace = namespace
-        self.scrub_complete = bool(scrub_complete)
-
-    @property
-    def scrub_pending(self) -> bool:
-        return not self.scrub_complete
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    """Outcome of one :meth:`MemoryStore.ingest` call.
-
-    ``added`` packets were written; ``skipped`` turns were already stored with identical content.
-    """
-
-    namespace: str
-    added: int
-    skipped: int
 
 
 def _in_snapshot(c: sqlite3.Connection, fn):
@@ -544,7 +513,7 @@ class MemoryStore(StoreConnection, RequestLedger):
         dim = int(arr.shape[1])
         with self._write() as c:
             # Every vector of a space was stored through this check, so one row tells its dim
-            # (looking for a row of another dim read every vector of the space: ~15 ms a call).
+            # (looking for a row of another dim read every vector of the space).
             row = c.execute("SELECT dim FROM vectors WHERE space = ? LIMIT 1", (sp,)).fetchone()
             if row is not None and row[0] != dim:
                 raise StoreError(
@@ -890,45 +859,56 @@ class MemoryStore(StoreConnection, RequestLedger):
             )
         }
 
-    def delete_packet(self, namespace: str, packet_id: str, *, wait_s: float | None = None) -> ForgetResult:
-        """Delete one packet and what was derived from it, then scrub the file as ``forget`` does.
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside ``transaction()``: the body's writes are undone alone when it raises (the
+        exception goes on); the rest of the transaction stands."""
+        with self._write() as c:  # joins the open transaction
+            c.execute("SAVEPOINT store_savepoint")
+            try:
+                yield
+            except BaseException:
+                c.execute("ROLLBACK TO store_savepoint")
+                c.execute("RELEASE store_savepoint")
+                raise
+            c.execute("RELEASE store_savepoint")
 
-        In one transaction: the packet; its descriptors and extraction markers (every descriptor
-        set); the descriptors and markers of the next packet in dialogue order (it was extracted
-        with the deleted one as context, so it is extracted again); the namespace's Cells (their
-        titles and keywords came from the descriptors; a build places them again); the
-        embeddings of the packet and of its in-session neighbours (their context documents quoted
-        it; a build embeds them again); every request-cache entry of the namespace whose request
-        or response quotes a line of the packet's text or caption or one of its claims, and the
-        run_calls that point at those; the packet's id in the rule-fallback lists of ``meta``.
-        The generation moves. Then the file is scrubbed as :meth:`forget` scrubs it (``wait_s``
-        bounds the wait for readers). Returns rows deleted per table with the scrub's outcome;
-        ``StoreError`` when there is no such packet.
-        Written by the Memory-API owner for ``Memory.delete_turn``.
-        """
+    def packet_claims(self, namespace: str, packet_id: str) -> list[str]:
+        """The text of every descriptor of one packet, under any descriptor set."""
         ns = validate_namespace(namespace)
         pid = require_str(packet_id, "packet_id")
+        with self._read("descriptors") as c:
+            return [r[0] for r in c.execute(
+                "SELECT text FROM descriptors WHERE namespace = ? AND packet_id = ? ORDER BY descriptor_id", (ns, pid))]
+
+    def delete_rows(self, plan: Any, *, wait_s: float | None = None) -> ForgetResult:
+        """Delete what ``plan`` (a ``build.deletion.DeletionPlan``) names, then scrub the file as
+        ``forget`` does.
+
+        In one transaction, and only while the namespace is still at ``plan.generation``
+        (else ``StalePlanError``, nothing deleted): the packet; the descriptors and extraction
+        markers of ``plan.reextract`` (every descriptor set); the namespace's Cells when
+        ``plan.drop_cells``; the embeddings whose key starts with one of
+        ``plan.embedding_key_prefixes``, and vectors nothing points at any more; every
+        request-cache entry of the namespace whose request or response quotes one of
+        ``plan.quoted_lines``, with the run_calls that point at those; ``plan.packet_id`` in the
+        JSON-list meta values under keys starting with ``plan.meta_list_prefix``. The generation
+        moves. ``wait_s`` bounds the scrub's wait for readers. Returns rows deleted per table
+        with the scrub's outcome; ``StoreError`` when there is no such packet.
+        """
+        ns = validate_namespace(plan.namespace)
+        pid = require_str(plan.packet_id, "packet_id")
         counts: dict[str, int] = {}
         with self._write() as c:
-            row = c.execute(
-                "SELECT ordinal, session_index, content, image_caption FROM packets "
-                "WHERE namespace = ? AND packet_id = ?", (ns, pid)).fetchone()
-            if row is None:
+            if c.execute("SELECT 1 FROM packets WHERE namespace = ? AND packet_id = ?", (ns, pid)).fetchone() is None:
                 raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r}")
-            ordinal, session, content, caption = row
-            claims = [r[0] for r in c.execute(
-                "SELECT text FROM descriptors WHERE namespace = ? AND packet_id = ?", (ns, pid))]
-            nxt = c.execute("SELECT packet_id FROM packets WHERE namespace = ? AND ordinal > ? "
-                            "ORDER BY ordinal LIMIT 1", (ns, ordinal)).fetchone()
-            before = c.execute("SELECT packet_id FROM packets WHERE namespace = ? AND session_index = ? "
-                               "AND ordinal < ? ORDER BY ordinal DESC LIMIT 1", (ns, session, ordinal)).fetchone()
-            after = c.execute("SELECT packet_id FROM packets WHERE namespace = ? AND session_index = ? "
-                              "AND ordinal > ? ORDER BY ordinal LIMIT 1", (ns, session, ordinal)).fetchone()
+            row = (c.execute("SELECT generation FROM generations WHERE namespace = ?", (ns,)).fetchone()
+                   or c.execute("SELECT value FROM counters WHERE name = 'generation'").fetchone())
+            if row is None or row[0] != plan.generation:
+                raise StalePlanError(f"{self.path}: namespace {ns!r} changed since the deletion of {pid!r} was planned")
             # Cache rows store their request and response as JSON, so look for each line as JSON
             # escapes it. Short lines match more rows than needed; a cache entry is only a cost.
-            needles = {json.dumps(line.strip(), ensure_ascii=False)[1:-1]
-                       for text in (content, caption or "", *claims) for line in text.splitlines()
-                       if line.strip()}
+            needles = {json.dumps(line, ensure_ascii=False)[1:-1] for line in plan.quoted_lines}
             keys: set[str] = set()
             for needle in needles:
                 keys.update(r[0] for r in c.execute(
@@ -940,24 +920,25 @@ class MemoryStore(StoreConnection, RequestLedger):
                 counts["run_calls"] += c.execute(f"DELETE FROM run_calls WHERE key IN ({marks})", part).rowcount
                 counts["request_cache"] += c.execute(
                     f"DELETE FROM request_cache WHERE key IN ({marks})", part).rowcount
-            redo = [pid] + ([nxt[0]] if nxt else [])
+            redo = list(plan.reextract)
             marks = ",".join("?" * len(redo))
             counts["descriptors"] = c.execute(
                 f"DELETE FROM descriptors WHERE namespace = ? AND packet_id IN ({marks})", (ns, *redo)).rowcount
             counts["extraction_markers"] = c.execute(
                 f"DELETE FROM extraction_markers WHERE namespace = ? AND packet_id IN ({marks})",
                 (ns, *redo)).rowcount
-            counts["cells"] = c.execute("DELETE FROM cells WHERE namespace = ?", (ns,)).rowcount
+            counts["cells"] = (c.execute("DELETE FROM cells WHERE namespace = ?", (ns,)).rowcount
+                               if plan.drop_cells else 0)
             counts["embeddings"] = 0
-            for owner in [pid] + [r[0] for r in (before, after) if r]:
-                # Embedding keys are "<packet id>|<document hash>".
+            for prefix in plan.embedding_key_prefixes:
                 counts["embeddings"] += c.execute(
                     "DELETE FROM embeddings WHERE namespace = ? AND substr(key, 1, ?) = ?",
-                    (ns, len(owner) + 1, owner + "|")).rowcount
+                    (ns, len(prefix), prefix)).rowcount
             counts["vectors"] = self._drop_unreferenced(c)
             counts["meta"] = 0
-            for key, value in c.execute("SELECT key, value FROM meta WHERE namespace = ? AND key LIKE 'fallback:%'",
-                                        (ns,)).fetchall():
+            prefix = plan.meta_list_prefix
+            for key, value in c.execute("SELECT key, value FROM meta WHERE namespace = ? AND substr(key, 1, ?) = ?",
+                                        (ns, len(prefix), prefix)).fetchall():
                 ids = json.loads(value)
                 if pid in ids:
                     c.execute("UPDATE meta SET value = ? WHERE namespace = ? AND key = ?",

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .address.lexical import LexicalIndex, okapi_idf
+from .lexical import LexicalIndex, okapi_idf
 
 
 class GrowingLexicalIndex(LexicalIndex):

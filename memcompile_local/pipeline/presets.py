@@ -1,4 +1,4 @@
-"""Named pipeline paths as configuration (seed 000, Table 2 ablations, Table 4 views, B.4 layouts).
+"""Named pipeline paths as configuration (MemCompile paper, Table 2 ablations, Table 4 views, B.4 layouts).
 
 A preset is a function ``PipelineConfig -> PipelineConfig`` built with ``cfg.replace``; it
 never touches model settings or numeric constants. The ablations A0-A7 each set the whole
@@ -93,7 +93,7 @@ def _layout(name: str) -> _Spec:
 
 def _model_free(cfg: PipelineConfig) -> PipelineConfig:
     # No LLM before the answer: rule-based descriptors and intent, the fused selector
-    # (memcompile_local/fused.py) picks K0 packets, no separate frontier.
+    # (memcompile_local/fused/) picks K0 packets, no separate frontier.
     return cfg.replace(
         extraction={"extractor": "rule", "intent_source": "rule", "use_intent": True},
         evidence={"anchor_selector": "fused", "frontier": "none"},

@@ -15,19 +15,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .address.cells import PlacementState
-from .address.dense import DENSE_DOCUMENTS, composed_context_matrix, dense_document
-from .address.extract_memo import MemoizedExtractor
-from .address.extract_rule import RuleExtractor
-from .address.layouts import build_layout
-from .address.placement_memo import PlacementMemo
-from .config import PipelineConfig, PlacementConfig
-from .errors import ExtractionError, PacketExtractionError
-from .fused import context_documents
+from ..address.cells import PlacementState
+from ..address.dense import DENSE_DOCUMENTS, composed_context_matrix, dense_document
+from ..address.extract_memo import MemoizedExtractor
+from ..address.extract_rule import RuleExtractor
+from ..address.layouts import build_layout
+from ..address.placement_memo import PlacementMemo
+from ..config import PipelineConfig, PlacementConfig
+from ..errors import ExtractionError, PacketExtractionError
+from ..fused.documents import context_documents
 from .progress import bar
-from .protocols import DescriptorExtractor, Embedder
-from .store import MemoryStore
-from .types import Descriptor, SourcePacket
+from ..protocols import DescriptorExtractor, Embedder
+from ..store.base import Store
+from ..types import Descriptor, SourcePacket
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     return DensePlan(document, context)
 
 
+FALLBACK_META_PREFIX = "fallback:"  # meta key of the turns the rule extractor stood in for, per set
+
 RULE_BATCH = 512
 """Packets per extraction transaction for the rule extractor: it is deterministic and fast, so an
 interrupted build loses little by redoing a big batch, and each commit costs (40% of storing a
@@ -99,7 +101,7 @@ def embedding_model_id(embedder: Embedder) -> str:
 
 
 def extract_descriptors(
-    store: MemoryStore,
+    store: Store,
     namespace: str,
     extractor: DescriptorExtractor,
     *,
@@ -143,7 +145,7 @@ def extract_descriptors(
                     if descriptors is None:
                         failed.append(packet.packet_id)
                     else:
-                        store.save_extraction(namespace, extractor.descriptor_set, packet.packet_id, descriptors)
+                        store.save_extractions(namespace, extractor.descriptor_set, [(packet.packet_id, descriptors)])
                         extracted += 1
                         if saved is not None:
                             saved[packet.packet_id] = list(descriptors)
@@ -167,7 +169,7 @@ def extract_descriptors(
     return extracted
 
 
-def _rule_fallback(store: MemoryStore, namespace: str, descriptor_set: str,
+def _rule_fallback(store: Store, namespace: str, descriptor_set: str,
                    batch: Sequence[tuple[SourcePacket, SourcePacket | None]],
                    partial: Sequence[list[Descriptor] | None], exc: PacketExtractionError) -> list[list[Descriptor]]:
     """Rule-based descriptors for the packets the model failed on (same id scheme)."""
@@ -177,14 +179,14 @@ def _rule_fallback(store: MemoryStore, namespace: str, descriptor_set: str,
     results = list(partial)
     for i, descriptors in zip(failed, rule):
         results[i] = descriptors
-    done = json.loads(store.get_meta(namespace, f"fallback:{descriptor_set}") or "[]")
+    done = json.loads(store.get_meta(namespace, f"{FALLBACK_META_PREFIX}{descriptor_set}") or "[]")
     done.extend(batch[i][0].packet_id for i in failed)
-    store.set_meta(namespace, f"fallback:{descriptor_set}", json.dumps(sorted(set(done))))
+    store.set_meta(namespace, f"{FALLBACK_META_PREFIX}{descriptor_set}", json.dumps(sorted(set(done))))
     return [list(r) for r in results]
 
 
 def place_cells(
-    store: MemoryStore, namespace: str, descriptor_set: str, placement: PlacementConfig,
+    store: Store, namespace: str, descriptor_set: str, placement: PlacementConfig,
     *, descriptors: Sequence[Descriptor] | None = None,
 ) -> tuple[str, int]:
     """Place descriptors into Cells for the configured layout and store them.
@@ -232,7 +234,7 @@ def place_cells(
 
 
 def embed_packets(
-    store: MemoryStore,
+    store: Store,
     namespace: str,
     descriptor_set: str,
     embedder: Embedder,
@@ -256,7 +258,7 @@ def embed_packets(
 
 
 def embed_contexts(
-    store: MemoryStore,
+    store: Store,
     namespace: str,
     embedder: Embedder,
     *,
@@ -274,7 +276,7 @@ def embed_contexts(
                           batch_size=batch_size, on_progress=on_progress)
 
 
-def _embed_missing(store: MemoryStore, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
+def _embed_missing(store: Store, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
                    docs: list[str], *, batch_size: int, on_progress: Callable[[int], None] | None) -> int:
     """Give every key a stored vector; returns how many texts were embedded now.
 
@@ -322,13 +324,20 @@ def context_model_id(embedder: Embedder) -> str:
     return f"{embedding_model_id(embedder)}|context-v1"
 
 
+def embedding_key_prefix(packet_id: str) -> str:
+    """The prefix every embedding key of ``packet_id``'s documents starts with."""
+    return f"{packet_id}|"
+
+
 def _keyed(packets, docs) -> tuple[list[str], list[str]]:
-    keys = [f"{p.packet_id}|{hashlib.sha256(d.encode()).hexdigest()[:16]}" for p, d in zip(packets, docs)]
+    """(embedding keys, documents): a key is the packet id and a hash of its document's text."""
+    keys = [f"{embedding_key_prefix(p.packet_id)}{hashlib.sha256(d.encode()).hexdigest()[:16]}"
+            for p, d in zip(packets, docs)]
     return keys, list(docs)
 
 
 def packet_document_keys(
-    store: MemoryStore, namespace: str, descriptor_set: str, *,
+    store: Store, namespace: str, descriptor_set: str, *,
     packets: Sequence[SourcePacket] | None = None, descriptors: Sequence[Descriptor] | None = None,
     document: str = "packet",
 ) -> tuple[list[str], list[str]]:
@@ -351,7 +360,7 @@ def packet_document_keys(
 
 
 def context_document_keys(
-    store: MemoryStore, namespace: str, packets: Sequence[SourcePacket] | None = None
+    store: Store, namespace: str, packets: Sequence[SourcePacket] | None = None
 ) -> tuple[list[str], list[str]]:
     """(keys, documents) of the fused selector's context documents, in packet order.
 
@@ -363,7 +372,7 @@ def context_document_keys(
 
 
 def load_packet_matrix(
-    store: MemoryStore, namespace: str, descriptor_set: str, embedder: Embedder, *, document: str = "packet"
+    store: Store, namespace: str, descriptor_set: str, embedder: Embedder, *, document: str = "packet"
 ) -> np.ndarray:
     """The (N, d) matrix of packet embeddings in packet order (all must be built)."""
     keys, _ = packet_document_keys(store, namespace, descriptor_set, document=document)
@@ -371,7 +380,7 @@ def load_packet_matrix(
 
 
 def load_context_matrix(
-    store: MemoryStore, namespace: str, embedder: Embedder, packets: Sequence[SourcePacket] | None = None,
+    store: Store, namespace: str, embedder: Embedder, packets: Sequence[SourcePacket] | None = None,
     *, composed_from: np.ndarray | None = None,
 ) -> np.ndarray:
     """The (N, d) matrix of context vectors in packet order (all must be built).
@@ -392,7 +401,7 @@ def composed_contexts(packets: Sequence[SourcePacket], packet_matrix: np.ndarray
     return composed_context_matrix([p.session_index for p in packets], packet_matrix)
 
 
-def _load_matrix(store: MemoryStore, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
+def _load_matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
                  what: str) -> np.ndarray:
     got = store.embeddings(namespace, model_id, keys)
     missing = [k for k in keys if k not in got]
@@ -402,7 +411,7 @@ def _load_matrix(store: MemoryStore, namespace: str, model_id: str, embedder: Em
 
 
 def build_memory(
-    store: MemoryStore,
+    store: Store,
     namespace: str,
     extractor: DescriptorExtractor,
     placement: PlacementConfig,

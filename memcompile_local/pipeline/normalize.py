@@ -1,4 +1,4 @@
-"""The source-normalization boundary (seed 000, Section 3.3, Eqs. 8-10, Appendices A.2, A.4, B.3).
+"""The source-normalization boundary (MemCompile paper, Section 3.3, Eqs. 8-10, Appendices A.2, A.4, B.3).
 
 Address hits are descriptors; evidence is SourcePackets. ``normalize_to_packets`` resolves each
 hit to its packet and collapses hits of one packet into one candidate:
@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from .config import RoutingConfig
-from .language.tokens import jaccard, term_set
-from .types import Candidate, Descriptor, PacketCandidate
+from ..config import RoutingConfig
+from ..language.tokens import jaccard, term_set
+from ..types import Candidate, Descriptor, PacketCandidate
 
 
 def _packet_key(ordinals: Mapping[str, int] | None):

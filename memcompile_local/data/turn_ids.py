@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .data.plain import GivenIds
-from .types import Conversation, Session, SourcePacket, Turn
+from .plain import GivenIds
+from ..types import Conversation, Session, SourcePacket, Turn
 
 __all__ = ["assign_stable_ids"]
 

@@ -12,83 +12,29 @@ import os
 import sys
 from typing import Any, Sequence
 
-from . import __version__
-from .bench.compare import run_compare
-from .bench.export import export_from_args
-from .bench.runner import run_eval_from_args
-from .config import PipelineConfig, config_needs_llm
-from .data import counts, load_any
-from .data.hf import is_hf_source, resolve_hf_source
-from .data.jsonio import DEFAULT_MAX_TURN_CHARS
-from .data.plain import GivenIds, load_plain_given_ids
+from .. import __version__
+from ..bench.compare import run_compare
+from ..bench.export import export_from_args
+from ..bench.runner import run_eval_from_args
+from ..data import counts, load_any
+from ..data.hf import is_hf_source, resolve_hf_source
+from ..data.jsonio import DEFAULT_MAX_TURN_CHARS
+from ..data.plain import GivenIds, load_plain_given_ids
 from .demo import run_demo
-from .errors import ConfigError, DataFormatError, MemCompileError
-from .evidence.presets import COMPOSITION_HELP, PRESETS, apply_presets, describe_preset
-from .memory import Memory
-from .store import MemoryStore
-from .store.check import check_store
-from .service.cli import SERVICE_COMMANDS, add_service_commands
-
-DEFAULT_STORE = "memcompile.sqlite"
-
-
-def _add_store(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store",
-        default=os.environ.get("MEMCOMPILE_STORE", DEFAULT_STORE),
-        help="SQLite store file (default: $MEMCOMPILE_STORE or ./%(default)s)",
-    )
-
-
-def _add_model(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("pipeline and models")
-    g.add_argument("--config", help="YAML file with a PipelineConfig (sections: extraction, placement, routing, evidence, model)")
-    g.add_argument("--preset", action="append",
-                   help="named pipeline path (A0..A7, model-free, view-*, layout-*); repeat it or join names "
-                        "with '+' to compose (model-free+view-raw); see `memcompile-local presets`")
-    g.add_argument("--backend", help="LLM backend: llamacpp (default), openai, vllm, transformers, scripted")
-    g.add_argument("--model", help="model name or path for the LLM backend")
-    g.add_argument("--base-url", help="base URL of an OpenAI-compatible server")
-    g.add_argument("--concurrency", type=int, help="concurrent requests to an OpenAI-compatible server")
-    g.add_argument("--max-tokens", type=int,
-                   help="cap on the tokens of every model completion (default 2048; 256 for the embedded "
-                        "SmolLM2-135M unless set here or in --config)")
-    g.add_argument("--embedder", help="embedder: sentence-transformers (default), openai, hash")
-    g.add_argument("--embed-model", help="embedding model: all-MiniLM-L6-v2 (default, shipped), a local "
-                                         "sentence-transformers folder, or a hub name with --embed-allow-download")
-    g.add_argument("--embed-backend", choices=["auto", "torch", "onnx"],
-                   help="sentence-transformers backend: auto (default: ONNX Runtime on CPU, torch on CUDA)")
-    g.add_argument("--embed-precision", choices=["auto", "fp32", "fp16", "int8"],
-                   help="auto (default): fp32 on CPU, fp16 on CUDA; int8 (ONNX) embeds about 1.5-2.5x "
-                        "faster than fp32 and scored 0.19 points lower recall@10 on LoCoMo dev4")
-    g.add_argument("--embed-device", choices=["auto", "cpu", "cuda"], help="embedding device (default auto)")
-    g.add_argument("--embed-batch-size", type=int, help="texts per embedding batch (default 64)")
-    g.add_argument("--embed-threads", type=int,
-                   help="ONNX Runtime threads per embedding call (default: every usable core)")
-    g.add_argument("--embed-query-prefix", help="text put before each query (e5: 'query: ')")
-    g.add_argument("--embed-document-prefix", help="text put before each stored document (e5: 'passage: ')")
-    g.add_argument("--embed-allow-download", action="store_true", default=None,
-                   help="let a hub model name be downloaded when a hub is reachable (default: offline)")
-    g.add_argument("--extractor", choices=["llm", "rule"], help="descriptor extractor (rule = no model calls)")
-    g.add_argument("--combined-extraction", action="store_true", default=None,
-                   help="extract facts and metadata in one call per turn")
-
-
-def _add_quiet(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress bars (also those of sentence-transformers, datasets and the HF hub)")
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
+from ..errors import ConfigError, DataFormatError, MemCompileError
+from ..pipeline.presets import COMPOSITION_HELP, PRESETS, describe_preset
+from ..memory import Memory
+from ..store import open_store
+from ..store.check import check_store
+from .args import (
+    add_model,
+    add_quiet,
+    add_store,
+    config_from_args,
+    positive_int,
+    will_call_model,
+)
+from .service import SERVICE_COMMANDS, add_service_commands
 
 FORMAT_HELP = ("input layout: auto (default: detect from the first record), locomo (locomo10.json), "
                "longmemeval (S, M or oracle file), plain (our own {'sessions': [...]} JSON or JSONL; "
@@ -113,15 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int,
                    help="only the first N conversations (LoCoMo, plain) or questions (LongMemEval: one "
                         "namespace per question)")
-    p.add_argument("--max-turn-chars", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-turn-chars", type=positive_int, default=None, metavar="N",
                    help="refuse a file holding a string longer than N characters (default: "
                         f"{DEFAULT_MAX_TURN_CHARS:,})")
     p.add_argument("--build", action="store_true", help="also build descriptors, Cells and embeddings")
-    _add_store(p); _add_model(p); _add_quiet(p)
+    add_store(p); add_model(p); add_quiet(p)
 
     p = sub.add_parser("build", help="build descriptors, Cells and packet embeddings of namespaces")
     p.add_argument("namespaces", nargs="*", help="namespaces (default: all in the store)")
-    _add_store(p); _add_model(p); _add_quiet(p)
+    add_store(p); add_model(p); add_quiet(p)
 
     p = sub.add_parser("ask", help="compile evidence for a question and answer it",
                        description="Compile the evidence for QUESTION from the memory of NAMESPACE and answer "
@@ -133,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-build", action="store_true",
                    help="fail at once when the namespace is not built, instead of building it first")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
-    _add_store(p); _add_model(p); _add_quiet(p)
+    add_store(p); add_model(p); add_quiet(p)
 
     p = sub.add_parser("eval", help="run a benchmark end to end and write a run folder")
     p.add_argument("benchmark", choices=["locomo", "longmemeval"])
@@ -157,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure evidence recall only: no answer, no judge (zero model calls on the model-free path)")
     p.add_argument("--baseline", choices=["full-context", "bm25", "dense"],
                    help="run a baseline with the same answer prompt instead of the pipeline")
-    _add_store(p); _add_model(p); _add_quiet(p)
+    add_store(p); add_model(p); add_quiet(p)
 
     p = sub.add_parser("compare", help="run a grid of backbones x presets from a YAML spec")
     p.add_argument("spec", help="YAML file with benchmark, data, backbones (name/backend/model...) and presets "
@@ -166,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="questions per conversation for every run (overrides the spec's limit)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the runs, their judges and the memory builds they share; run nothing")
-    _add_quiet(p)
+    add_quiet(p)
 
     p = sub.add_parser("export", help="write a run's predictions as a dataset file (one row per question)")
     p.add_argument("run_dir", help="an eval run folder (holding config.json and predictions.jsonl)")
@@ -179,30 +125,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", type=float, default=5.0,
                    help="seconds to wait for other connections (default 5); exit code 3 when readers "
                         "kept the scrub of the file bytes from finishing (run `scrub` later)")
-    _add_store(p)
+    add_store(p)
 
     p = sub.add_parser("scrub", help="finish removing forgotten data from the file bytes (after forget exit 3)")
     p.add_argument("--wait", type=float, default=5.0, help="seconds to wait for other connections (default 5)")
-    _add_store(p)
+    add_store(p)
 
     p = sub.add_parser("check", help="check a store file for damage (integrity, foreign keys, packet hashes, "
                                      "decodable rows); exit 1 when anything is damaged")
-    _add_store(p)
+    add_store(p)
 
     p = sub.add_parser("stats", help="namespaces, packets, descriptors, cells and tokens in a store")
     p.add_argument("--namespace", help="only this namespace (default: every namespace in the store)")
     p.add_argument("--json", action="store_true", help="print the full statistics as JSON instead of tables")
-    _add_store(p)
+    add_store(p)
 
     sub.add_parser("presets", help="list the named pipeline presets and how they compose",
                    description=COMPOSITION_HELP)
-    add_service_commands(sub, add_store=_add_store, add_model=_add_model)
+    add_service_commands(sub, add_store=add_store, add_model=add_model)
 
     p = sub.add_parser("demo", help="ingest the shipped example conversation, answer every example question "
                                     "and print the score")
     p.add_argument("--store", default=None, help="store file (default: a temporary file)")
     p.add_argument("--question", default=None, help="answer this question instead of the example questions")
-    _add_model(p); _add_quiet(p)
+    add_model(p); add_quiet(p)
     for name, command in sub.choices.items():
         # -v after the subcommand too; SUPPRESS keeps a -v given before it.
         if "verbose" not in {a.dest for a in command._actions}:
@@ -213,111 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What examples/smollm2-cpu.yaml and the demo use for SmolLM2-135M on a CPU. It rambles up to
 # any completion limit, cannot extract usable claims and has an 8,192-token window.
-SMALL_MODEL = ("llamacpp", "smollm2-135m")
-SMALL_MODEL_CAPS = {
-    ("model", "max_tokens"): 256,
-    ("extraction", "extractor"): "rule",
-    ("evidence", "max_schedule_pool"): 40,
-    ("evidence", "max_candidate_chars"): 240,
-}
-
-
-def apply_small_model_caps(cfg: PipelineConfig, explicit: set[tuple[str, str]]) -> tuple[PipelineConfig, list[str]]:
-    """The small-model settings for the embedded SmolLM2-135M on llama.cpp, except the fields
-    in ``explicit`` (set by a flag, the --config file or a preset). Returns the config and the
-    ``section.field=value`` settings applied (empty for any other model)."""
-    if (cfg.model.backend, cfg.model.model) != SMALL_MODEL:
-        return cfg, []
-    changes: dict[str, dict[str, Any]] = {}
-    applied = []
-    for (section, name), value in SMALL_MODEL_CAPS.items():
-        if (section, name) in explicit or getattr(getattr(cfg, section), name) == value:
-            continue
-        changes.setdefault(section, {})[name] = value
-        applied.append(f"{section}.{name}={value}")
-    return (cfg.replace(**changes) if changes else cfg), applied
-
-
-def config_from_args(args: argparse.Namespace, *, announce: bool = False) -> PipelineConfig:
-    """PipelineConfig from --config, then --preset, then individual flags (later wins).
-
-    When the embedded SmolLM2-135M runs, the small-model caps (``SMALL_MODEL_CAPS``) fill the
-    fields none of those set; ``announce=True`` says so on stderr.
-    """
-    cfg = PipelineConfig()
-    explicit: set[tuple[str, str]] = set()
-    if getattr(args, "config", None):
-        import yaml  # optional dependency of the CLI's --config only
-
-        with open(args.config, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-        section_data = data.get("pipeline", data)
-        cfg = PipelineConfig.from_dict(section_data, source=args.config)
-        explicit |= {(sec, name) for sec, fields in section_data.items() if isinstance(fields, dict)
-                     for name in fields}
-    if getattr(args, "preset", None):
-        names = args.preset if isinstance(args.preset, list) else [args.preset]
-        cfg = apply_presets(names, cfg)
-        if cfg.extraction.extractor == "rule" or not config_needs_llm(cfg):
-            explicit.add(("extraction", "extractor"))  # e.g. model-free chose it already
-    model: dict[str, Any] = {}
-    for flag, field in [("backend", "backend"), ("model", "model"), ("base_url", "base_url"),
-                        ("concurrency", "concurrency"), ("embedder", "embedder"), ("embed_model", "embed_model"),
-                        ("max_tokens", "max_tokens"), ("embed_backend", "embed_backend"),
-                        ("embed_precision", "embed_precision"), ("embed_device", "embed_device"),
-                        ("embed_batch_size", "embed_batch_size"), ("embed_query_prefix", "embed_query_prefix"),
-                        ("embed_document_prefix", "embed_document_prefix"),
-                        ("embed_allow_download", "embed_allow_download"), ("embed_threads", "embed_threads")]:
-        value = getattr(args, flag, None)
-        if value is not None:
-            model[field] = value
-            explicit.add(("model", field))
-    if "max_tokens" in model and model["max_tokens"] < 1:
-        raise ConfigError(f"--max-tokens must be at least 1, got {model['max_tokens']}")
-    for name in ("embed_batch_size", "embed_threads"):
-        if name in model and model[name] < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {model[name]}")
-    extraction: dict[str, Any] = {}
-    if getattr(args, "extractor", None):
-        extraction["extractor"] = args.extractor
-        explicit.add(("extraction", "extractor"))
-    if getattr(args, "combined_extraction", None):
-        extraction["combined_call"] = True
-    changes = {}
-    if model:
-        changes["model"] = model
-    if extraction:
-        changes["extraction"] = extraction
-    cfg = cfg.replace(**changes) if changes else cfg
-    cfg, applied = apply_small_model_caps(cfg, explicit)
-    if applied and announce and (config_needs_llm(cfg) or _answers(args)):
-        print("note: the embedded SmolLM2-135M runs with the small-model settings of "
-              f"examples/smollm2-cpu.yaml ({', '.join(applied)}); set --max-tokens, --extractor or "
-              "--config to choose otherwise", file=sys.stderr)
-    return cfg
-
-
-def _will_call_model(args) -> bool:
-    """Whether this command builds or answers, so may call the LLM (then the caps get a note
-    when the configuration does call it)."""
-    if args.command in ("ask", "demo", "eval", "build"):
-        return True
-    return args.command == "ingest" and getattr(args, "build", False)
-
-
-def _answers(args) -> bool:
-    """Whether this command asks the model for answers (whatever the evidence path)."""
-    if args.command == "ask":
-        return not getattr(args, "no_answer", False)
-    if args.command == "eval":
-        return not getattr(args, "retrieval_only", False)
-    return args.command == "demo"
-
-
 def _memory(args, cfg=None, *, create: bool = True):
     if cfg is None:
-        cfg = config_from_args(args, announce=_will_call_model(args))
-    store = MemoryStore(args.store, create=create)
+        cfg = config_from_args(args, announce=will_call_model(args))
+    store = open_store(args.store, create=create)
     return Memory(store, cfg, progress=not getattr(args, "quiet", False))
 
 
@@ -428,6 +273,7 @@ def cmd_ask(args) -> int:
         if args.json:
             print(json.dumps({"question": args.question, "packet_ids": list(ctx.packet_ids),
                               "context": ctx.text, "answer": answer,
+                              "answer_model": None if answer is None else result.model,
                               "timings_ms": ctx.timings_ms}, ensure_ascii=False, indent=2))
         else:
             print(f"# selected packets: {', '.join(ctx.packet_ids)}")
@@ -440,7 +286,7 @@ def cmd_ask(args) -> int:
 
 
 def cmd_forget(args) -> int:
-    with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
+    with open_store(args.store, create=False, forget_wait_s=args.wait) as store:
         if args.namespace not in store.namespaces():
             raise ConfigError(f"{args.store} has no namespace {args.namespace!r}, so nothing was forgotten; "
                               f"it has: {', '.join(store.namespaces()) or 'none'}")
@@ -454,7 +300,7 @@ def cmd_forget(args) -> int:
 
 
 def cmd_scrub(args) -> int:
-    with MemoryStore(args.store, create=False, forget_wait_s=args.wait) as store:
+    with open_store(args.store, create=False, forget_wait_s=args.wait) as store:
         done = store.scrub()
     if not done:
         print(f"scrub pending: another connection still holds old snapshots of {args.store}; retry later",
@@ -472,7 +318,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    with MemoryStore(args.store, read_only=True) as store:
+    with open_store(args.store, read_only=True) as store:
         if args.namespace is not None and args.namespace not in store.namespaces():
             raise ConfigError(f"{args.store} has no namespace {args.namespace!r}; "
                               f"it has: {', '.join(store.namespaces()) or 'none'}")
@@ -541,7 +387,7 @@ def cmd_presets(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    return run_eval_from_args(args, config_from_args(args, announce=_will_call_model(args)))
+    return run_eval_from_args(args, config_from_args(args, announce=will_call_model(args)))
 
 
 def cmd_compare(args) -> int:

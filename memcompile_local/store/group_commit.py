@@ -1,10 +1,9 @@
 """Concurrent write jobs of one process run in one store transaction: one commit, one fsync.
 
-The store commits with ``synchronous=FULL``: every commit waits for an fsync (about 4 ms on a
-shared disk), and SQLite commits one transaction at a time. Appends of different users that
+The store commits with ``synchronous=FULL``: every commit waits for an fsync, and SQLite commits one transaction at a time. Appends of different users that
 arrive together would each wait for every earlier one's commit. ``GroupCommit.run`` queues a
 job; the first caller to get the commit turn runs every queued job inside one
-``MemoryStore.transaction()``, each under its own SAVEPOINT, and commits once.
+``Store.transaction()``, each under its own ``Store.savepoint()``, and commits once.
 
 A job that raises is rolled back to its savepoint alone (the others still commit) and its
 caller gets the exception; when the commit itself fails, every job of the batch fails and
@@ -18,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from .store import MemoryStore
+from .base import Store
 
 
 class _Job:
@@ -34,7 +33,7 @@ class _Job:
 class GroupCommit:
     """Batches the write jobs of concurrent threads into shared transactions of ``store``."""
 
-    def __init__(self, store: MemoryStore):
+    def __init__(self, store: Store):
         self.store = store
         self._queue_lock = threading.Lock()
         self._turn = threading.Lock()  # held by the thread running a batch
@@ -61,15 +60,12 @@ class GroupCommit:
         store = self.store
         try:
             with store.transaction():
-                c = store._conn
                 for job in batch:
-                    c.execute("SAVEPOINT group_job")
                     try:
-                        job.result = job.fn()
+                        with store.savepoint():
+                            job.result = job.fn()
                     except Exception as exc:  # this job's writes only are undone
-                        c.execute("ROLLBACK TO group_job")
                         job.error = exc
-                    c.execute("RELEASE group_job")
             self.batches += 1
             self.jobs += len(batch)
         except BaseException as exc:  # the transaction rolled back: nothing of the batch is stored

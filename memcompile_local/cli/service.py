@@ -1,4 +1,4 @@
-"""The ``serve``, ``mcp`` and ``keygen`` subcommands (registered by ``memcompile_local.cli``).
+"""The ``serve``, ``mcp`` and ``keygen`` subcommands (registered by ``memcompile_local.cli.main``).
 
 ``serve`` runs REST + MCP (streamable HTTP) on uvicorn; ``mcp`` serves MCP over stdio for a
 desktop agent that starts the process itself; ``keygen`` makes an API key and prints the line
@@ -16,8 +16,9 @@ import sys
 from typing import Any, Callable
 
 from ..errors import ConfigError, MissingExtraError
-from .auth import TENANT_RE, KeyRing, generate_key, hash_key
-from .limits import Limits
+from .args import config_from_args
+from ..service.auth import TENANT_RE, KeyRing, generate_key, hash_key
+from ..service.limits import Limits
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +69,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _config(args):
-    # memcompile_local.cli imports this module, so its helper is imported at call time.
-    from ..cli import config_from_args
-
-    return config_from_args(args)
-
-
 def _require_web_stack() -> None:
     for module, package in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("mcp", "mcp")):
         try:
@@ -90,12 +84,12 @@ def _arg_dict(args) -> dict[str, Any]:
 def build_app_from_args(args, *, keyring=None):
     """The app for parsed ``serve`` arguments (also used by each process of ``--workers N``)."""
     # app and core load the web stack and the pipeline; only the commands that serve pay for them.
-    from .app import create_app
-    from .core import MemoryService
+    from ..service.app import create_app
+    from ..service.core import MemoryService
 
     if keyring is None and getattr(args, "keys", None):
         keyring = KeyRing(args.keys)
-    service = MemoryService(args.store, _config(args), limits=_limits(args))
+    service = MemoryService(args.store, config_from_args(args), limits=_limits(args))
     return create_app(service, keyring, host=args.host)
 
 
@@ -125,9 +119,12 @@ def cmd_serve(args) -> int:
               f"authentication; listening on loopback only ({args.host}:{args.port})", file=sys.stderr)
     print(f"memcompile-local serve: store {args.store}; REST at http://{args.host}:{args.port}/v1, "
           f"docs at /docs, MCP at /mcp", file=sys.stderr)
+    model = config_from_args(args).model
+    print(f"memcompile-local serve: answer model {model.backend} {model.model} (loaded on the first /answer)",
+          file=sys.stderr)
     if args.workers > 1:
         os.environ[_ENV_ARGS] = json.dumps(_arg_dict(args))
-        uvicorn.run("memcompile_local.service.cli:app_from_env", factory=True, host=args.host, port=args.port,
+        uvicorn.run("memcompile_local.cli.service:app_from_env", factory=True, host=args.host, port=args.port,
                     workers=args.workers, log_level="warning")
         return 0
     app = build_app_from_args(args, keyring=keyring)
@@ -139,11 +136,11 @@ def cmd_serve(args) -> int:
 def cmd_mcp(args) -> int:
     _require_web_stack()
     # (loaded here for the same reason as in build_app_from_args)
-    from .core import MemoryService
-    from .mcp_server import build_mcp
-    from .worker import BuildWorker
+    from ..service.core import MemoryService
+    from ..service.mcp_server import build_mcp
+    from ..service.worker import BuildWorker
 
-    service = MemoryService(args.store, _config(args), limits=_limits(args))
+    service = MemoryService(args.store, config_from_args(args), limits=_limits(args))
     worker = BuildWorker(service)
     worker.start()
     try:

@@ -1,20 +1,20 @@
 """An append under the rule (model-free) extractor, applied to the loaded view in place.
 
 Every write moves the namespace's store generation, and a search that finds a new generation
-loads a new view: about a hundred milliseconds for a LoCoMo-sized memory, on the one Python
-thread that also serves every other search. When this process holds a current view of the
+loads a new view: work proportional to the memory, on the one Python thread that also serves
+every other search. When this process holds a current view of the
 namespace, an append knows everything the next view holds: the old view plus the new turns.
 ``InPlaceAppend.add`` then
 
 1. builds the new packets as the store will number them, extracts their descriptors and
-   plans the extended view (``Memory.plan_append``: new dense rows, the changed neighbour
+   plans the extended view (``ViewLoader.plan_append``: new dense rows, the changed neighbour
    context row, new stemmed tokens, BM25 counts grown, new dates and terms) before it
    writes anything, embedding the new documents outside any lock;
-2. in one store transaction (``MemoryStore.transaction``: one commit, and no other process
+2. in one store transaction (``Store.transaction``: one commit, and no other process
    can commit while it runs; appends of other namespaces arriving meanwhile share it, see
-   ``group_commit.py``) checks that the namespace is still at the held view's
+   ``store/group_commit.py``) checks that the namespace is still at the held view's
    generation and that no other process holds its build lease, then writes the turns, their
-   descriptors, their Cells (placed incrementally from ``build.PLACEMENTS``; the Cells the
+   descriptors, their Cells (placed incrementally from ``build.stages.PLACEMENTS``; the Cells the
    last append stored are known, so nothing is re-read) and the vectors, reading back only
    the new packets by key;
 3. adopts the planned view under the generation read inside that transaction (its Cells are
@@ -30,21 +30,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from .build import PLACEMENTS, layout_id, place_cells
-from .group_commit import GroupCommit
-from .store import IngestResult
-from .types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
-
-if TYPE_CHECKING:  # memory.py imports this module
-    from .memory import Memory
+from ..build.spec import BuildSpec
+from ..build.stages import PLACEMENTS, place_cells
+from ..protocols import DescriptorExtractor, Embedder
+from ..store.base import IngestResult, Store
+from ..store.group_commit import GroupCommit
+from ..types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
+from .cache import ViewCache
 
 log = logging.getLogger(__name__)
 
 
 class InPlaceAppend:
-    """Appends of one ``Memory`` (rule extractor) that extend its cached views.
+    """Appends under one ``BuildSpec`` (rule extractor) that extend the views held in one
+    ``ViewCache``: descriptors by ``extractor``, vectors by ``embedder``.
 
     ``lease_free(namespace)``: whether no other process holds the namespace's build lease (the
     service passes its build queue's check; None: no check, as ``Memory.build`` takes none).
@@ -53,9 +54,13 @@ class InPlaceAppend:
     declined.
     """
 
-    def __init__(self, memory: "Memory", lease_free: Callable[[str], bool] | None = None):
-        self.memory = memory
-        self.store = memory.store
+    def __init__(self, store: Store, views: ViewCache, spec: BuildSpec, extractor: DescriptorExtractor,
+                 embedder: Embedder | None, lease_free: Callable[[str], bool] | None = None):
+        self.store = store
+        self.views = views
+        self.spec = spec
+        self.extractor = extractor
+        self.embedder = embedder
         self.lease_free = lease_free
         self.commits = GroupCommit(self.store)
         # The Cells each namespace's last append in place stored, with the generation it left.
@@ -66,11 +71,11 @@ class InPlaceAppend:
 
     def add(self, namespace: str, conversation: Conversation) -> IngestResult | None:
         """Store ``conversation``'s turns and make them searchable in the held view; None when
-        this path does not apply or failed (no current view held, a turn id the view already
-        has, another writer since the view was loaded, a write error), with nothing stored:
-        the caller then stores the turns the plain way."""
-        mem, store = self.memory, self.store
-        held = mem.cached_view(namespace)
+        this path does not apply or failed (no current view held, a turn id the view already has, another
+        writer since the view was loaded, a write error), with nothing stored: the caller then
+        stores the turns the plain way."""
+        store, spec, extractor = self.store, self.spec, self.extractor
+        held = self.views.held(namespace, spec)
         if held is None:
             return None
         base, base_generation = held
@@ -86,20 +91,18 @@ class InPlaceAppend:
                          sha256=content_sha256(t.text, t.image_caption), image_query=t.image_query)
             for i, (s, t) in enumerate(turns)
         ]
-        extractor = mem.extractor()
         try:
             # Each turn is extracted with the turn before it, as extract_descriptors pairs them.
             results = extractor.extract([(p, packets[i - 1] if i else last) for i, p in enumerate(packets)])
             found = {p.packet_id: sorted(ds, key=lambda d: (d.claim_index, d.descriptor_id))
                      for p, ds in zip(packets, results)}
-            plan = mem.plan_append(namespace, base, packets, found)
+            plan = self.views.loader.plan_append(spec, store, self.embedder, namespace, base, packets, found)
         except Exception as exc:  # nothing is written yet: the plain path builds and reports it
             log.debug("append in place of %s not planned: %s", namespace, exc)
             return None
         if plan is None:
             return None
-        cfg = mem.config
-        dset = extractor.descriptor_set
+        dset = spec.descriptor_set
 
         def write() -> tuple[IngestResult, int]:
             lease_taken = self.lease_free is not None and not self.lease_free(namespace)
@@ -132,7 +135,7 @@ class InPlaceAppend:
                 self._cells[namespace] = (generation, cells)
             else:
                 self._cells.pop(namespace, None)
-        if mem.adopt_append(plan, generation) is not None:
+        if self.views.adopt(spec, store, plan, generation) is not None:
             self.in_place += 1
         return result
 
@@ -140,17 +143,17 @@ class InPlaceAppend:
         """Place the appended descriptors (inside the append's transaction); returns the Cells
         now stored when known without reading them, else None.
 
-        The bounded layout places incrementally from ``build.PLACEMENTS``' state. That state is
+        The bounded layout places incrementally from ``build.stages.PLACEMENTS``' state. That state is
         checked against the stored Cells before use; the Cells this process stored at the base
         view's generation are those (the transaction found the namespace still at it), so the
-        check needs no read of them. Otherwise ``build.place_cells`` reads and places.
+        check needs no read of them. Otherwise ``build.stages.place_cells`` reads and places.
         """
-        store, cfg = self.store, self.memory.config
-        dset = self.memory.extractor().descriptor_set
+        store, spec = self.store, self.spec
+        cfg, dset = spec.config, spec.descriptor_set
         with self._cells_lock:
             known = self._cells.get(namespace)
         if cfg.placement.layout == "bounded" and known is not None and known[0] == base_generation:
-            lid = layout_id(dset, cfg.placement)
+            lid = spec.layout_id
             state = PLACEMENTS.take(store, namespace, lid, known[1])
             if state is not None and not any(d.descriptor_id in state.placed_ids for d in new):
                 state.place(new)
@@ -163,7 +166,7 @@ class InPlaceAppend:
         place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
         if cfg.placement.layout != "bounded":
             return None
-        return store.cells(namespace, layout_id(dset, cfg.placement))
+        return store.cells(namespace, spec.layout_id)
 
     def forget(self, namespace: str) -> None:
         """Drop what is remembered of ``namespace`` (its Cells hold its people and keywords)."""

@@ -2,7 +2,7 @@
 
 A thin layer on ``httpx`` (part of the ``serve`` extra)::
 
-    from memcompile_local.client import MemoryClient
+    from memcompile_local.service.client import MemoryClient
 
     with MemoryClient("http://127.0.0.1:8765", api_key="mcl_...") as mem:
         mem.add("alice", [{"speaker": "Alice", "text": "I moved to Lisbon.", "time": "2024-05-01 10:00"}])
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote
 
-from .errors import MemCompileError, MissingExtraError
+from ..errors import MemCompileError, MissingExtraError
 
 
 def _given(**fields: Any) -> dict[str, Any]:

@@ -42,13 +42,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .bench.metrics import locomo_f1
-from .config import PipelineConfig
-from .data import example_conversation_path, load_locomo
-from .evidence.answer import answer_settings
-from .evidence.presets import apply_preset
-from .memory import Memory
-from .types import QAItem
+from ..bench.metrics import locomo_f1
+from ..config import PipelineConfig
+from ..data import example_conversation_path, load_locomo
+from ..evidence.answer import answer_settings
+from ..pipeline.presets import apply_preset
+from ..memory import Memory
+from ..types import QAItem
 
 __all__ = ["run_demo", "demo_config", "RIGHT_F1"]
 

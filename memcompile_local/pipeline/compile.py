@@ -1,14 +1,15 @@
-"""Query-time wiring in the order of seed 000's Algorithm 1 (lines 11-23).
+"""Query-time wiring in the order of Algorithm 1 of the MemCompile paper (lines 11-23).
 
 ``compile_context`` runs, each as a typed step with its own timing: the query intent, the
 query embedding, the Address Plane's candidate union K_q (``address_candidates``), the
 normalization boundary that collapses K_q into the packet pool U_q (``normalize_pool``), the
 dense packet proposals D_q (``dense_candidates``), the anchors A0, the bounded frontier and
 the reader view. Each step calls a stage function from its own module; this module decides
-only which steps run, following ``PipelineConfig`` (the presets of ``evidence.presets`` are
-configurations).
+only which steps run, following ``PipelineConfig`` (the presets of ``pipeline.presets`` are
+configurations). Anchor selectors and frontier modes are tables (``ANCHOR_SELECTORS``,
+``FRONTIER_MODES``): name -> function.
 
-The model-free ``fused`` selector (``fused.py``) is a retriever of its own beside the Address
+The model-free ``fused`` selector (``fused/``) is a retriever of its own beside the Address
 Plane: on that path K_q, U_q and D_q feed nothing but the trace, so they are skipped unless
 ``address_trace=True`` asks for them (the benchmark's aliasing audit does), the
 representative-claim view needs U_q, or a frontier needs D_q.
@@ -18,25 +19,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .address.dense import dense_proposals
-from .address.index import AddressIndex
-from .address.intent import llm_intent, rule_intent
-from .address.query import address_query
-from .config import PipelineConfig
-from .errors import ConfigError
-from .evidence.frontier import bounded_frontier, frontier_pool
-from .evidence.pursuit import mem_pursuit
-from .evidence.scheduler import schedule_packets
-from .evidence.views import render_view
-from .fused import FusionIndex, dense_query_texts, fused_ranking, query_vector, select_fused
-from .language.timecues import is_temporal_question
+from ..address.dense import dense_proposals
+from ..address.intent import llm_intent, rule_intent
+from ..address.query import address_query
+from ..config import PipelineConfig
+from ..errors import ConfigError
+from ..evidence.frontier import bounded_frontier, frontier_pool
+from ..evidence.pursuit import mem_pursuit
+from ..evidence.scheduler import schedule_packets
+from ..evidence.views import render_view
+from ..fused.retriever import FusedRetriever, Retrieval, query_vector
+from ..language.timecues import is_temporal_question
 from .normalize import mmr_anchors, normalize_to_packets
-from .protocols import Embedder, ModelClient
-from .types import AddressResult, Descriptor, PacketCandidate, QueryIntent, SourcePacket
+from ..protocols import Embedder, ModelClient
+from ..types import AddressResult, PacketCandidate, QueryIntent
+from ..views.record import MemoryView
 
 DenseProposals = tuple[tuple[str, float], ...]  # D_q: (packet id, cosine), best first
 
@@ -48,7 +49,8 @@ class Context:
     ``address`` is K_q (``AddressResult.skipped`` when the path did not run the Address
     Plane), ``pool`` the normalized packet pool U_q and ``dense`` the dense proposals D_q (both
     empty when not computed). ``timings_ms`` has one entry per step that ran, in run order;
-    ``trace["stages"]`` lists those steps.
+    ``trace["stages"]`` lists those steps. ``scores``: the fused score of each packet of
+    ``packet_ids`` on the fused path (empty on the others).
     """
 
     namespace: str
@@ -63,20 +65,7 @@ class Context:
     dense: DenseProposals = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class MemoryView:
-    """What query time needs of one built namespace (loaded once, reused across questions)."""
-
-    namespace: str
-    packets: tuple[SourcePacket, ...]
-    packets_by_id: Mapping[str, SourcePacket]
-    descriptors_by_packet: Mapping[str, tuple[Descriptor, ...]]
-    index: AddressIndex
-    packet_matrix: np.ndarray | None  # (N, d) in packet order, l2-normalized
-    row_of: Mapping[str, int]  # packet id -> row in packet_matrix
-    fusion: FusionIndex | None = None  # when the fused selector is configured
+    scores: Mapping[str, float] = field(default_factory=dict)
 
 
 def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None, view: MemoryView) -> QueryIntent:
@@ -93,7 +82,7 @@ def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None,
 
 def _embed_query(embedder: Embedder | None, intent: QueryIntent, texts: list[str] | None = None) -> np.ndarray | None:
     """The query vector: the embedding of ``intent.lexical_query()``, or the mean of the
-    embeddings of ``texts`` (the fused selector's ``dense_query_texts``), in one call."""
+    embeddings of ``texts``, in one call."""
     if embedder is None:
         return None
     # Embedders trained with query/document prefixes (e5, bge) embed queries on their own path.
@@ -116,6 +105,72 @@ def dense_candidates(query_vec: np.ndarray | None, view: MemoryView, cfg: Pipeli
     return dense_proposals(view.index.dense, query_vec, cfg.evidence.k_dense)
 
 
+@dataclass(frozen=True)
+class AnchorQuery:
+    """What an anchor selector may read for one question (Algorithm 1, line 14)."""
+
+    question: str
+    pool: Sequence[PacketCandidate]  # U_q
+    address: AddressResult  # K_q
+    dense: DenseProposals  # D_q
+    view: MemoryView
+    cfg: PipelineConfig
+    client: ModelClient | None
+    query_vec: np.ndarray | None
+    retriever: FusedRetriever | None  # the fused retriever of the view, when it has a fused index
+
+
+# An anchor selector: query -> (A0, trace info, the fused retrieval when it ran).
+AnchorSelector = Callable[[AnchorQuery], "tuple[tuple[str, ...], dict[str, Any], Retrieval | None]"]
+
+
+def _normalized_anchors(q: AnchorQuery):
+    return tuple(pc.packet_id for pc in q.pool)[: q.cfg.evidence.k0], {}, None
+
+
+def _dense_anchors(q: AnchorQuery):
+    return tuple(pid for pid, _ in q.dense[: q.cfg.evidence.k0]), {}, None
+
+
+def _mmr_anchors(q: AnchorQuery):
+    ids = mmr_anchors(q.pool, q.address.candidates, q.view.index.descriptor_by_id,
+                      q.view.index.cell_of_descriptor, q.cfg.routing, k=q.cfg.evidence.k0)
+    return tuple(ids), {}, None
+
+
+def _llm_anchors(q: AnchorQuery):
+    pool_ids = [pc.packet_id for pc in q.pool]
+    if q.cfg.fusion.schedule_pool == "fused":  # A0-fused-pool: the scheduler sees the fused top-N
+        if q.retriever is None:
+            raise ConfigError("schedule_pool='fused' needs the fused index; build the memory with it set")
+        pool_ids = q.retriever.ranking(q.question, q.query_vec, q.cfg.fusion.schedule_pool_size)
+    ids, info = _llm_ordering(q.question, pool_ids, q.cfg.evidence.k0, "schedule", q.view, q.cfg, q.client)
+    return tuple(ids), info, None
+
+
+def _fused_anchors(q: AnchorQuery):
+    if q.retriever is None:
+        raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
+    found = q.retriever.retrieve(q.question, q.query_vec, q.cfg.evidence.k0)
+    return found.packet_ids, {}, found
+
+
+def _pursuit_anchors(q: AnchorQuery):
+    ids = _pursuit_order([pc.packet_id for pc in q.pool] + [p for p, _ in q.dense], q.query_vec, q.view,
+                         q.cfg.evidence.k0, q.cfg.evidence.pursuit_tau, limit=q.cfg.evidence.pursuit_pool)
+    return tuple(ids), {}, None
+
+
+ANCHOR_SELECTORS: dict[str, AnchorSelector] = {
+    "normalized": _normalized_anchors,
+    "dense": _dense_anchors,
+    "mmr": _mmr_anchors,
+    "llm": _llm_anchors,
+    "fused": _fused_anchors,
+    "pursuit": _pursuit_anchors,
+}
+
+
 def select_anchors(
     selector: str,
     *,
@@ -127,34 +182,16 @@ def select_anchors(
     cfg: PipelineConfig,
     client: ModelClient | None,
     query_vec: np.ndarray | None,
-) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14)."""
-    k0 = cfg.evidence.k0
-    pool_ids = [pc.packet_id for pc in pool]
-    if selector == "normalized":
-        return tuple(pool_ids[:k0]), {}
-    if selector == "dense":
-        return tuple(pid for pid, _ in dense[:k0]), {}
-    if selector == "mmr":
-        ids = mmr_anchors(pool, address.candidates, view.index.descriptor_by_id,
-                          view.index.cell_of_descriptor, cfg.routing, k=k0)
-        return tuple(ids), {}
-    if selector == "llm":
-        if cfg.fusion.schedule_pool == "fused":  # A0-fused-pool: the scheduler sees the fused top-N
-            if view.fusion is None:
-                raise ConfigError("schedule_pool='fused' needs the fused index; build the memory with it set")
-            pool_ids = fused_ranking(view.fusion, question, query_vec, cfg.fusion, cfg.fusion.schedule_pool_size)
-        ids, info = _llm_ordering(question, pool_ids, k0, "schedule", view, cfg, client)
-        return tuple(ids), info
-    if selector == "fused":
-        if view.fusion is None:
-            raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
-        return tuple(select_fused(view.fusion, question, query_vec, cfg.fusion, k0)), {}
-    if selector == "pursuit":
-        ids = _pursuit_order(pool_ids + [p for p, _ in dense], query_vec, view, k0, cfg.evidence.pursuit_tau,
-                             limit=cfg.evidence.pursuit_pool)
-        return tuple(ids), {}
-    raise ConfigError(f"unknown anchor selector {selector!r}")
+    retriever: FusedRetriever | None = None,
+) -> tuple[tuple[str, ...], dict[str, Any], Retrieval | None]:
+    """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14);
+    with the fused retrieval (ids and every packet's scores) when the fused selector chose."""
+    choose = ANCHOR_SELECTORS.get(selector)
+    if choose is None:
+        raise ConfigError(f"unknown anchor selector {selector!r}; known: {', '.join(ANCHOR_SELECTORS)}")
+    if retriever is None and view.fusion is not None:
+        retriever = FusedRetriever(view.fusion, cfg.fusion)
+    return choose(AnchorQuery(question, pool, address, dense, view, cfg, client, query_vec, retriever))
 
 
 def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, view: MemoryView,
@@ -187,6 +224,24 @@ def _pursuit_order(candidate_ids: Sequence[str], query_vec: np.ndarray | None, v
     return [ids[i] for i in res.indices]
 
 
+def _llm_frontier(question: str, pool: list[str], view: MemoryView, cfg: PipelineConfig,
+                  client: ModelClient | None, query_vec: np.ndarray | None) -> tuple[list[str], dict[str, Any]]:
+    # Only the first K_R positions of the ordering are read, so only K_R labels are requested.
+    return _llm_ordering(question, pool, min(cfg.evidence.k_rank, len(pool)), "frontier", view, cfg, client)
+
+
+def _pursuit_frontier(question: str, pool: list[str], view: MemoryView, cfg: PipelineConfig,
+                      client: ModelClient | None, query_vec: np.ndarray | None) -> tuple[list[str], dict[str, Any]]:
+    return _pursuit_order(pool, query_vec, view, cfg.evidence.k_rank, cfg.evidence.pursuit_tau), {}
+
+
+# A frontier mode orders W_q = A0 u D_q: (question, W_q, view, cfg, client, query vector) -> (ordering, info).
+FRONTIER_MODES: dict[str, Callable[..., tuple[list[str], dict[str, Any]]]] = {
+    "llm": _llm_frontier,
+    "pursuit": _pursuit_frontier,
+}
+
+
 def run_frontier(
     mode: str,
     *,
@@ -201,16 +256,12 @@ def run_frontier(
     """Delta_q: at most K_Delta packets appended from the first K_R of an ordering of W_q = A0 u D_q."""
     if mode == "none":
         return (), {}
+    order = FRONTIER_MODES.get(mode)
+    if order is None:
+        raise ConfigError(f"unknown frontier mode {mode!r}; known: none, {', '.join(FRONTIER_MODES)}")
     ev = cfg.evidence
     pool = frontier_pool(anchors, [pid for pid, _ in dense[: ev.k_dense]])
-    if mode == "llm":
-        # Only the first K_R positions of the ordering are read, so only K_R labels are requested.
-        ordering, info = _llm_ordering(question, pool, min(ev.k_rank, len(pool)), "frontier", view, cfg, client)
-    elif mode == "pursuit":
-        ordering = _pursuit_order(pool, query_vec, view, ev.k_rank, ev.pursuit_tau)
-        info = {}
-    else:
-        raise ConfigError(f"unknown frontier mode {mode!r}")
+    ordering, info = order(question, pool, view, cfg, client, query_vec)
     final = bounded_frontier(anchors, ordering, k_rank=ev.k_rank, k_append=ev.k_append)
     return tuple(final[len(anchors):]), {"ordering": ordering, **info}
 
@@ -265,10 +316,13 @@ def compile_context(
 
     intent = query_intent(question, cfg, client, view)
     lap("intent")
-    # The fused selector may embed the question beside the intent text (FusionConfig.dense_query).
-    texts = (dense_query_texts(question, intent.lexical_query(), cfg.fusion)
-             if cfg.evidence.anchor_selector == "fused" else None)
-    query_vec = _embed_query(embedder, intent, texts)
+    retriever = FusedRetriever(view.fusion, cfg.fusion) if view.fusion is not None else None
+    if cfg.evidence.anchor_selector == "fused" and retriever is not None:
+        # The fused retriever makes its own query vector (FusionConfig.dense_query may embed the
+        # question beside the intent text); the dense proposals and a frontier read it too.
+        query_vec = retriever.query_vector(embedder, question, intent.lexical_query())
+    else:
+        query_vec = _embed_query(embedder, intent)
     if query_vec is not None:
         lap("embed_query")
     address = AddressResult.skipped(intent)
@@ -282,8 +336,9 @@ def compile_context(
     if run_dense:
         dense = dense_candidates(query_vec, view, cfg)
         lap("dense")
-    anchors, a_info = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool, address=address,
-                                     dense=dense, view=view, cfg=cfg, client=client, query_vec=query_vec)
+    anchors, a_info, retrieval = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool,
+                                                address=address, dense=dense, view=view, cfg=cfg, client=client,
+                                                query_vec=query_vec, retriever=retriever)
     lap("anchors")
     added, f_info = run_frontier(cfg.evidence.frontier, question=question, anchors=anchors, dense=dense,
                                  view=view, cfg=cfg, client=client, query_vec=query_vec)
@@ -297,4 +352,5 @@ def compile_context(
         frontier_added=tuple(added), text=text, view=cfg.evidence.view, address=address, pool=pool,
         dense=dense, timings_ms=timings,
         trace={"stages": list(timings), "anchors": a_info, "frontier": f_info, "address": address.timings_ms},
+        scores={pid: retrieval.score(pid) for pid in final} if retrieval is not None else {},
     )

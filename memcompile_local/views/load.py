@@ -21,9 +21,9 @@ computed from, so a view loaded this way equals one built from scratch. The gene
 caller keys the view on is read before the data of the final pass.
 
 ``ViewLoader.plan_append`` and ``adopt`` go one step further for a process that writes the
-append itself (``service/append.py``): the new view is derived from the last one and the new
+append itself (``views/append.py``): the new view is derived from the last one and the new
 packets, without reading the namespace, with the BM25 counts grown in place
-(``lexical_growth``). It equals a load from scratch field by field, BM25 scores up to float64
+(``address/lexical_growth.py``). It equals a load from scratch field by field, BM25 scores up to float64
 rounding (``tests/test_view_load.py``).
 """
 
@@ -36,27 +36,23 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .address.cells import PlacementState
-from .address.dense import dense_document
-from .address.index import AddressIndex
-from .address.layouts import build_layout
-# Private helpers of build.py: the store's embedding key format and its "embed what is
+from ..address.cells import PlacementState
+from ..address.dense import dense_document
+from ..address.index import AddressIndex
+from ..address.layouts import build_layout
+# Helpers of build/stages.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
-from .build import _embed_missing, _keyed, context_model_id, embedding_model_id, layout_id, text_address
-from .build import composed_contexts, dense_plan
-from .config import FusionConfig
-from .fused import (
-    FusionIndex,
-    FusionParts,
-    add_packet_rows,
-    canonical_names,
-    context_documents,
-    lexical_documents,
-)
-from .language.stemming import stem_terms
-from .lexical_growth import GrowingLexicalIndex
-from .pipeline import MemoryView
-from .types import Cell, Descriptor, SourcePacket
+from ..build.spec import BuildSpec
+from ..build.stages import _embed_missing, _keyed, composed_contexts, context_model_id, embedding_model_id, text_address
+from ..config import FusionConfig
+from ..fused.documents import canonical_names, context_documents, lexical_documents
+from ..fused.index import FusionIndex, FusionParts, add_packet_rows
+from ..language.stemming import stem_terms
+from ..address.lexical_growth import GrowingLexicalIndex
+from ..protocols import Embedder
+from ..store.base import Store
+from ..types import Cell, Descriptor, SourcePacket
+from .record import MemoryView
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +141,12 @@ def _packet_documents(packets: Sequence[SourcePacket], by_packet: Mapping[str, S
     return docs, memo
 
 
-def _matrix(store: Any, namespace: str, model_id: str, embedder: Any, keys: list[str], docs: list[str],
+def _matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, keys: list[str], docs: list[str],
             old: _Rows | None, what: str) -> tuple[_Rows, int]:
     """(rows for ``keys`` in order, how many texts were embedded now).
 
     Rows of keys the previous load had are copied from it; the other keys are embedded when the
-    store lacks them (``build._embed_missing``, content-addressed) and then read from the store.
+    store lacks them (``build.stages._embed_missing``, content-addressed) and then read from the store.
     """
     old_row = old.row_of if old is not None else {}
     new = [(k, d) for k, d in zip(keys, docs) if k not in old_row]
@@ -177,23 +173,9 @@ def _matrix(store: Any, namespace: str, model_id: str, embedder: Any, keys: list
     return _Rows({k: i for i, k in enumerate(keys)}, matrix), embedded
 
 
-def fusion_index(
-    packets: Sequence[SourcePacket],
-    descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
-    cfg: FusionConfig,
-    *,
-    packet_matrix: np.ndarray | None,
-    context_matrix: np.ndarray | None,
-    memo: _Memo = _EMPTY,
-) -> tuple[FusionIndex, FusionParts]:
-    """``FusionIndex.build`` with the per-packet work taken from ``memo`` where its inputs are
-    unchanged; returns (index, the parts to remember for the next load)."""
-    return FusionIndex.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
-                                     context_matrix=context_matrix, previous=memo.fusion)
-
-
 class ViewLoader:
-    """Loads MemoryViews for one ``Memory``, remembering each namespace's last load.
+    """Loads MemoryViews for one view cache (``views.cache.ViewCache``), remembering each
+    namespace's last load.
 
     Thread-safe: the remembered parts of a namespace are replaced whole after a load and
     never changed in place, so loads of one namespace running at once each read a complete
@@ -205,7 +187,7 @@ class ViewLoader:
         self._memos: dict[str, _Memo] = {}
         # The fused index's per-text results of the last load under each configuration, for the
         # first load of another namespace: LongMemEval haystacks share most sessions, and the
-        # results are keyed by the exact text they were computed from (build.py S2).
+        # results are keyed by the exact text they were computed from (build/stages.py).
         self._shared_parts: dict[tuple, FusionParts] = {}
 
     def drop(self, namespace: str) -> None:
@@ -220,19 +202,13 @@ class ViewLoader:
         with self._lock:
             return namespace in self._memos
 
-    def load(self, mem: Any, namespace: str) -> tuple[MemoryView, int]:
-        """(the view of built ``namespace`` under ``mem``'s configuration, the generation read
-        before its data). Embeds any document not embedded yet; raises RuntimeError when an
-        embedding is missing after that (a concurrent write; the caller may load again)."""
-        store, cfg = mem.store, mem.config
-        dset = mem.extractor().descriptor_set
-        lid = layout_id(dset, cfg.placement)
-        embedder = mem.embedder
-        use_fusion = mem.uses_fusion()
-        use_context = mem.uses_context_embeddings()
-        dense = dense_plan(cfg, use_context)
-        identity = (dset, lid, repr(cfg.fusion), embedding_model_id(embedder) if embedder is not None else None,
-                    use_fusion, use_context)
+    def load(self, spec: BuildSpec, store: Store, embedder: Embedder | None,
+             namespace: str) -> tuple[MemoryView, int]:
+        """(the view of built ``namespace`` under ``spec``, the generation read before its
+        data). Embeds any document not embedded yet; raises RuntimeError when an embedding is
+        missing after that (a concurrent write; the caller may load again)."""
+        cfg, dset, lid, dense = spec.config, spec.descriptor_set, spec.layout_id, spec.dense
+        use_fusion, use_context, identity = spec.fusion, spec.context_vectors, spec.identity
         with self._lock:
             memo = self._memos.get(namespace, _EMPTY)
         if memo.identity != identity:
@@ -280,8 +256,9 @@ class ViewLoader:
                     shared = self._shared_parts.get(identity)
                 if shared is not None:
                     donor = dataclasses.replace(memo, fusion=shared)
-            fusion, parts = fusion_index(packets, descriptors_by_packet, cfg.fusion, packet_matrix=matrix,
-                                         context_matrix=context, memo=donor)
+            fusion, parts = FusionIndex.build_reusing(packets, descriptors_by_packet, cfg.fusion,
+                                                      packet_matrix=matrix, context_matrix=context,
+                                                      previous=donor.fusion)
         flat = cfg.placement.layout == "flat"
         index = LazyAddressIndex(lambda: AddressIndex.build(
             packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
@@ -304,7 +281,8 @@ class ViewLoader:
         return view, generation
 
     # ------------------------------------------------------------------ appends in place
-    def plan_append(self, mem: Any, namespace: str, base: MemoryView, packets: Sequence[SourcePacket],
+    def plan_append(self, spec: BuildSpec, store: Store, embedder: Embedder | None, namespace: str,
+                    base: MemoryView, packets: Sequence[SourcePacket],
                     descriptors: Mapping[str, Sequence[Descriptor]]) -> "AppendPlan | None":
         """The view ``base`` becomes when ``packets`` (with their ``descriptors``, by packet id)
         are appended, made without reading the namespace from the store.
@@ -316,14 +294,8 @@ class ViewLoader:
         change, the stemmed tokens and the BM25 counts of unchanged documents are reused; the
         rest is computed as a load from scratch computes it (``tests/test_view_load.py``).
         """
-        cfg = mem.config
-        dset = mem.extractor().descriptor_set
-        embedder = mem.embedder
-        use_fusion = mem.uses_fusion()
-        use_context = mem.uses_context_embeddings()
-        dense = dense_plan(cfg, use_context)
-        identity = (dset, layout_id(dset, cfg.placement), repr(cfg.fusion),
-                    embedding_model_id(embedder) if embedder is not None else None, use_fusion, use_context)
+        cfg, dense = spec.config, spec.dense
+        use_fusion, use_context, identity = spec.fusion, spec.context_vectors, spec.identity
         with self._lock:
             memo = self._memos.get(namespace)
         if memo is None or memo.view is not base or memo.identity != identity or not packets:
@@ -364,7 +336,7 @@ class ViewLoader:
                            if start + j < n_old and k != old_ckeys[start + j]}
                 ckeys, cdocs = ckeys[n_old - start:], cdocs[n_old - start:]
             # Every new text of both kinds in one embed call (a model's per-call cost is most of it).
-            vectors_of = _vectors_for(mem.store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs])
+            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs])
             rows[model_id], save = _grown_rows(vectors_of, embedder, model_id, rows.get(model_id), n_old, {},
                                                keys, docs)
             saves.extend(save)
@@ -380,8 +352,8 @@ class ViewLoader:
             grown = _grown_fusion(base.fusion, memo, allp, n_old, by_packet, cfg.fusion,
                                   packet_matrix=matrix, context_matrix=context)
             if grown is None:
-                fusion, parts = fusion_index(allp, by_packet, cfg.fusion, packet_matrix=matrix,
-                                             context_matrix=context, memo=memo)
+                fusion, parts = FusionIndex.build_reusing(allp, by_packet, cfg.fusion, packet_matrix=matrix,
+                                                          context_matrix=context, previous=memo.fusion)
                 lexical_docs = None
             else:
                 fusion, parts, lexical_docs = grown
@@ -389,7 +361,7 @@ class ViewLoader:
                           descriptors_by_packet=by_packet, packet_matrix=matrix, fusion=fusion,
                           memo=_Memo(identity, rows, parts, documents, None, None, lexical_docs))
 
-    def adopt(self, mem: Any, plan: "AppendPlan", generation: int) -> MemoryView | None:
+    def adopt(self, spec: BuildSpec, store: Store, plan: "AppendPlan", generation: int) -> MemoryView | None:
         """The planned view, remembered as this loader's last load of the namespace at
         ``generation`` (the generation the append's transaction wrote); None when the loader's
         memory of the namespace moved on since the plan (nothing is kept then).
@@ -397,10 +369,10 @@ class ViewLoader:
         Its Cells are read when the AddressIndex is first used (a trace, an LLM path; the
         fused path never asks): the stored Cells while the namespace is still at
         ``generation``, else the placement of the view's descriptors from scratch, which is
-        what the stored Cells were (``build.place_cells``: an incremental placement equals
+        what the stored Cells were (``build.stages.place_cells``: an incremental placement equals
         one of the whole sequence).
         """
-        cfg = mem.config
+        cfg = spec.config
         namespace = plan.namespace
         packets = list(plan.packets)
         descriptors = [d for p in packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
@@ -408,7 +380,7 @@ class ViewLoader:
         # The closure names only what the index is built from, never the plan: the plan holds
         # the view it extends, so capturing it would chain every earlier view to the newest one.
         index = LazyAddressIndex(lambda: AddressIndex.build(
-            packets, descriptors, _cells_at(mem, namespace, generation, descriptors), matrix,
+            packets, descriptors, _cells_at(spec, store, namespace, generation, descriptors), matrix,
             layout=cfg.placement.layout, placement=cfg.placement, routing=cfg.routing))
         view = MemoryView(
             namespace=plan.namespace,
@@ -429,13 +401,13 @@ class ViewLoader:
         return view
 
 
-def _cells_at(mem: Any, namespace: str, generation: int, descriptors: Sequence[Descriptor]) -> list[Cell]:
-    """The Cells of ``namespace`` at ``generation`` under ``mem``'s placement (see ``adopt``)."""
-    placement = mem.config.placement
+def _cells_at(spec: BuildSpec, store: Store, namespace: str, generation: int,
+              descriptors: Sequence[Descriptor]) -> list[Cell]:
+    """The Cells of ``namespace`` at ``generation`` under ``spec``'s placement (see ``adopt``)."""
+    placement = spec.config.placement
     if placement.layout == "flat":
         return []
-    store = mem.store
-    lid = layout_id(mem.extractor().descriptor_set, placement)
+    lid = spec.layout_id
     with store.transaction():  # generation and Cells read in one snapshot
         if store.generation(namespace) == generation:
             return store.cells(namespace, lid)
@@ -464,9 +436,9 @@ class AppendPlan:
     memo: _Memo
 
 
-def _vectors_for(store: Any, embedder: Any, docs: Sequence[str]) -> dict[str, np.ndarray]:
+def _vectors_for(store: Store, embedder: Embedder, docs: Sequence[str]) -> dict[str, np.ndarray]:
     """Content address -> float32 vector of each of ``docs``: taken from the store when a key
-    already embedded the same text in the embedder's space (as ``build._embed_missing`` does),
+    already embedded the same text in the embedder's space (as ``build.stages._embed_missing`` does),
     every other distinct text embedded now, all in one call."""
     space = embedding_model_id(embedder)
     text_of = {text_address(d): d for d in docs}
@@ -477,7 +449,7 @@ def _vectors_for(store: Any, embedder: Any, docs: Sequence[str]) -> dict[str, np
     return {a: np.asarray(v, dtype=np.float32) for a, v in vectors.items()}
 
 
-def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Any, model_id: str, old: _Rows | None, n_old: int,
+def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_id: str, old: _Rows | None, n_old: int,
                 changed: Mapping[int, tuple[str, str]], keys: list[str], docs: list[str],
                 ) -> tuple[_Rows, list[tuple[str, list[str], np.ndarray, list[str], str]]]:
     """Rows after the documents ``changed`` (row -> (key, document)) are replaced and ``keys``

@@ -1,4 +1,4 @@
-"""The query-time view the service searches while a background build is still behind.
+"""The partial view the service searches while a background build is still behind.
 
 ``Memory.view`` builds whatever is missing before it returns, which under an LLM extractor means
 model calls inside a search request. The service instead searches what is built so far plus the
@@ -17,41 +17,46 @@ from __future__ import annotations
 import threading
 
 from ..address.index import AddressIndex
-from ..build import dense_plan, embed_contexts, embed_packets, layout_id, load_context_matrix, load_packet_matrix
+from ..build.spec import BuildSpec
+from ..build.stages import embed_contexts, embed_packets, load_context_matrix, load_packet_matrix
 from ..errors import ConfigError
-from ..fused import FusionIndex
-from ..memory import Memory
-from ..pipeline import MemoryView
+from ..fused.index import FusionIndex
+from ..protocols import Embedder
+from ..store.base import Store
+from .record import MemoryView
 
 
-def pending_turns(mem: Memory, namespace: str) -> int:
-    """Stored turns of ``namespace`` not yet extracted under ``mem``'s descriptor set."""
-    dset = mem.extractor().descriptor_set
-    return max(0, mem.store.packet_count(namespace) - len(mem.store.extracted_packet_ids(namespace, dset)))
+def pending_turns(store: Store, descriptor_set: str, namespace: str) -> int:
+    """Stored turns of ``namespace`` not yet extracted under ``descriptor_set``."""
+    return max(0, store.packet_count(namespace) - len(store.extracted_packet_ids(namespace, descriptor_set)))
 
 
-class PendingViews:
-    """Views over built + not-yet-extracted turns, one cached per namespace and generation."""
+class PartialViews:
+    """Views over built + not-yet-extracted turns, one held per namespace and generation.
 
-    def __init__(self, mem: Memory):
-        self.mem = mem
+    One instance serves one configuration (``spec``) over one store.
+    """
+
+    def __init__(self, store: Store, spec: BuildSpec, embedder: Embedder | None):
+        self.store = store
+        self.spec = spec
+        self.embedder = embedder
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[int, MemoryView]] = {}
 
     def view(self, namespace: str) -> MemoryView:
-        mem, store = self.mem, self.mem.store
+        store, spec, cfg = self.store, self.spec, self.spec.config
         generation = store.generation(namespace)
         with self._lock:
             hit = self._cache.get(namespace)
             if hit is not None and hit[0] == generation:
                 return hit[1]
-        dset = mem.extractor().descriptor_set
-        lid = layout_id(dset, mem.config.placement)
+        dset, lid = spec.descriptor_set, spec.layout_id
         packets = store.packets(namespace)
         if not packets:
             raise ConfigError(f"namespace {namespace!r} has no turns in {store.path}")
-        embedder = mem.embedder
-        dense = dense_plan(mem.config, mem.uses_context_embeddings())  # what the build embeds
+        embedder = self.embedder
+        dense = spec.dense  # what the build embeds
         if embedder is not None:
             embed_packets(store, namespace, dset, embedder, document=dense.document)
             if dense.context == "embedded":
@@ -59,7 +64,7 @@ class PendingViews:
         generation = store.generation(namespace)
         packets = store.packets(namespace)
         descriptors = store.descriptors(namespace, dset)
-        flat = mem.config.placement.layout == "flat"
+        flat = cfg.placement.layout == "flat"
         cells = [] if flat else store.cells(namespace, lid)
         placed = {d for c in cells for d in c.descriptor_ids}
         # Descriptors the worker saved but has not placed yet stay out of the Cell index until
@@ -72,14 +77,14 @@ class PendingViews:
         for d in descriptors:
             by_packet.setdefault(d.packet_id, []).append(d)
         fusion = None
-        if mem.uses_fusion():
+        if spec.fusion:
             context = (load_context_matrix(store, namespace, embedder, packets,
                                            composed_from=matrix if dense.context == "composed" else None)
                        if dense.context != "none" else None)
-            fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, mem.config.fusion,
+            fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, cfg.fusion,
                                        packet_matrix=matrix, context_matrix=context)
-        index = AddressIndex.build(packets, descriptors, cells, matrix, layout=mem.config.placement.layout,
-                                   placement=mem.config.placement, routing=mem.config.routing)
+        index = AddressIndex.build(packets, descriptors, cells, matrix, layout=cfg.placement.layout,
+                                   placement=cfg.placement, routing=cfg.routing)
         view = MemoryView(
             namespace=namespace,
             packets=tuple(packets),
@@ -97,21 +102,3 @@ class PendingViews:
     def forget(self, namespace: str) -> None:
         with self._lock:
             self._cache.pop(namespace, None)
-
-
-def current_view(mem: Memory, pending: PendingViews, namespace: str, *, allow_build: bool) -> tuple[MemoryView, int]:
-    """(view, turns not yet extracted): ``mem.view`` when nothing waits or building is cheap,
-    else the built-so-far view."""
-    for attempt in range(3):
-        generation = mem.store.generation(namespace)
-        behind = pending_turns(mem, namespace)
-        try:
-            if behind == 0 or allow_build:
-                return mem.view(namespace), 0
-            return pending.view(namespace), behind
-        except RuntimeError:
-            # A view load reads several tables one after another; a build committing in between
-            # (another thread or process) can leave it an embedding short. Load again then.
-            if attempt == 2 or mem.store.generation(namespace) == generation:
-                raise
-    raise AssertionError("unreachable")

@@ -1,0 +1,126 @@
+"""The channels of the fused score, as a table, and their weighted sum.
+
+Each channel scores every packet of a ``FusionIndex`` for one query, normalized to a
+comparable range; ``fused_scores`` adds them up, each times its ``FusionConfig`` weight
+(``<name>_weight``). Scores are fused by value, not by rank: a channel that is confident (one
+very high BM25 score) keeps that confidence. A channel whose weight is 0 is not computed.
+
+- lexical: BM25 (Snowball-stemmed terms) over the lexical documents, divided by the query's
+  best score, so it lies in [0, 1];
+- packet: the cosine between the query vector and the packet document z(p); with
+  ``dense_neighbor_context`` the larger of that and the cosine with the packet's context
+  document, so the dense channel sees the neighbourhood the lexical one does;
+- speaker: 1 for packets spoken by the one participant the question names (questions about a
+  person are mostly answered by that person's own turns);
+- temporal: for a question that asks about time, 1 for packets with a claim whose event time
+  was resolved;
+- time_match: for a question that names a period ("in June", "August 2023"), 1 for packets
+  whose session date or a resolved event time falls in it.
+
+A new channel is one function in ``CHANNELS`` and one ``<name>_weight`` field of FusionConfig.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..config import FusionConfig
+from ..language.timecues import is_temporal_question
+from .documents import named_participants
+from .index import FusionIndex
+
+
+@dataclass(frozen=True)
+class FusedQuery:
+    """What the channels read of one query: the question as asked and its query vector."""
+
+    question: str
+    vector: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class FusedScores:
+    total: np.ndarray  # the fused score of every packet, aligned with the index's packet ids
+    channels: dict[str, np.ndarray]  # each computed channel's scores, before weighting
+
+
+def _normalized(s: np.ndarray) -> np.ndarray:
+    top = float(s.max()) if s.size else 0.0
+    return s / top if top > 0 else np.zeros(len(s))
+
+
+def lexical_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
+    return _normalized(index.lexical.scores(index.query_terms(query.question)))
+
+
+def packet_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray | None:
+    """None (no channel) without a query vector or packet embeddings."""
+    if query.vector is None or index.packet_matrix is None:
+        return None
+    cos = index.packet_matrix @ query.vector
+    if index.context_matrix is not None:
+        cos = np.maximum(cos, index.context_matrix @ query.vector)
+    return cos.astype(np.float64)
+
+
+def speaker_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
+    named = named_participants(query.question, index.participants, tolerant=index.tolerant_names)
+    bonus = np.zeros(len(index.packet_ids))
+    if len(named) == 1:
+        bonus[[i for i, s in enumerate(index.speakers) if s == named[0]]] = 1.0
+    return bonus
+
+
+def temporal_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
+    return index.dated if is_temporal_question(query.question) else np.zeros(len(index.packet_ids))
+
+
+def time_match_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
+    return index.time_match(query.question)
+
+
+Channel = Callable[[FusionIndex, FusedQuery], "np.ndarray | None"]
+
+# name -> score function; the weight of channel ``name`` is ``FusionConfig.<name>_weight``.
+# The order is the order of the sum.
+CHANNELS: dict[str, Channel] = {
+    "lexical": lexical_channel,
+    "packet": packet_channel,
+    "speaker": speaker_channel,
+    "temporal": temporal_channel,
+    "time_match": time_match_channel,
+}
+
+
+def channel_weights(cfg: FusionConfig) -> dict[str, float]:
+    """The weight of each channel of ``CHANNELS`` under ``cfg``."""
+    return {name: getattr(cfg, f"{name}_weight") for name in CHANNELS}
+
+
+def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig) -> FusedScores:
+    """The fused score of every packet (aligned with ``index.packet_ids``) and its channels."""
+    query = FusedQuery(question, query_vec)
+    channels: dict[str, np.ndarray] = {}
+    for name, weight in channel_weights(cfg).items():
+        if weight:
+            values = CHANNELS[name](index, query)
+            if values is not None:
+                channels[name] = values
+    return FusedScores(total=combine(channels, cfg, len(index.packet_ids)), channels=channels)
+
+
+def combine(channels: Mapping[str, np.ndarray], cfg: FusionConfig, n: int | None = None) -> np.ndarray:
+    """The weighted sum of ``fused_scores`` channels under ``cfg``."""
+    weights = channel_weights(cfg)
+    total = np.zeros(n if n is not None else len(next(iter(channels.values()))))
+    for name, values in channels.items():
+        total += weights[name] * values
+    return total
+
+
+def score_order(total: np.ndarray) -> np.ndarray:
+    """Row indices by descending score, ties by dialogue order."""
+    return np.lexsort((np.arange(len(total)), -total))

@@ -1,0 +1,188 @@
+"""The fused index of one namespace: BM25 over the lexical documents, the dense matrices,
+speakers, dated periods and expansion terms, built once per view and grown by appends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..address.lexical import LexicalIndex
+from ..config import FusionConfig
+from ..language.stemming import stem_terms
+from ..types import Descriptor, SourcePacket
+from .documents import (
+    Period,
+    canonical_names,
+    lexical_documents,
+    packet_periods,
+    period_key,
+    period_matches,
+    question_periods,
+)
+
+
+def expansion_words(descriptors: Sequence[Descriptor]) -> str:
+    """What a packet's expansion terms are computed from: its claims' keywords and people."""
+    return " ".join(w for d in descriptors for w in (*d.keywords, *d.people))
+
+
+def expansion_of(words: str) -> tuple[str, ...]:
+    """The distinct stemmed expansion terms of ``expansion_words``' text, in order."""
+    return tuple(dict.fromkeys(stem_terms(words)))
+
+
+@dataclass
+class FusionParts:
+    """Per-text results of one ``FusionIndex.build_reusing``, keyed by what each was computed
+    from. A build only reads the ``previous`` parts it is given and fills a new object, so
+    parts handed to concurrent builds are never changed."""
+
+    participants: tuple[str, ...] = ()  # the participants ``tokens`` were made canonical against
+    tokens: dict[str, list[str]] = field(default_factory=dict)  # lexical document -> stemmed tokens
+    periods: dict[tuple, frozenset] = field(default_factory=dict)  # (session time, event times) -> periods
+    expansion: dict[str, tuple[str, ...]] = field(default_factory=dict)  # claim names/keywords -> terms
+
+
+def _memo(new: dict, old: Mapping, key, compute):
+    """``new[key]``, taken from ``old`` or computed once."""
+    if key not in new:
+        new[key] = old[key] if key in old else compute()
+    return new[key]
+
+
+def add_packet_rows(packets: Sequence[SourcePacket], start: int, by_packet: Mapping[str, Sequence[Descriptor]],
+                    parts: FusionParts, old: FusionParts, period_rows: dict[Period, list[int]],
+                    expansion_terms: list[tuple[str, ...]], dated: list[float]) -> None:
+    """Add the rows of ``packets[start:]`` to ``period_rows`` (period -> rows dated then),
+    ``expansion_terms`` and ``dated`` (1.0 where a claim has a resolved event time). Periods
+    and expansion terms are kept in ``parts`` by what they are computed from, taken from
+    ``old`` or ``parts`` itself when already there."""
+    for i in range(start, len(packets)):
+        p = packets[i]
+        descs = by_packet.get(p.packet_id, ())
+        for period in _memo(parts.periods, old.periods, period_key(p, descs),
+                            lambda p=p, descs=descs: frozenset(packet_periods(p, descs))):
+            period_rows.setdefault(period, []).append(i)
+        words = expansion_words(descs)
+        expansion_terms.append(_memo(parts.expansion, old.expansion, words, lambda words=words: expansion_of(words)))
+        dated.append(float(any(d.event_time for d in descs)))
+
+
+@dataclass(frozen=True)
+class FusionIndex:
+    """Query-time structures of the fused selector for one namespace."""
+
+    packet_ids: tuple[str, ...]
+    speakers: tuple[str, ...]  # speaker of each packet
+    participants: tuple[str, ...]  # distinct speakers of the conversation
+    lexical: LexicalIndex
+    packet_matrix: np.ndarray | None  # (N, d) l2-normalized z(p) embeddings
+    context_matrix: np.ndarray | None  # (N, d) l2-normalized context-document embeddings
+    dated: np.ndarray  # (N,) 1.0 where a claim of the packet has a resolved event time
+    period_rows: Mapping[Period, np.ndarray]  # (year, month, day) -> rows of packets dated then
+    expansion_terms: tuple[tuple[str, ...], ...]  # stemmed names/keywords of each packet's claims
+    tolerant_names: bool = False
+
+    @cached_property
+    def row_of(self) -> dict[str, int]:
+        """Packet id -> row of the index's arrays (computed once per index)."""
+        return {pid: i for i, pid in enumerate(self.packet_ids)}
+
+    @classmethod
+    def build(
+        cls,
+        packets: Sequence[SourcePacket],
+        descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
+        cfg: FusionConfig,
+        *,
+        packet_matrix: np.ndarray | None = None,
+        context_matrix: np.ndarray | None = None,
+    ) -> "FusionIndex":
+        return cls.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
+                                 context_matrix=context_matrix)[0]
+
+    @classmethod
+    def build_reusing(
+        cls,
+        packets: Sequence[SourcePacket],
+        descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
+        cfg: FusionConfig,
+        *,
+        packet_matrix: np.ndarray | None = None,
+        context_matrix: np.ndarray | None = None,
+        previous: "FusionParts | None" = None,
+    ) -> "tuple[FusionIndex, FusionParts]":
+        """``build``, taking each per-text result (stemmed document, dated periods, expansion
+        terms) from ``previous`` where its input is unchanged; returns the index and the parts
+        to hand to the next build (a view reload after an append recomputes only new turns)."""
+        for name, m in (("packet_matrix", packet_matrix), ("context_matrix", context_matrix)):
+            if m is not None and m.shape[0] != len(packets):
+                raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
+        old = previous or FusionParts()
+        participants = tuple(dict.fromkeys(p.speaker for p in packets))
+        docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context,
+                                 group_bursts=cfg.bursts)
+        if cfg.tolerant_names:
+            docs = [canonical_names(d, participants) for d in docs]
+        # Canonical names depend on the participants: tokens made against others are not reused.
+        old_tokens = old.tokens if old.participants == participants or not cfg.tolerant_names else {}
+        parts = FusionParts(participants=participants)
+        corpus = [_memo(parts.tokens, old_tokens, d, lambda d=d: stem_terms(d)) for d in docs]
+        lexical = LexicalIndex(corpus, k1=cfg.bm25_k1, b=cfg.bm25_b)
+        rows: dict[Period, list[int]] = {}
+        expansion: list[tuple[str, ...]] = []
+        dated: list[float] = []
+        add_packet_rows(packets, 0, descriptors_by_packet, parts, old, rows, expansion, dated)
+        index = cls.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
+                             period_rows=rows, expansion_terms=expansion, dated=dated)
+        return index, parts
+
+    @classmethod
+    def assemble(
+        cls,
+        packets: Sequence[SourcePacket],
+        lexical: LexicalIndex,
+        cfg: FusionConfig,
+        *,
+        packet_matrix: np.ndarray | None,
+        context_matrix: np.ndarray | None,
+        period_rows: Mapping[Period, Sequence[int]],
+        expansion_terms: Sequence[tuple[str, ...]],
+        dated: Sequence[float],
+    ) -> "FusionIndex":
+        """The index of ``packets`` from its computed parts (a build, or an append in place)."""
+        speakers = tuple(p.speaker for p in packets)
+        return cls(
+            packet_ids=tuple(p.packet_id for p in packets),
+            speakers=speakers,
+            participants=tuple(dict.fromkeys(speakers)),
+            lexical=lexical,
+            packet_matrix=packet_matrix,
+            context_matrix=context_matrix if cfg.dense_neighbor_context else None,
+            dated=np.asarray(dated, dtype=np.float64),
+            period_rows={k: np.asarray(v, dtype=np.int64) for k, v in period_rows.items()},
+            expansion_terms=tuple(expansion_terms),
+            tolerant_names=cfg.tolerant_names,
+        )
+
+    def query_terms(self, question: str) -> list[str]:
+        """The question's lexical terms, names made canonical when the index is tolerant."""
+        return stem_terms(canonical_names(question, self.participants) if self.tolerant_names else question)
+
+    def time_match(self, question: str) -> np.ndarray:
+        """1.0 for packets dated in a period the question names, else 0 (all 0 when it names none).
+
+        A named day matches that day; when no packet is dated that day, its month does
+        (a question's date may be off by the days between an event and its telling)."""
+        out = np.zeros(len(self.packet_ids))
+        for asked in question_periods(question):
+            for attempt in (asked, asked[:2] + (None,)):
+                hit = [rows for have, rows in self.period_rows.items() if period_matches(attempt, have)]
+                for rows in hit:
+                    out[rows] = 1.0
+                if hit or attempt[2] is None:
+                    break
+        return out

@@ -1,0 +1,165 @@
+"""The fused retriever: model-free packet selection by score fusion (the ``fused`` anchor selector).
+
+Selects K packets with no model call, at query time or at build time (descriptors come from
+the rule-based extractor): one ``FusedRetriever`` over a namespace's ``FusionIndex`` makes the
+query's dense texts and vector, scores every packet once (``channels.fused_scores``: a
+weighted sum of the channels of ``channels.CHANNELS``) and returns the kept packets with their
+scores. Ties break by dialogue order.
+
+For questions that ask for several things (``is_list_question``), the K packets are composed
+from the fused top-P (``complement="pursuit"``) instead of taken in score order, so
+near-duplicates give way to evidence that adds something: the first ``complement_keep`` stay
+in score order and are MemPursuit's first selections, so each later pick is the pool packet
+that best explains what they leave of the query.
+
+Which of these pay off, and by how much, is decided by leave-one-conversation-out
+cross-validation in ``scripts/ablate_model_free.py --cv`` (which also re-implements the
+variants measured there and dropped).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..config import FusionConfig
+from ..evidence.pursuit import mem_pursuit
+from ..protocols import Embedder
+from .channels import FusedScores, fused_scores, score_order
+from .index import FusionIndex
+
+# A question that asks for several things ("What books has ...", "In what ways ...", "... both ...").
+LIST_QUESTION = re.compile(
+    r"^(?:what|which)\s+(?:\S+\s+){0,2}?(?:\w+(?:s|es)|people|children)\s+(?:has|have|does|do|did|is|are|were)\b"
+    r"|^(?:in )?what (?:ways|kinds?|types?|sorts?)\b|\bboth\b", re.IGNORECASE)
+
+
+def is_list_question(question: str) -> bool:
+    """True for a question whose answer is several things spread over the conversation."""
+    return LIST_QUESTION.search(question or "") is not None
+
+
+# ----------------------------------------------------------------------------- query vector
+
+
+def dense_query_texts(question: str, intent_query: str, cfg: FusionConfig) -> list[str]:
+    """The texts the dense channel embeds for one question, in order.
+
+    ``intent_query`` is the rule intent's query text (``QueryIntent.lexical_query``). With
+    ``cfg.dense_query == "intent+question"`` the question as asked follows it, unless the
+    two are the same text: the intent text repeats the question's names and keywords, which
+    pulls its embedding towards them; the plain question keeps what it asks about.
+    """
+    if cfg.dense_query == "intent" or not question or question == intent_query:
+        return [intent_query]
+    return [intent_query, question]
+
+
+def query_vector(rows: np.ndarray) -> np.ndarray:
+    """The one query vector of the embeddings of ``dense_query_texts`` (rows): their mean,
+    so each packet's cosine with it is the mean of its cosines with the rows. Not
+    renormalized: the fusion weights were fit on that mean."""
+    rows = np.asarray(rows, dtype=np.float32)
+    if rows.ndim == 1:
+        return rows
+    return rows[0] if len(rows) == 1 else rows.mean(axis=0)
+
+
+# ----------------------------------------------------------------------------- selection
+
+# The complementary selection over the fused order: (index, total, order, query vector, cfg, k) -> rows.
+Complement = Callable[[FusionIndex, np.ndarray, np.ndarray, "np.ndarray | None", FusionConfig, int], list[int]]
+
+
+def _score_order_rows(index: FusionIndex, total: np.ndarray, order: np.ndarray, query_vec: np.ndarray | None,
+                      cfg: FusionConfig, k: int) -> list[int]:
+    return [int(i) for i in order[:k]]
+
+
+def pursuit_complement(index: FusionIndex, total: np.ndarray, order: np.ndarray, query_vec: np.ndarray | None,
+                       cfg: FusionConfig, k: int) -> list[int]:
+    """K rows composed from the fused top-P (``complement_pool``): the first ``complement_keep``
+    in score order, the rest in the order MemPursuit picks them from the pool's packet
+    embeddings, starting from the kept packets (so every later pick is the one that best
+    explains what they leave of the query); packets it does not pick follow in score order."""
+    pool = [int(i) for i in order[: max(cfg.complement_pool, k)]]
+    keep = min(cfg.complement_keep, k)
+    chosen = pool[:keep]
+    E = index.packet_matrix
+    if E is None or not pool[keep:] or k <= keep or query_vec is None:
+        return [int(i) for i in order[:k]]
+    res = mem_pursuit(query_vec, E[pool], k=k, tau=0.0, start=range(keep))
+    picked = chosen + [pool[i] for i in res.indices if pool[i] not in chosen]
+    return (picked + [i for i in pool if i not in picked])[:k]
+
+
+COMPLEMENTS: dict[str, Complement] = {"none": _score_order_rows, "pursuit": pursuit_complement}
+
+
+def select_rows(index: FusionIndex, question: str, total: np.ndarray, query_vec: np.ndarray | None,
+                cfg: FusionConfig, k: int) -> list[int]:
+    """The ``k`` rows the fused selector keeps for fused scores ``total`` (see module docstring)."""
+    order = score_order(total)
+    mode = cfg.complement if is_list_question(question) else "none"
+    return COMPLEMENTS[mode](index, total, order, query_vec, cfg, k)
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What one ``FusedRetriever.retrieve`` found: the kept packets, best first, and the fused
+    scores of every packet (``score`` reads one)."""
+
+    packet_ids: tuple[str, ...]
+    scores: FusedScores
+    row_of: dict[str, int]
+
+    def score(self, packet_id: str) -> float:
+        return float(self.scores.total[self.row_of[packet_id]])
+
+
+class FusedRetriever:
+    """The model-free retriever over one namespace's ``FusionIndex`` under one ``FusionConfig``."""
+
+    def __init__(self, index: FusionIndex, cfg: FusionConfig):
+        self.index = index
+        self.cfg = cfg
+
+    def query_texts(self, question: str, intent_query: str) -> list[str]:
+        return dense_query_texts(question, intent_query, self.cfg)
+
+    def query_vector(self, embedder: Embedder | None, question: str, intent_query: str) -> np.ndarray | None:
+        """The query vector of ``question`` (None without an embedder), in one embed call."""
+        if embedder is None:
+            return None
+        # Embedders trained with query/document prefixes (e5, bge) embed queries on their own path.
+        embed = getattr(embedder, "embed_query", None) or embedder.embed
+        return query_vector(np.asarray(embed(self.query_texts(question, intent_query)), dtype=np.float32))
+
+    def scores(self, question: str, query_vec: np.ndarray | None) -> FusedScores:
+        return fused_scores(self.index, question, query_vec, self.cfg)
+
+    def retrieve(self, question: str, query_vec: np.ndarray | None, k: int) -> Retrieval:
+        """The ``k`` packets the fused selector keeps, best first, with every packet's scores."""
+        scores = self.scores(question, query_vec)
+        rows = select_rows(self.index, question, scores.total, query_vec, self.cfg, k)
+        return Retrieval(tuple(self.index.packet_ids[i] for i in rows), scores, self.index.row_of)
+
+    def ranking(self, question: str, query_vec: np.ndarray | None, n: int) -> list[str]:
+        """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler)."""
+        total = self.scores(question, query_vec).total
+        return [self.index.packet_ids[i] for i in score_order(total)[:n]]
+
+
+def select_fused(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
+                 k: int) -> list[str]:
+    """The ``k`` packets the fused selector keeps, best first."""
+    return list(FusedRetriever(index, cfg).retrieve(question, query_vec, k).packet_ids)
+
+
+def fused_ranking(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
+                  n: int) -> list[str]:
+    """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler)."""
+    return FusedRetriever(index, cfg).ranking(question, query_vec, n)

@@ -1,0 +1,158 @@
+"""The storage seam: what the pipeline, the views, the service and the CLI need of a store.
+
+``Store`` is the one type they name for storage. ``sqlite_store.MemoryStore`` implements it
+on one SQLite file; another backend implements exactly these methods. Two smaller protocols
+sit beside it: ``RequestCache`` (the model-request cache and the ledger the LLM client
+writes) and ``BuildLeases`` (the durable build queue, its per-namespace leases and the
+session indexes an append numbers its sessions with).
+
+Every write moves the namespace's generation (``generation``), so a cached view of a
+namespace is checked against the store rather than trusted. ``transaction()`` groups writes
+into one commit; nested use joins the outer transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..types import Cell, Conversation, Descriptor, SourcePacket
+
+
+class ForgetResult(dict):
+    """Rows deleted per table by ``Store.forget`` (and ``Store.delete_rows``) (a plain ``dict`` of counts), plus
+    the scrub's outcome.
+
+    ``scrub_complete`` is ``True`` when no copy of the deleted data remains in the file or its WAL;
+    ``False`` means the rows are gone but their bytes are not yet (``scrub_pending``): another
+    connection held an old read snapshot for the whole wait, and a later ``scrub``/``forget``
+    finishes the job.
+    """
+
+    def __init__(self, counts: dict[str, int], *, namespace: str, scrub_complete: bool):
+        super().__init__(counts)
+        self.namespace = namespace
+        self.scrub_complete = bool(scrub_complete)
+
+    @property
+    def scrub_pending(self) -> bool:
+        return not self.scrub_complete
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """Outcome of one ``Store.ingest`` call.
+
+    ``added`` packets were written; ``skipped`` turns were already stored with identical content.
+    """
+
+    namespace: str
+    added: int
+    skipped: int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Namespaced memories: SourcePackets, their descriptors, Cells, vectors and meta values."""
+
+    path: str  # where the store is (a file path; a URL for a server backend), for messages
+
+    def transaction(self) -> ContextManager[Any]: ...
+
+    def savepoint(self) -> ContextManager[Any]: ...  # inside transaction(): undo the body alone if it raises
+
+    def generation(self, namespace: str) -> int: ...
+
+    def namespaces(self) -> list[str]: ...
+
+    def ingest(self, conversation: Conversation) -> IngestResult: ...
+
+    def packets(self, namespace: str) -> list[SourcePacket]: ...
+
+    def packet_count(self, namespace: str) -> int: ...
+
+    def get_packet(self, namespace: str, packet_id: str) -> SourcePacket | None: ...
+
+    def save_extractions(self, namespace: str, descriptor_set: str,
+                         items: Sequence[tuple[str, Sequence[Descriptor]]]) -> None: ...
+
+    def extracted_packet_ids(self, namespace: str, descriptor_set: str) -> set[str]: ...
+
+    def descriptors(self, namespace: str, descriptor_set: str) -> list[Descriptor]: ...
+
+    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell]) -> None: ...
+
+    def cells(self, namespace: str, layout_id: str) -> list[Cell]: ...
+
+    def save_embeddings(self, namespace: str, model_id: str, keys: Sequence[str], vectors: np.ndarray, *,
+                        content: Sequence[str] | None = None, space: str | None = None) -> None: ...
+
+    def embeddings(self, namespace: str, model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def vectors_by_content(self, space: str, content: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def get_meta(self, namespace: str, key: str) -> str | None: ...
+
+    def set_meta(self, namespace: str, key: str, value: str) -> None: ...
+
+    def packet_claims(self, namespace: str, packet_id: str) -> list[str]: ...  # every descriptor set
+
+    def delete_rows(self, plan: Any, *, wait_s: float | None = None) -> ForgetResult: ...  # a build.deletion.DeletionPlan
+
+    def forget(self, namespace: str, *, wait_s: float | None = None) -> ForgetResult: ...
+
+    def stats(self, namespace: str | None = None) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RequestCache(Protocol):
+    """Cached model responses keyed by a hash of the full request, and the ledger of calls:
+    which run used which entry, tokens per stage, and the calls wasted on failures."""
+
+    def cache_get(self, key: str) -> dict | None: ...
+
+    def cache_put(self, key: str, *, namespace: str | None, stage: str, identity_json: str,
+                  response: dict) -> bool: ...
+
+    def record_waste(self, *, stage: str, namespace: str | None, prompt_tokens: int, completion_tokens: int,
+                     reason: str, run_id: str | None = None) -> None: ...
+
+    def mark_used(self, run_id: str, keys: Iterable[str]) -> None: ...
+
+    def token_totals(self, *, run_id: str | None = None, namespace: str | None = None) -> dict[str, dict]: ...
+
+    def waste_totals(self, *, run_id: str | None = None) -> dict[str, dict]: ...
+
+
+@runtime_checkable
+class BuildLeases(Protocol):
+    """The durable build queue of namespaces waiting for a background build, their
+    per-namespace build leases, and the session numbering an append gives its sessions."""
+
+    def enqueue(self, namespace: str, turns: int, *, limit: int | None = None) -> bool: ...
+
+    def claim(self, owner: str, *, lease_s: float = 60.0) -> Any: ...  # Job | None
+
+    def complete(self, job: Any, owner: str) -> bool: ...
+
+    def fail(self, job: Any, owner: str, error: str, *, retry_in_s: float) -> None: ...
+
+    def entry(self, namespace: str) -> dict | None: ...
+
+    def depth(self) -> dict[str, int]: ...
+
+    def acquire(self, namespace: str, owner: str, *, lease_s: float = 60.0) -> bool: ...
+
+    def held_by_other(self, namespace: str, owner: str) -> bool: ...
+
+    def reap(self, alive: Callable[[str], bool]) -> int: ...
+
+    def release(self, namespace: str, owner: str) -> None: ...
+
+    def session_indexes(self, namespace: str, session_ids: Iterable[str]) -> dict[str, int]: ...
+
+    def forget(self, namespace: str) -> int: ...
