@@ -31,7 +31,7 @@ from .store import IngestResult, MemoryStore
 from .data.turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
 from .views.append import InPlaceAppend
-from .views.cache import ViewCache
+from .views.cache import DEFAULT_MAX_VIEW_BYTES, ViewCache
 from .views.pending import PartialViews
 from .views.record import MemoryView
 
@@ -143,6 +143,8 @@ class Memory:
         client: Any = None,
         run_id: str | None = None,
         progress: bool = False,
+        max_views: int | None = None,
+        max_view_bytes: int | None = DEFAULT_MAX_VIEW_BYTES,
     ):
         self.store = store if isinstance(store, MemoryStore) else MemoryStore(store)
         self._owns_store = not isinstance(store, MemoryStore)
@@ -155,7 +157,9 @@ class Memory:
         self._lock = threading.RLock()
         # The current view of each namespace, and each namespace's last load (the next load
         # after an append redoes only new work).
-        self.views = ViewCache()
+        # Bounded (least recently used namespaces leave first), so a process serving many users
+        # holds a working set: ``max_views`` namespaces, ``max_view_bytes`` estimated bytes.
+        self.views = ViewCache(max_namespaces=max_views, max_bytes=max_view_bytes)
         self._spec_of: tuple[PipelineConfig, BuildSpec] | None = None
         self._extractor_of: tuple[PipelineConfig, Any] | None = None
         self._appender: InPlaceAppend | None = None  # made on the first add under the rule extractor
