@@ -32,7 +32,7 @@ from .store import IngestResult, Store, open_store
 from .data.turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
 from .views.append import InPlaceAppend
-from .views.cache import ViewCache
+from .views.cache import DEFAULT_MAX_VIEW_BYTES, ViewCache
 from .views.pending import PartialViews
 from .views.record import MemoryView
 
@@ -144,6 +144,8 @@ class Memory:
         client: Any = None,
         run_id: str | None = None,
         progress: bool = False,
+        max_views: int | None = None,
+        max_view_bytes: int | None = DEFAULT_MAX_VIEW_BYTES,
     ):
         # A path or URL is opened here (and closed by ``close``); a store object is the caller's.
         self._owns_store = isinstance(store, (str, PathLike))
@@ -157,7 +159,9 @@ class Memory:
         self._lock = threading.RLock()
         # The current view of each namespace, and each namespace's last load (the next load
         # after an append redoes only new work).
-        self.views = ViewCache()
+        # Bounded (least recently used namespaces leave first), so a process serving many users
+        # holds a working set: ``max_views`` namespaces, ``max_view_bytes`` estimated bytes.
+        self.views = ViewCache(max_namespaces=max_views, max_bytes=max_view_bytes)
         self._spec_of: tuple[PipelineConfig, BuildSpec] | None = None
         self._extractor_of: tuple[PipelineConfig, Any] | None = None
         self._appender: InPlaceAppend | None = None  # made on the first add under the rule extractor

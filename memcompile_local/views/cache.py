@@ -6,11 +6,19 @@ generation, so a view of changed or forgotten data is never served. Only the new
 namespace is kept. The cache also holds the ``ViewLoader`` whose remembered loads make the
 next load after an append cheap, and one lock per namespace so that concurrent first loads
 load once.
+
+The cache is bounded: by the number of namespaces held and by an estimate of their bytes. When
+a new view would go over either bound, the least recently used namespaces leave first (their
+view and their remembered load); the next search of one of them loads it from the store again.
+A server answering many users therefore holds a working set, not every user it has ever seen.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+
+import numpy as np
 
 from ..build.spec import BuildSpec
 from ..protocols import Embedder
@@ -19,33 +27,124 @@ from .load import AppendPlan, ViewLoader
 from .record import MemoryView
 
 
-class ViewCache:
-    """Views of one owner's namespaces (a ``Memory``, or the service's base memory). Thread-safe."""
+DEFAULT_MAX_VIEW_BYTES = 1 << 30
+"""The default bound on the estimated bytes of the views one cache holds (1 GiB)."""
 
-    def __init__(self) -> None:
-        self._views: dict[tuple, MemoryView] = {}
+
+def estimate_view_bytes(view: MemoryView) -> int:
+    """An estimate of the memory ``view`` holds: its arrays exactly, its texts and records roughly.
+
+    Arrays (packet and context vectors, the fused index's per-packet arrays) are counted by their
+    ``nbytes``, once each when shared; every packet and descriptor adds its text length and a
+    fixed allowance for the Python objects around it (record, dict entries, lexical postings).
+    It is a bound for the cache, not an accounting: it grows with what a view really holds.
+    """
+    arrays: dict[int, np.ndarray] = {}
+
+    def add(a) -> None:
+        if isinstance(a, np.ndarray):
+            arrays.setdefault(id(a), a)
+
+    add(view.packet_matrix)
+    fusion = view.fusion
+    if fusion is not None:
+        add(fusion.packet_matrix)
+        add(fusion.context_matrix)
+        add(fusion.dated)
+        for rows in fusion.period_rows.values():
+            add(rows)
+    total = sum(a.nbytes for a in arrays.values())
+    for packet in view.packets:
+        total += _PACKET_OVERHEAD + _TEXT_COPIES * (len(packet.content) + len(packet.image_caption or ""))
+    for descriptors in view.descriptors_by_packet.values():
+        for d in descriptors:
+            total += _DESCRIPTOR_OVERHEAD + 2 * len(d.text)
+    return total
+
+
+# Allowances for what is not an array, set from scripts/bench_view_cache.py (resident memory
+# per held user against the estimate): a packet's record, its ids in the view's dicts, its
+# lexical postings and remembered documents; its text is held about this many times over (the
+# packet, its dense and context documents, stemmed tokens); a descriptor's record and postings.
+_PACKET_OVERHEAD = 3500
+_TEXT_COPIES = 6
+_DESCRIPTOR_OVERHEAD = 1200
+
+
+class ViewCache:
+    """Views of one owner's namespaces (a ``Memory``, or the service's base memory). Thread-safe.
+
+    ``max_namespaces`` and ``max_bytes`` bound what is held (None: no bound of that kind);
+    ``evictions`` counts the namespaces that left to keep within them.
+    """
+
+    def __init__(self, *, max_namespaces: int | None = None, max_bytes: int | None = DEFAULT_MAX_VIEW_BYTES) -> None:
+        for name, value in (("max_namespaces", max_namespaces), ("max_bytes", max_bytes)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"ViewCache {name} must be a positive integer or None, got {value!r}")
+        self.max_namespaces = max_namespaces
+        self.max_bytes = max_bytes
+        # namespace -> (key, view, estimated bytes), least recently used first
+        self._entries: OrderedDict[str, tuple[tuple, MemoryView, int]] = OrderedDict()
+        self._bytes = 0
+        self.evictions = 0
         self._lock = threading.RLock()
         # One lock per namespace serialises view loads: concurrent first compiles load it once
         # and get the same object, while other namespaces are not held up.
         self._namespace_locks: dict[str, threading.Lock] = {}
         self.loader = ViewLoader()
 
+    @property
+    def held_bytes(self) -> int:
+        """The estimated bytes of the views held now."""
+        with self._lock:
+            return self._bytes
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def _hold(self, key: tuple, view: MemoryView) -> None:
+        """Hold ``view`` as its namespace's only view, most recently used; evict over the bounds.
+
+        Caller holds ``self._lock``.
+        """
+        namespace = key[0]
+        old = self._entries.pop(namespace, None)
+        if old is not None:
+            self._bytes -= old[2]
+        size = estimate_view_bytes(view)
+        self._entries[namespace] = (key, view, size)
+        self._bytes += size
+        while len(self._entries) > 1 and (
+                (self.max_namespaces is not None and len(self._entries) > self.max_namespaces)
+                or (self.max_bytes is not None and self._bytes > self.max_bytes)):
+            gone, (_k, _v, gone_size) = self._entries.popitem(last=False)
+            self._bytes -= gone_size
+            self.evictions += 1
+            # Its remembered load holds the same view and vectors: it goes too.
+            self.loader.drop(gone, keep_shared=True)
+
     def namespace_lock(self, namespace: str) -> threading.Lock:
         with self._lock:
             return self._namespace_locks.setdefault(namespace, threading.Lock())
 
     def get(self, key: tuple) -> MemoryView | None:
-        """The view held under exactly ``key`` (namespace, generation, *spec.view_key)."""
+        """The view held under exactly ``key`` (namespace, generation, *spec.view_key); a hit
+        makes the namespace the most recently used."""
         with self._lock:
-            return self._views.get(key)
+            entry = self._entries.get(key[0])
+            if entry is None or entry[0] != key:
+                return None
+            self._entries.move_to_end(key[0])
+            return entry[1]
 
     def put(self, key: tuple, view: MemoryView) -> None:
         """Hold ``view`` under ``key`` as its namespace's only view."""
         with self._lock:
-            # Only the newest view of a namespace can be current: drop the older ones so a
+            # Only the newest view of a namespace can be current: the older one is replaced so a
             # long-running server that appends all day does not keep every view it built.
-            self._views = {k: v for k, v in self._views.items() if k[0] != key[0]}
-            self._views[key] = view
+            self._hold(key, view)
 
     def held(self, namespace: str, spec: BuildSpec, *, generation: int | None = None) -> tuple[MemoryView, int] | None:
         """(the view of ``namespace`` held under ``spec``, its generation), or None.
@@ -55,14 +154,16 @@ class ViewCache:
         """
         config_key = spec.view_key
         with self._lock:
-            for key, view in self._views.items():
-                if key[0] == namespace and key[2:] == config_key and generation in (None, key[1]):
+            entry = self._entries.get(namespace)
+            if entry is not None:
+                key, view, _size = entry
+                if key[2:] == config_key and generation in (None, key[1]):
                     return view, key[1]
         return None
 
     def keys(self) -> list[tuple]:
         with self._lock:
-            return list(self._views)
+            return [key for key, _view, _size in self._entries.values()]
 
     def load(self, spec: BuildSpec, store: Store, embedder: Embedder | None, namespace: str) -> tuple[MemoryView, int]:
         """Read built ``namespace`` into a view (``ViewLoader.load``), with the generation read
@@ -82,15 +183,16 @@ class ViewCache:
             return None
         key = (plan.namespace, generation, *spec.view_key)
         with self._lock:
-            held = [k for k in self._views if k[0] == plan.namespace]
-            if any(k[1] > generation for k in held):
-                return self._views[max(held, key=lambda k: k[1])]
-            self._views = {k: v for k, v in self._views.items() if k[0] != plan.namespace}
-            self._views[key] = view
+            entry = self._entries.get(plan.namespace)
+            if entry is not None and entry[0][1] > generation:
+                return entry[1]
+            self._hold(key, view)
         return view
 
     def drop(self, namespace: str) -> None:
         """Forget every view and remembered load of ``namespace`` (a forget, a deleted turn)."""
         with self._lock:
-            self._views = {k: v for k, v in self._views.items() if k[0] != namespace}
+            entry = self._entries.pop(namespace, None)
+            if entry is not None:
+                self._bytes -= entry[2]
         self.loader.drop(namespace)

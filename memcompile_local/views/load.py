@@ -190,12 +190,14 @@ class ViewLoader:
         # results are keyed by the exact text they were computed from (build/stages.py).
         self._shared_parts: dict[tuple, FusionParts] = {}
 
-    def drop(self, namespace: str) -> None:
-        """Forget what was remembered of ``namespace`` (after a forget or a deleted turn); the
-        shared per-text results go too, since they may hold its text."""
+    def drop(self, namespace: str, *, keep_shared: bool = False) -> None:
+        """Forget what was remembered of ``namespace``. After a forget or a deleted turn the
+        shared per-text results go too, since they may hold its text; ``keep_shared`` keeps
+        them (a view cache letting the namespace go for space: its text is still stored)."""
         with self._lock:
             self._memos.pop(namespace, None)
-            self._shared_parts.clear()
+            if not keep_shared:
+                self._shared_parts.clear()
 
     def remembered(self, namespace: str) -> bool:
         """Whether a previous load of ``namespace`` is remembered."""
