@@ -297,3 +297,29 @@ def test_forget_and_delete_turn_drop_the_erased_text_from_the_extraction_memo(tm
     assert [d.text for d in again.view("ben").descriptors_by_packet["S1:1"]] == \
         [d.text for d in mem.view("ben").descriptors_by_packet["S1:1"]]
     store.close()
+
+
+def test_the_extraction_memo_keeps_its_bound_least_recently_used_first(monkeypatch):
+    # A long-lived server sees an endless stream of distinct turns; the memo holds at most its bound.
+    monkeypatch.setattr(extract_memo, "MAX_ENTRIES", 5)
+    monkeypatch.setattr(extract_memo, "_memo", type(extract_memo._memo)())
+    memo = MemoizedExtractor(RuleExtractor())
+
+    def packet(i: int) -> SourcePacket:
+        text = f"Parcel {i} went to the blue desk."
+        return SourcePacket(namespace="n", packet_id=f"p{i}", ordinal=i, session_index=1, session_id="s1",
+                            session_time="2024-05-01 09:00", speaker="Sam", content=text, image_caption=None,
+                            sha256=content_sha256(text))
+
+    def held() -> set[str]:
+        return {key[1][1] for key in extract_memo._memo}
+
+    for i in range(4):
+        memo.extract([(packet(i), None)])
+    memo.extract([(packet(0), None)])  # a hit makes turn 0 the most recently used
+    for i in range(4, 7):
+        memo.extract([(packet(i), None)])
+    assert len(extract_memo._memo) == 5
+    assert held() == {f"Parcel {i} went to the blue desk." for i in (0, 3, 4, 5, 6)}
+    # an evicted turn is extracted again, with the same descriptors as the first time
+    assert memo.extract([(packet(1), None)]) == RuleExtractor().extract([(packet(1), None)])

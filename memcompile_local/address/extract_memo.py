@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import OrderedDict
 from typing import Sequence
 
 from ..types import Descriptor, SourcePacket, descriptor_id
 from .dense import forget_documents
 
-MAX_ENTRIES = 200_000
-"""Memo size bound (distinct turns); the memo is cleared when it would grow past it."""
+MAX_ENTRIES = 50_000
+"""Memo size bound (distinct turns); past it the least recently used turns leave first.
+
+A long-lived server sees an unbounded stream of distinct turns, so the bound is what it holds
+at most (about 2 KB a turn); a benchmark run over haystacks that share sessions keeps hitting
+its recent ones."""
 
 _lock = threading.Lock()
-_memo: dict[tuple, tuple[Descriptor, ...]] = {}
+_memo: OrderedDict[tuple, tuple[Descriptor, ...]] = OrderedDict()
 
 
 def _content(p: SourcePacket | None) -> tuple | None:
@@ -65,13 +70,16 @@ class MemoizedExtractor:
         keys = [(self._key, _content(p), _content(prev)) for p, prev in items]
         with _lock:
             found = [_memo.get(k) for k in keys]
+            for k, f in zip(keys, found):
+                if f is not None:
+                    _memo.move_to_end(k)
         todo = [i for i, f in enumerate(found) if f is None]
         if todo:
             fresh = self.inner.extract([items[i] for i in todo])
             with _lock:
-                if len(_memo) + len(todo) > MAX_ENTRIES:
-                    _memo.clear()
                 for i, descriptors in zip(todo, fresh):
                     found[i] = tuple(descriptors)
                     _memo[keys[i]] = found[i]
+                while len(_memo) > MAX_ENTRIES:
+                    _memo.popitem(last=False)
         return [[_rebind(d, packet) for d in f] for (packet, _), f in zip(items, found)]
