@@ -46,6 +46,7 @@ cross-validation in ``scripts/ablate_model_free.py --cv``.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -284,11 +285,11 @@ def periods(value: str) -> list[Period]:
     return list(dict.fromkeys(out))
 
 
-def question_periods(question: str) -> list[Period]:
-    """Periods named by the question's time expressions (relative ones without a date are
-    dropped: a question has no session date to resolve "last week" against)."""
+def question_periods(question: str, anchor: dt.datetime | None = None) -> list[Period]:
+    """Periods named by the question's time expressions, relative ones ("last week") resolved
+    against ``anchor`` (the date the question is asked) or dropped without one."""
     out: list[Period] = []
-    for mention in find_time_mentions(question or "", None):
+    for mention in find_time_mentions(question or "", anchor):
         out.extend(periods(mention.value))
     return list(dict.fromkeys(out))
 
@@ -462,13 +463,13 @@ class FusionIndex:
         """The question's lexical terms, names made canonical when the index is tolerant."""
         return stem_terms(canonical_names(question, self.participants) if self.tolerant_names else question)
 
-    def time_match(self, question: str) -> np.ndarray:
+    def time_match(self, question: str, anchor: dt.datetime | None = None) -> np.ndarray:
         """1.0 for packets dated in a period the question names, else 0 (all 0 when it names none).
 
         A named day matches that day; when no packet is dated that day, its month does
         (a question's date may be off by the days between an event and its telling)."""
         out = np.zeros(len(self.packet_ids))
-        for asked in question_periods(question):
+        for asked in question_periods(question, anchor):
             for attempt in (asked, asked[:2] + (None,)):
                 hit = [rows for have, rows in self.period_rows.items() if _period_matches(attempt, have)]
                 for rows in hit:
@@ -498,8 +499,10 @@ def channel_weights(cfg: FusionConfig) -> dict[str, float]:
             "temporal": cfg.temporal_weight, "time_match": cfg.time_match_weight}
 
 
-def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig) -> FusedScores:
-    """The fused score of every packet (aligned with ``index.packet_ids``)."""
+def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig, *,
+                 anchor: dt.datetime | None = None) -> FusedScores:
+    """The fused score of every packet (aligned with ``index.packet_ids``); ``anchor`` is the
+    date the question is asked (its relative time expressions are resolved against it)."""
     n = len(index.packet_ids)
     channels: dict[str, np.ndarray] = {}
     if cfg.lexical_weight:
@@ -518,7 +521,7 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
     if cfg.temporal_weight:
         channels["temporal"] = index.dated if is_temporal_question(question) else np.zeros(n)
     if cfg.time_match_weight:
-        channels["time_match"] = index.time_match(question)
+        channels["time_match"] = index.time_match(question, anchor)
     return FusedScores(total=combine(channels, cfg, n), channels=channels)
 
 
@@ -623,14 +626,14 @@ def select_rows(index: FusionIndex, question: str, total: np.ndarray, query_vec:
 
 
 def select_fused(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
-                 k: int) -> list[str]:
-    """The ``k`` packets the fused selector keeps, best first."""
-    total = fused_scores(index, question, query_vec, cfg).total
+                 k: int, *, anchor: dt.datetime | None = None) -> list[str]:
+    """The ``k`` packets the fused selector keeps, best first (``anchor``: see ``fused_scores``)."""
+    total = fused_scores(index, question, query_vec, cfg, anchor=anchor).total
     return [index.packet_ids[i] for i in select_rows(index, question, total, query_vec, cfg, k)]
 
 
 def fused_ranking(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
-                  n: int) -> list[str]:
+                  n: int, *, anchor: dt.datetime | None = None) -> list[str]:
     """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler)."""
-    total = fused_scores(index, question, query_vec, cfg).total
+    total = fused_scores(index, question, query_vec, cfg, anchor=anchor).total
     return [index.packet_ids[i] for i in score_order(total)[:n]]

@@ -27,6 +27,7 @@ from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError
 from .evidence.answer import answer_settings
 from .fused import fused_scores, query_vector
+from .language.timeparse import parse_session_time
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 from .pipeline import Context, MemoryView, compile_context
@@ -58,6 +59,32 @@ class SearchHit:
     packet: SourcePacket
     score: float | None
     rank: int
+
+
+@dataclass(frozen=True)
+class AddResult(IngestResult):
+    """What ``Memory.add`` stored: the counts of ``IngestResult`` and ``ids``, the turn id of every
+    turn given, in the order given (an id that was ``skipped`` names the stored turn it matched)."""
+
+    ids: tuple[str, ...] = ()
+
+
+def selection_scores(view: MemoryView, cfg: PipelineConfig, ctx: Context, query: str, ids: Sequence[str],
+                     query_vec: np.ndarray | None, *, question_date: str | None = None) -> dict[str, float]:
+    """The score of each selected packet id (see ``SearchHit``); ids without one are left out."""
+    scores: dict[str, float] = {}
+    if cfg.evidence.anchor_selector == "fused" and view.fusion is not None:
+        anchor = parse_session_time(question_date) if question_date else None
+        total = fused_scores(view.fusion, query, query_vec, cfg.fusion, anchor=anchor).total
+        row = {pid: i for i, pid in enumerate(view.fusion.packet_ids)}
+        return {pid: float(total[row[pid]]) for pid in ids if pid in row}
+    dense = dict(ctx.dense)
+    pool = {pc.packet_id: pc.score for pc in ctx.pool}
+    for pid in ids:
+        value = pool.get(pid, dense.get(pid))
+        if value is not None:
+            scores[pid] = float(value)
+    return scores
 
 
 @dataclass(frozen=True)
@@ -127,6 +154,11 @@ def turns_to_conversation(namespace: str, data: Any) -> tuple[Conversation, Give
     if items and all(isinstance(s, Mapping) and "turns" in s for s in items):
         return parse_plain_given_ids({"namespace": namespace, "sessions": items}, "<add>", namespace=namespace)
     raise ConfigError("Memory.add expects a Conversation, Sessions, or a list of {'time', 'turns'} dicts")
+
+
+def _with_ids(result: IngestResult, conversation: Conversation) -> AddResult:
+    return AddResult(namespace=result.namespace, added=result.added, skipped=result.skipped,
+                     ids=tuple(t.packet_id for s in conversation.sessions for t in s.turns))
 
 
 class _QueryVectors:
@@ -230,8 +262,10 @@ class Memory:
 
     # -- write side ---------------------------------------------------------------------------
     def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping,
-            *, given_ids: GivenIds | None = None, in_place: bool = True) -> IngestResult:
+            *, given_ids: GivenIds | None = None, in_place: bool = True) -> AddResult:
         """Ingest turns (all-or-nothing); identical turns already present are skipped.
+
+        Returns an ``AddResult``: the added and skipped counts and the id of every turn given.
 
         ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
         dicts ``{"time": ..., "turns": [{"speaker": ..., "text": ...}], "id": ...}`` (one dict or
@@ -258,7 +292,7 @@ class Memory:
         if given_ids is not None and isinstance(data, Conversation):
             given = given_ids
         if given is None:
-            return self._ingest(conversation, in_place)
+            return _with_ids(self._ingest(conversation, in_place), conversation)
         for attempt in range(3):
             # A view held for the store's current generation holds exactly the stored packets:
             # then an agent's one-turn add does not read the whole namespace (12 ms at 1k turns).
@@ -266,7 +300,7 @@ class Memory:
             stored = held[0].packets if held is not None else self.store.packets(namespace)
             stable = assign_stable_ids(conversation, given, stored)
             try:
-                return self._ingest(stable, in_place and attempt == 0)
+                return _with_ids(self._ingest(stable, in_place and attempt == 0), stable)
             except ImmutablePacketError:
                 # Another writer took the ids we picked between our read and our write:
                 # pick again against what it stored (explicit ids that clash fail each time).
@@ -470,8 +504,11 @@ class Memory:
         return self._loader.load(self, namespace)
 
     def compile(self, namespace: str, question: str, *, client: Any = None,
-                address_trace: bool = False, build: bool = True) -> Context:
+                address_trace: bool = False, build: bool = True, question_date: str | None = None) -> Context:
         """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace).
+
+        ``question_date``: when the question is asked (a date string); relative times in it
+        ("last month") are matched against turns' dates from there.
 
         ``address_trace=True`` fills ``Context.address``/``pool`` on the fused path too (see
         ``pipeline.compile_context``). ``build=False``: fail instead of building a namespace
@@ -481,10 +518,10 @@ class Memory:
         if client is None and self.needs_llm():
             client = self.client
         return compile_context(question, view, self.config, client=client, embedder=self.embedder,
-                               address_trace=address_trace)
+                               address_trace=address_trace, question_date=question_date)
 
     def search(self, namespace: str, query: str, k: int | None = None, *, client: Any = None,
-               build: bool = True) -> list[SearchHit]:
+               build: bool = True, question_date: str | None = None) -> list[SearchHit]:
         """The packets the configured pipeline selects for ``query``, best first, with scores.
 
         The same selection ``compile`` makes, without rendering it; ``k`` (default: the
@@ -500,20 +537,10 @@ class Memory:
         if client is None and self.needs_llm():
             client = self.client
         vectors = _QueryVectors(self.embedder) if self.embedder is not None else None
-        ctx = compile_context(query, view, cfg, client=client, embedder=vectors)
+        ctx = compile_context(query, view, cfg, client=client, embedder=vectors, question_date=question_date)
         ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
-        scores: dict[str, float] = {}
-        if cfg.evidence.anchor_selector == "fused" and view.fusion is not None:
-            total = fused_scores(view.fusion, query, vectors.last if vectors else None, cfg.fusion).total
-            row = {pid: i for i, pid in enumerate(view.fusion.packet_ids)}
-            scores = {pid: float(total[row[pid]]) for pid in ids}
-        else:
-            dense = dict(ctx.dense)
-            pool = {pc.packet_id: pc.score for pc in ctx.pool}
-            for pid in ids:
-                value = pool.get(pid, dense.get(pid))
-                if value is not None:
-                    scores[pid] = float(value)
+        scores = selection_scores(view, cfg, ctx, query, ids, vectors.last if vectors else None,
+                                  question_date=question_date)
         return [SearchHit(view.packets_by_id[pid], scores.get(pid), rank)
                 for rank, pid in enumerate(ids, start=1)]
 
@@ -525,7 +552,7 @@ class Memory:
         the embedded SmolLM2-135M gets the short small-model prompt (``model.answer_prompt``).
         """
         client = client or self.client
-        ctx = self.compile(namespace, question, client=client, build=build)
+        ctx = self.compile(namespace, question, client=client, build=build, question_date=question_date)
         res = answer_settings(self.config.model).answer(client, question, ctx.text, namespace=namespace,
                                                         question_date=question_date)
         return Answer(text=res.text, context=ctx, prompt_version=res.prompt_version)

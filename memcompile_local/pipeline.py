@@ -16,6 +16,7 @@ representative-claim view needs U_q, or a frontier needs D_q.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -34,6 +35,7 @@ from .evidence.scheduler import schedule_packets
 from .evidence.views import render_view
 from .fused import FusionIndex, dense_query_texts, fused_ranking, query_vector, select_fused
 from .language.timecues import is_temporal_question
+from .language.timeparse import parse_session_time
 from .normalize import mmr_anchors, normalize_to_packets
 from .protocols import Embedder, ModelClient
 from .types import AddressResult, Descriptor, PacketCandidate, QueryIntent, SourcePacket
@@ -127,8 +129,11 @@ def select_anchors(
     cfg: PipelineConfig,
     client: ModelClient | None,
     query_vec: np.ndarray | None,
+    anchor: dt.datetime | None = None,
 ) -> tuple[tuple[str, ...], dict[str, Any]]:
-    """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14)."""
+    """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14).
+
+    ``anchor``: the date the question is asked, for the fused scores' time match."""
     k0 = cfg.evidence.k0
     pool_ids = [pc.packet_id for pc in pool]
     if selector == "normalized":
@@ -143,13 +148,14 @@ def select_anchors(
         if cfg.fusion.schedule_pool == "fused":  # A0-fused-pool: the scheduler sees the fused top-N
             if view.fusion is None:
                 raise ConfigError("schedule_pool='fused' needs the fused index; build the memory with it set")
-            pool_ids = fused_ranking(view.fusion, question, query_vec, cfg.fusion, cfg.fusion.schedule_pool_size)
+            pool_ids = fused_ranking(view.fusion, question, query_vec, cfg.fusion, cfg.fusion.schedule_pool_size,
+                                     anchor=anchor)
         ids, info = _llm_ordering(question, pool_ids, k0, "schedule", view, cfg, client)
         return tuple(ids), info
     if selector == "fused":
         if view.fusion is None:
             raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
-        return tuple(select_fused(view.fusion, question, query_vec, cfg.fusion, k0)), {}
+        return tuple(select_fused(view.fusion, question, query_vec, cfg.fusion, k0, anchor=anchor)), {}
     if selector == "pursuit":
         ids = _pursuit_order(pool_ids + [p for p, _ in dense], query_vec, view, k0, cfg.evidence.pursuit_tau,
                              limit=cfg.evidence.pursuit_pool)
@@ -246,8 +252,12 @@ def compile_context(
     client: ModelClient | None = None,
     embedder: Embedder | None = None,
     address_trace: bool = False,
+    question_date: str | None = None,
 ) -> Context:
     """Compile the reader context for one question over one built memory.
+
+    ``question_date`` (a session-time string, e.g. ``2024-06-01``): when the question is
+    asked; the fused selector resolves the question's relative times ("last month") against it.
 
     ``address_trace=True`` runs the Address Plane (K_q, U_q) and the dense proposals even on
     the fused path, where they only fill ``Context.address``/``pool``/``dense`` for a trace
@@ -283,7 +293,8 @@ def compile_context(
         dense = dense_candidates(query_vec, view, cfg)
         lap("dense")
     anchors, a_info = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool, address=address,
-                                     dense=dense, view=view, cfg=cfg, client=client, query_vec=query_vec)
+                                     dense=dense, view=view, cfg=cfg, client=client, query_vec=query_vec,
+                                     anchor=parse_session_time(question_date) if question_date else None)
     lap("anchors")
     added, f_info = run_frontier(cfg.evidence.frontier, question=question, anchors=anchors, dense=dense,
                                  view=view, cfg=cfg, client=client, query_vec=query_vec)
