@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import os
 import signal
 import sqlite3
@@ -19,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from _service_util import MODEL_FREE, REPO, env, running, start, write_config, write_keys
+from _service_util import MODEL_FREE, REPO, running, start, write_config, write_keys
 from memcompile_local.adapters.scripted import HashEmbedder
 from memcompile_local.client import AsyncMemoryClient, MemoryClient, ServiceRequestError, ServiceUnavailableError
 from memcompile_local.config import PipelineConfig

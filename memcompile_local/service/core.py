@@ -21,7 +21,6 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..append_in_place import InPlaceAppend
