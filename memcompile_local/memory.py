@@ -63,6 +63,32 @@ class SearchHit:
 
 
 @dataclass(frozen=True)
+class AddResult(IngestResult):
+    """What ``Memory.add`` stored: the counts of ``IngestResult`` and ``ids``, the turn id of every
+    turn given, in the order given (an id that was ``skipped`` names the stored turn it matched)."""
+
+    ids: tuple[str, ...] = ()
+
+
+def selection_scores(ctx: Context, ids: Sequence[str]) -> dict[str, float]:
+    """The score of each selected packet id (see ``SearchHit``) as the compile that selected
+    them gave it (``Memory.search`` and the service share it); ids without one are left out.
+
+    On the fused path these are the scores the retriever selected by (``Context.scores``,
+    computed once per question, with its ``question_date``); nothing is scored again here."""
+    if ctx.scores:
+        return {pid: ctx.scores[pid] for pid in ids if pid in ctx.scores}
+    scores: dict[str, float] = {}
+    dense = dict(ctx.dense)
+    pool = {pc.packet_id: pc.score for pc in ctx.pool}
+    for pid in ids:
+        value = pool.get(pid, dense.get(pid))
+        if value is not None:
+            scores[pid] = float(value)
+    return scores
+
+
+@dataclass(frozen=True)
 class PacketPage:
     """One page of a namespace's packets in dialogue order (``Memory.get_all``)."""
 
@@ -129,6 +155,11 @@ def turns_to_conversation(namespace: str, data: Any) -> tuple[Conversation, Give
     if items and all(isinstance(s, Mapping) and "turns" in s for s in items):
         return parse_plain_given_ids({"namespace": namespace, "sessions": items}, "<add>", namespace=namespace)
     raise ConfigError("Memory.add expects a Conversation, Sessions, or a list of {'time', 'turns'} dicts")
+
+
+def _with_ids(result: IngestResult, conversation: Conversation) -> AddResult:
+    return AddResult(namespace=result.namespace, added=result.added, skipped=result.skipped,
+                     ids=tuple(t.packet_id for s in conversation.sessions for t in s.turns))
 
 
 class Memory:
@@ -233,8 +264,10 @@ class Memory:
 
     # -- write side ---------------------------------------------------------------------------
     def add(self, namespace: str, data: Conversation | Sequence[Session] | Iterable[Mapping] | Mapping,
-            *, given_ids: GivenIds | None = None, in_place: bool = True) -> IngestResult:
+            *, given_ids: GivenIds | None = None, in_place: bool = True) -> AddResult:
         """Ingest turns (all-or-nothing); identical turns already present are skipped.
+
+        Returns an ``AddResult``: the added and skipped counts and the id of every turn given.
 
         ``data`` is a Conversation or Sessions (their ids are used as given), or plain session
         dicts ``{"time": ..., "turns": [{"speaker": ..., "text": ...}], "id": ...}`` (one dict or
@@ -261,7 +294,7 @@ class Memory:
         if given_ids is not None and isinstance(data, Conversation):
             given = given_ids
         if given is None:
-            return self._ingest(conversation, in_place)
+            return _with_ids(self._ingest(conversation, in_place), conversation)
         for attempt in range(3):
             # A view held for the store's current generation holds exactly the stored packets:
             # then an agent's one-turn add does not read the whole namespace.
@@ -269,7 +302,7 @@ class Memory:
             stored = held[0].packets if held is not None else self.store.packets(namespace)
             stable = assign_stable_ids(conversation, given, stored)
             try:
-                return self._ingest(stable, in_place and attempt == 0)
+                return _with_ids(self._ingest(stable, in_place and attempt == 0), stable)
             except ImmutablePacketError:
                 # Another writer took the ids we picked between our read and our write:
                 # pick again against what it stored (explicit ids that clash fail each time).
@@ -429,28 +462,32 @@ class Memory:
         return self.views.load(self.spec, self.store, self.embedder, namespace)
 
     def compile(self, namespace: str, question: str, *, client: Any = None,
-                address_trace: bool = False, build: bool = True) -> Context:
+                address_trace: bool = False, build: bool = True, question_date: str | None = None) -> Context:
         """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace).
+
+        ``question_date``: when the question is asked (a date string); relative times in it
+        ("last month") are matched against turns' dates from there.
 
         ``address_trace=True`` fills ``Context.address``/``pool`` on the fused path too (see
         ``pipeline.compile_context``). ``build=False``: fail instead of building a namespace
         that is not built (see ``view``).
         """
         return self.compile_view(self.view(namespace, build=build), question, client=client,
-                                 address_trace=address_trace)
+                                 address_trace=address_trace, question_date=question_date)
 
     def compile_view(self, view: MemoryView, question: str, *, k: int | None = None, client: Any = None,
-                     address_trace: bool = False) -> Context:
+                     address_trace: bool = False, question_date: str | None = None) -> Context:
         """``compile`` over a given view (one of ``view``, or the service's partial view); ``k``
-        overrides the configured K0. The one place a question is compiled."""
+        overrides the configured K0; ``question_date`` as in ``compile``. The one place a
+        question is compiled."""
         cfg = self.config if k is None else self.config.replace(evidence={"k0": int(k)})
         if client is None and config_needs_llm(cfg):
             client = self.client
         return compile_context(question, view, cfg, client=client, embedder=self.embedder,
-                               address_trace=address_trace)
+                               address_trace=address_trace, question_date=question_date)
 
     def search(self, namespace: str, query: str, k: int | None = None, *, client: Any = None,
-               build: bool = True) -> list[SearchHit]:
+               build: bool = True, question_date: str | None = None) -> list[SearchHit]:
         """The packets the configured pipeline selects for ``query``, best first, with scores.
 
         The same selection ``compile`` makes, without rendering it; ``k`` (default: the
@@ -460,18 +497,9 @@ class Memory:
         if k is not None and k < 1:
             raise ConfigError(f"search needs k >= 1, got {k}")
         view = self.view(namespace, build=build)
-        ctx = self.compile_view(view, query, k=k, client=client)
+        ctx = self.compile_view(view, query, k=k, client=client, question_date=question_date)
         ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
-        scores: dict[str, float] = {}
-        if ctx.scores:  # the fused path: the scores the retriever selected by
-            scores = {pid: ctx.scores[pid] for pid in ids}
-        else:
-            dense = dict(ctx.dense)
-            pool = {pc.packet_id: pc.score for pc in ctx.pool}
-            for pid in ids:
-                value = pool.get(pid, dense.get(pid))
-                if value is not None:
-                    scores[pid] = float(value)
+        scores = selection_scores(ctx, ids)
         return [SearchHit(view.packets_by_id[pid], scores.get(pid), rank)
                 for rank, pid in enumerate(ids, start=1)]
 
@@ -483,7 +511,7 @@ class Memory:
         the embedded SmolLM2-135M gets the short small-model prompt (``model.answer_prompt``).
         """
         client = client or self.client
-        ctx = self.compile(namespace, question, client=client, build=build)
+        ctx = self.compile(namespace, question, client=client, build=build, question_date=question_date)
         return self.answer_context(ctx, client=client, question_date=question_date)
 
     def answer_context(self, ctx: Context, *, client: Any = None, question_date: str | None = None) -> Answer:

@@ -55,6 +55,9 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 def test_dry_run_lists_runs_and_shared_builds_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the example's relative runs/ folder must not appear
+    data = tmp_path / "memcompile_local" / "data" / "example_conversation.json"  # its data, relative to the cwd
+    data.parent.mkdir(parents=True)
+    data.symlink_to(EXAMPLES.parent / "memcompile_local" / "data" / "example_conversation.json")
     lines: list[str] = []
     runs = run_compare(str(EXAMPLES / "compare-offline.yaml"), dry_run=True, echo=lines.append)
     assert [r["name"] for r in runs] == ["hash-model-free", "hash-baseline-bm25", "hash-baseline-dense",
@@ -67,6 +70,9 @@ def test_dry_run_lists_runs_and_shared_builds_and_writes_nothing(tmp_path, monke
     assert "embedder hash;" in text and "embedder sentence-transformers all-MiniLM-L6-v2" in text
     assert "dry run: nothing was run" in text and not (tmp_path / "runs").exists()
 
+    with pytest.raises(ConfigError, match="at data: locomo10.json does not exist"):
+        run_compare(str(EXAMPLES / "compare-grid.yaml"), dry_run=True, echo=lambda s: None)
+    (tmp_path / "locomo10.json").write_text("[]", encoding="utf-8")  # the grid's data, relative to the cwd
     gpu = run_compare(str(EXAMPLES / "compare-grid.yaml"), dry_run=True, echo=lambda s: None)
     # The GPU grid's judge keeps its own server: gpt-4o-mini never goes to the vLLM backbone's URL.
     assert {r["judge"] for r in gpu} == {"openai gpt-4o-mini"}
@@ -75,7 +81,9 @@ def test_dry_run_lists_runs_and_shared_builds_and_writes_nothing(tmp_path, monke
     assert by["smollm2-model-free"] == by["qwen7b-model-free"]  # rule descriptors: one build for both
 
 
-def test_a_grid_without_a_judge_of_its_own_is_refused(tmp_path):
+def test_a_grid_without_a_judge_of_its_own_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").write_text("[]", encoding="utf-8")  # the specs' data file
     path = write(tmp_path, "benchmark: locomo\ndata: x\npresets: [A1]\n"
                            "backbones: [{name: small, backend: llamacpp, model: smollm2-135m}]\n")
     with pytest.raises(ConfigError, match="judge would be the answer model itself"):

@@ -73,3 +73,53 @@ def test_cli_export_and_errors(run_dir, tmp_path, capsys):
         export_run(tmp_path / "nothing", "parquet")
     with pytest.raises(ConfigError, match="expected one of parquet, jsonl"):
         export_run(run_dir, "csv")
+
+
+@pytest.fixture(scope="module")
+def retrieval_only_dir(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("export-ro")
+    cfg = apply_preset("model-free", PipelineConfig())
+    spec = EvalSpec(benchmark="locomo", data=str(LOCOMO_MINI), store=str(tmp / "s.sqlite"), out=str(tmp / "run"),
+                    limit=2, progress=False, answer=False)
+    EvalRunner(spec, cfg, embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    return tmp / "run"
+
+
+def test_a_retrieval_only_run_exports_to_parquet_and_leaves_no_partial_file(retrieval_only_dir):
+    datasets = pytest.importorskip("datasets")
+    # A run that calls no model has an empty token map in every row: parquet has no empty struct.
+    assert all(not p["tokens"] for p in read_jsonl(retrieval_only_dir / "predictions.jsonl"))
+    path = export_run(retrieval_only_dir, "parquet")
+    assert path == retrieval_only_dir / "export.parquet"
+    back = datasets.Dataset.from_parquet(str(path)).to_list()
+    assert len(back) == len(prediction_rows(retrieval_only_dir)) and back[0]["tokens"] is None
+    assert not list(retrieval_only_dir.glob("*.tmp"))
+
+
+def test_a_failed_parquet_write_removes_its_temporary_file(retrieval_only_dir, tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+
+    def broken(self, path, **kw):
+        Path(path).write_bytes(b"")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(datasets.Dataset, "to_parquet", broken)
+    with pytest.raises(OSError, match="disk full"):
+        export_run(retrieval_only_dir, "parquet", tmp_path / "x.parquet")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jsonl_export_keeps_the_runs_own_predictions_and_every_field(run_dir, tmp_path):
+    own = run_dir / "predictions.jsonl"
+    before = own.read_bytes()
+    path = export_run(run_dir, "jsonl")
+    assert path == run_dir / "export.jsonl" and own.read_bytes() == before
+    preds, rows = read_jsonl(own), read_jsonl(path)
+    for pred, row in zip(preds, rows):
+        for field in ("candidate_packets", "timings_ms", "wall_ms"):
+            assert field in pred and row[field] is not None, field
+        assert row["candidate_packets"] == pred["candidate_packets"]
+        assert {k: v for k, v in row["timings_ms"].items() if v is not None} == pred["timings_ms"]
+    with pytest.raises(ConfigError, match="a file of the run itself"):
+        export_run(run_dir, "jsonl", own)
+    assert own.read_bytes() == before

@@ -437,3 +437,41 @@ def test_a_new_channel_is_one_function_and_one_weight(monkeypatch):
     after = fused_scores(index, "camping lake", None, cfg)
     assert np.allclose(after.total - before, 2.0 * np.eye(len(PACKETS))[0])
     assert set(after.channels) == {"lexical", "first_turn"}
+
+
+def test_a_question_date_resolves_relative_times_in_the_one_scoring_of_a_search(tmp_path, monkeypatch):
+    # question_date travels compile_context -> select_anchors -> FusedRetriever.retrieve ->
+    # the time-match channel, and the search still scores each channel once.
+    from memcompile_local.fused import channels as channels_module
+    from memcompile_local.language.timeparse import parse_session_time
+
+    anchor = parse_session_time("2024-06-03")
+    assert question_periods("What did Kim do last month?") == []
+    assert question_periods("What did Kim do last month?", anchor) == [(2024, 5, None)]
+    seen: list = []
+    calls: dict[str, int] = {}
+    for name, fn in list(channels_module.CHANNELS.items()):
+        def counted(index, query, fn=fn, name=name):
+            calls[name] = calls.get(name, 0) + 1
+            seen.append(query.anchor)
+            return fn(index, query)
+        monkeypatch.setitem(channels_module.CHANNELS, name, counted)
+    cfg = apply_preset("model-free", PipelineConfig())
+    mem = Memory(MemoryStore(tmp_path / "m.sqlite"), cfg, embedder=_RecordingEmbedder())
+    same = "We walked along the river together."
+    mem.add("n", [{"time": "2024-02-10", "turns": [{"speaker": "Kim", "text": same}]},
+                  {"time": "2024-05-12", "turns": [{"speaker": "Kim", "text": same}]}])
+    mem.build("n")
+    mem.view("n")
+    calls.clear()
+    seen.clear()
+    question = "Where did Kim walk last month?"
+    hits = mem.search("n", question, k=2, question_date="2024-06-03")
+    weighted = [name for name, w in channels_module.channel_weights(cfg.fusion).items() if w]
+    assert calls == {name: 1 for name in weighted} and set(seen) == {anchor}
+    assert hits[0].packet.session_time == "2024-05-12" and hits[0].score > hits[1].score
+    plain = mem.search("n", question, k=2)
+    assert plain[0].packet.session_time == "2024-02-10"  # without a date: a tie, dialogue order
+    ctx = mem.compile("n", question, question_date="2024-06-03")
+    assert ctx.packet_ids[0] == hits[0].packet.packet_id
+    assert ctx.scores[hits[0].packet.packet_id] == hits[0].score

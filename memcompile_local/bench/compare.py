@@ -192,6 +192,11 @@ def run_compare(spec_path: str, *, out: str | None = None, progress: bool = True
         spec["limit"] = limit
     root = Path(out or spec.get("out") or Path("runs") / f"compare-{Path(spec_path).stem}")
     store = Path(spec.get("store") or root / "store.sqlite")
+    data = str(spec["data"])
+    if not data.startswith("hf:") and not Path(data).exists():
+        # Checked before the plan, so a dry run says so too instead of promising runs that fail.
+        raise ConfigError(f"{spec_path}: at data: {data} does not exist"
+                          + ("" if Path(data).is_absolute() else f" (a relative path is read from {Path.cwd()})"))
     plan = plan_grid(spec)
     echo(plan.describe())
     if dry_run:

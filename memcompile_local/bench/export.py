@@ -4,8 +4,17 @@ One row per question, from the run folder's ``predictions.jsonl`` and ``config.j
 the run id, benchmark, question id, namespace, category, question, gold answer, prediction,
 the selected packet ids and the ids of each recall stage, the gold evidence, the judge label
 and error, ``correct`` (judge said CORRECT; None when not judged), the final-stage gold
-recall, tokens per stage and context tokens. Columns are the same in every row (a stage a
-row lacks gets 0 tokens or an empty id list), as a columnar file needs.
+recall, tokens per stage and context tokens, then every other field the prediction lines
+carry (``candidate_packets``, ``timings_ms``, ``wall_ms``, LongMemEval's session recall, ...)
+under its own name, so nothing of ``predictions.jsonl`` is dropped. Columns are the same in
+every row (a stage a row lacks gets 0 tokens or an empty id list, a field a row lacks is None),
+as a columnar file needs; a mapping column that is empty in every row (``tokens`` of a
+``--retrieval-only`` run, which calls no model) is None, since parquet cannot hold a struct
+without fields.
+
+The default output is ``RUN_DIR/export.<format>``: never one of the run's own files, which a
+resumed ``eval`` reads back (``predictions.jsonl`` above all); ``--out`` naming one of them is
+refused.
 """
 
 from __future__ import annotations
@@ -22,6 +31,14 @@ from .runfiles import read_jsonl
 __all__ = ["EXPORT_FORMATS", "prediction_rows", "export_run"]
 
 EXPORT_FORMATS = ("parquet", "jsonl")
+
+# Files ``eval`` writes into a run folder and reads back; an export never replaces one.
+RUN_FILES = ("predictions.jsonl", "answers.jsonl", "attempts.jsonl", "config.json", "metrics.json", "report.md")
+
+# Prediction fields the export maps to columns of its own (the rest are copied as they are).
+_MAPPED = {"question_id", "namespace", "question_type", "category", "question", "gold", "prediction",
+           "selected_ids", "recall_stages", "gold_evidence", "judge_label", "judge_error", "tokens",
+           "context_tokens"}
 
 
 def _run_config(run_dir: Path) -> dict[str, Any]:
@@ -69,18 +86,37 @@ def prediction_rows(run_dir: str | Path) -> list[dict[str, Any]]:
             "tokens": {s: int(tokens.get(s, 0)) for s in token_names},
             "context_tokens": int(r.get("context_tokens") or 0),
         })
+    extra = sorted({k for r in preds for k in r} - _MAPPED - set(rows[0] if rows else ()))
+    for row, r in zip(rows, preds):
+        for k in extra:
+            row[k] = r.get(k)
+    for name in list(rows[0]) if rows else []:
+        values = [row[name] for row in rows]
+        if all(isinstance(v, dict) and not v for v in values):
+            for row in rows:
+                row[name] = None
+        elif all(v is None or isinstance(v, dict) for v in values) and any(values):
+            # A mapping whose keys differ by row (timings of the stages a question ran): the
+            # same keys in every row, None where a row lacks one.
+            keys = sorted({k for v in values if v for k in v})
+            for row in rows:
+                v = row[name]
+                row[name] = None if v is None else {k: v.get(k) for k in keys}
     return rows
 
 
 def export_run(run_dir: str | Path, fmt: str = "parquet", out: str | Path | None = None) -> Path:
     """Write :func:`prediction_rows` of ``run_dir`` as ``fmt`` (parquet or jsonl); returns the path
-    (default ``RUN_DIR/predictions.<fmt>``)."""
+    (default ``RUN_DIR/export.<fmt>``; a file of the run itself is refused)."""
     if fmt not in EXPORT_FORMATS:
         raise ConfigError(f"export format {fmt!r}: expected one of {', '.join(EXPORT_FORMATS)}")
+    target = Path(out) if out else Path(run_dir) / f"export.{fmt}"
+    own = {(Path(run_dir) / name).resolve() for name in RUN_FILES}
+    if target.resolve() in own:
+        raise ConfigError(f"export --out {target}: that is a file of the run itself; write the export elsewhere")
     rows = prediction_rows(run_dir)
     if not rows:
         raise ConfigError(f"{run_dir}: predictions.jsonl has no rows to export")
-    target = Path(out) if out else Path(run_dir) / f"predictions.{fmt}"
     return export_rows(rows, target, fmt)
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..errors import ConfigError, MissingExtraError
 from .args import config_from_args
 from ..service.auth import TENANT_RE, KeyRing, generate_key, hash_key
-from ..service.limits import Limits
+from ..service.limits import Limits, ServeOptions
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,17 @@ def add_service_commands(sub, *, add_store: Callable, add_model: Callable) -> No
     p.add_argument("--keys", help="YAML keys file (tenants and SHA-256 key hashes); without it only loopback")
     p.add_argument("--workers", type=int, default=1, help="server processes sharing the store (default 1)")
     _add_limits(p)
+    g = p.add_argument_group("HTTP")
+    g.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="an origin browsers may call from (repeatable; '*' for any); default: no CORS")
+    g.add_argument("--rate-limit", type=float, metavar="PER_S",
+                   help="requests per second per tenant (429 with Retry-After past it); default: no limit")
+    g.add_argument("--rate-burst", type=int, help="requests a tenant may send at once (default: twice the rate)")
+    g.add_argument("--failed-keys-per-minute", type=float, default=10.0,
+                   help="refused API keys one address may send per minute after a burst of 20 (default %(default)s)")
+    g.add_argument("--metrics-auth", action="store_true", help="/metrics needs a valid API key (of any tenant)")
+    g.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="no per-request log line (method, path, status, duration, tenant)")
 
     p = sub.add_parser("mcp", help="serve memories over MCP on stdio (for a local agent)")
     add_store(p)
@@ -52,12 +63,35 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-turns-per-request", type=int, help="most turns in one append (413 past it)")
     g.add_argument("--max-queue-turns", type=int, help="turns waiting for a background build (429 past it)")
     g.add_argument("--max-k", type=int, help="largest k a search may ask for")
+    g.add_argument("--max-text-chars", type=int,
+                   help=f"most characters of one turn's text or a query (default {Limits().max_text_chars:,})")
 
 
 def _limits(args) -> Limits:
     return Limits.from_dict({name: getattr(args, name) for name in
-                             ("max_body_bytes", "max_turns_per_request", "max_queue_turns", "max_k")
+                             ("max_body_bytes", "max_turns_per_request", "max_queue_turns", "max_k",
+                              "max_text_chars")
                              if getattr(args, name, None) is not None})
+
+
+def _options(args) -> ServeOptions:
+    return ServeOptions(cors_origins=tuple(getattr(args, "cors_origin", None) or ()),
+                        rate_limit=getattr(args, "rate_limit", None), rate_burst=getattr(args, "rate_burst", None),
+                        failed_keys_per_minute=getattr(args, "failed_keys_per_minute", 10.0),
+                        metrics_auth=getattr(args, "metrics_auth", False),
+                        access_log=getattr(args, "access_log", True))
+
+
+def enable_access_log() -> None:
+    """Send the access log (``memcompile_local.service.access``, INFO) to stderr, one line a request."""
+    logger = logging.getLogger("memcompile_local.service.access")
+    if not any(getattr(h, "_memcompile_access", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s access %(message)s"))
+        handler._memcompile_access = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def is_loopback(host: str) -> bool:
@@ -78,7 +112,9 @@ def _require_web_stack() -> None:
 
 
 def _arg_dict(args) -> dict[str, Any]:
-    return {k: v for k, v in vars(args).items() if k not in ("func",) and isinstance(v, (str, int, float, bool, type(None)))}
+    return {k: v for k, v in vars(args).items()
+            if k not in ("func",) and (isinstance(v, (str, int, float, bool, type(None)))
+                                       or (isinstance(v, list) and all(isinstance(x, str) for x in v)))}
 
 
 def build_app_from_args(args, *, keyring=None):
@@ -89,8 +125,11 @@ def build_app_from_args(args, *, keyring=None):
 
     if keyring is None and getattr(args, "keys", None):
         keyring = KeyRing(args.keys)
+    options = _options(args)
     service = MemoryService(args.store, config_from_args(args), limits=_limits(args))
-    return create_app(service, keyring, host=args.host)
+    if options.access_log:
+        enable_access_log()
+    return create_app(service, keyring, host=args.host, options=options)
 
 
 def app_from_env():
@@ -106,6 +145,9 @@ def app_from_env():
 def cmd_serve(args) -> int:
     _require_web_stack()
     import uvicorn
+
+    _options(args)  # a bad flag fails here, before anything starts
+    _limits(args)
 
     keyring = None
     if args.keys:

@@ -214,15 +214,21 @@ def export_rows(rows: list[dict[str, Any]], path: str | Path, fmt: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "jsonl":
         tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows),
-                       encoding="utf-8")
-        os.replace(tmp, out)
+        try:
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows),
+                           encoding="utf-8")
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
         return out
     if fmt != "parquet":
         raise ConfigError(f"export format {fmt!r}: expected parquet or jsonl")
     ds = _datasets()
     dataset = ds.Dataset.from_list(rows)
     tmp = out.with_suffix(out.suffix + ".tmp")
-    dataset.to_parquet(str(tmp))
-    os.replace(tmp, out)
+    try:
+        dataset.to_parquet(str(tmp))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no partial file behind
     return out

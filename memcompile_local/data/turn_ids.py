@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from .plain import GivenIds
@@ -70,22 +70,30 @@ class _StoredSession:
         want = Counter(_turn_content(t.speaker, t.text, t.image_caption, t.image_query) for t in turns)
         return sum((have & want).values())
 
-    def match(self, turn: Turn) -> str | None:
+    def match(self, turn: Turn, time: str | None = None) -> str | None:
         content = _turn_content(turn.speaker, turn.text, turn.image_caption, turn.image_query)
         for p in self.packets:
-            if p.packet_id not in self.used and _packet_content(p) == content:
+            if p.packet_id not in self.used and _packet_content(p) == content and time in (None, p.session_time):
                 self.used.add(p.packet_id)
                 return p.packet_id
         return None
 
 
 def assign_stable_ids(conversation: Conversation, given: GivenIds,
-                      stored: Sequence[SourcePacket]) -> Conversation:
+                      stored: Sequence[SourcePacket], *, match_time: bool = False,
+                      fresh: Collection[tuple[int, int]] = (),
+                      indexes: Mapping[str, int] | None = None) -> Conversation:
     """``conversation`` with every id that ``given`` marks as defaulted replaced by a stable one.
 
     ``stored`` are the namespace's packets in dialogue order (``MemoryStore.packets``). Ids the
     caller wrote are kept as they are; the store then checks them as usual (an id stored with
     other content is an ``ImmutablePacketError``).
+
+    For the memory service, whose turns carry their own times inside one session:
+    ``match_time`` makes a turn match a stored turn only when their times are equal too (the
+    same words said again later are a new turn); the (session, turn) positions in ``fresh``
+    are always new turns (a turn the server's clock dated); ``indexes`` gives the index of a
+    session id the caller gave that is not stored yet (reserved by the service's queue).
     """
     sessions: dict[int, _StoredSession] = {}
     for p in stored:
@@ -100,7 +108,8 @@ def assign_stable_ids(conversation: Conversation, given: GivenIds,
     matched: set[int] = set()
 
     out: list[Session] = []
-    for session, session_given, turns_given in zip(conversation.sessions, given.sessions, given.turns):
+    for si, (session, session_given, turns_given) in enumerate(zip(conversation.sessions, given.sessions,
+                                                                   given.turns)):
         target: _StoredSession | None = None
         if session_given:
             target = by_id.get(session.session_id)
@@ -114,15 +123,20 @@ def assign_stable_ids(conversation: Conversation, given: GivenIds,
                 session_id = f"session_{next_index}"
                 while session_id in taken_session_ids:
                     session_id += "+"
-            target = _StoredSession(next_index, session_id, session.time)
-            sessions[next_index] = target
-            next_index += 1
+            index = next_index
+            if session_given and indexes is not None and session.session_id in indexes:
+                index = indexes[session.session_id]
+            target = _StoredSession(index, session_id, session.time)
+            sessions[index] = target
+            by_id.setdefault(session_id, target)
+            next_index = max(next_index, index) + 1
         matched.add(target.index)
         taken_session_ids.add(target.session_id)
         turns: list[Turn] = []
-        for turn, turn_given in zip(session.turns, turns_given):
+        for ti, (turn, turn_given) in enumerate(zip(session.turns, turns_given)):
             if not turn_given:
-                pid = target.match(turn) or target.new_id(taken_ids)
+                pid = None if (si, ti) in fresh else target.match(turn, session.time if match_time else None)
+                pid = pid or target.new_id(taken_ids)
                 turn = replace(turn, packet_id=pid)
             taken_ids.add(turn.packet_id)
             turns.append(turn)

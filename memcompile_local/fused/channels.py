@@ -22,6 +22,7 @@ A new channel is one function in ``CHANNELS`` and one ``<name>_weight`` field of
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -35,10 +36,12 @@ from .index import FusionIndex
 
 @dataclass(frozen=True)
 class FusedQuery:
-    """What the channels read of one query: the question as asked and its query vector."""
+    """What the channels read of one query: the question as asked, its query vector and the
+    date it is asked (``anchor``; its relative times resolve against it)."""
 
     question: str
     vector: np.ndarray | None
+    anchor: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ def temporal_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
 
 
 def time_match_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
-    return index.time_match(query.question)
+    return index.time_match(query.question, query.anchor)
 
 
 Channel = Callable[[FusionIndex, FusedQuery], "np.ndarray | None"]
@@ -100,9 +103,11 @@ def channel_weights(cfg: FusionConfig) -> dict[str, float]:
     return {name: getattr(cfg, f"{name}_weight") for name in CHANNELS}
 
 
-def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig) -> FusedScores:
-    """The fused score of every packet (aligned with ``index.packet_ids``) and its channels."""
-    query = FusedQuery(question, query_vec)
+def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig, *,
+                 anchor: dt.datetime | None = None) -> FusedScores:
+    """The fused score of every packet (aligned with ``index.packet_ids``) and its channels;
+    ``anchor`` is the date the question is asked (its relative time expressions resolve against it)."""
+    query = FusedQuery(question, query_vec, anchor)
     channels: dict[str, np.ndarray] = {}
     for name, weight in channel_weights(cfg).items():
         if weight:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Sequence
 
@@ -205,11 +206,11 @@ def periods(value: str) -> list[Period]:
     return list(dict.fromkeys(out))
 
 
-def question_periods(question: str) -> list[Period]:
-    """Periods named by the question's time expressions (relative ones without a date are
-    dropped: a question has no session date to resolve "last week" against)."""
+def question_periods(question: str, anchor: dt.datetime | None = None) -> list[Period]:
+    """Periods named by the question's time expressions, relative ones ("last week") resolved
+    against ``anchor`` (the date the question is asked) or dropped without one."""
     out: list[Period] = []
-    for mention in find_time_mentions(question or "", None):
+    for mention in find_time_mentions(question or "", anchor):
         out.extend(periods(mention.value))
     return list(dict.fromkeys(out))
 

@@ -3,6 +3,7 @@ speakers, dated periods and expansion terms, built once per view and grown by ap
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping, Sequence
@@ -172,13 +173,14 @@ class FusionIndex:
         """The question's lexical terms, names made canonical when the index is tolerant."""
         return stem_terms(canonical_names(question, self.participants) if self.tolerant_names else question)
 
-    def time_match(self, question: str) -> np.ndarray:
+    def time_match(self, question: str, anchor: dt.datetime | None = None) -> np.ndarray:
         """1.0 for packets dated in a period the question names, else 0 (all 0 when it names none).
 
         A named day matches that day; when no packet is dated that day, its month does
-        (a question's date may be off by the days between an event and its telling)."""
+        (a question's date may be off by the days between an event and its telling). ``anchor``
+        is the date the question is asked: its relative times ("last month") resolve from it."""
         out = np.zeros(len(self.packet_ids))
-        for asked in question_periods(question):
+        for asked in question_periods(question, anchor):
             for attempt in (asked, asked[:2] + (None,)):
                 hit = [rows for have, rows in self.period_rows.items() if period_matches(attempt, have)]
                 for rows in hit:

@@ -19,6 +19,7 @@ variants measured there and dropped).
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -138,28 +139,33 @@ class FusedRetriever:
         embed = getattr(embedder, "embed_query", None) or embedder.embed
         return query_vector(np.asarray(embed(self.query_texts(question, intent_query)), dtype=np.float32))
 
-    def scores(self, question: str, query_vec: np.ndarray | None) -> FusedScores:
-        return fused_scores(self.index, question, query_vec, self.cfg)
+    def scores(self, question: str, query_vec: np.ndarray | None, *, anchor: dt.datetime | None = None) -> FusedScores:
+        """Every packet's fused scores; ``anchor`` is the date the question is asked (the time
+        match resolves the question's relative times against it)."""
+        return fused_scores(self.index, question, query_vec, self.cfg, anchor=anchor)
 
-    def retrieve(self, question: str, query_vec: np.ndarray | None, k: int) -> Retrieval:
-        """The ``k`` packets the fused selector keeps, best first, with every packet's scores."""
-        scores = self.scores(question, query_vec)
+    def retrieve(self, question: str, query_vec: np.ndarray | None, k: int, *,
+                 anchor: dt.datetime | None = None) -> Retrieval:
+        """The ``k`` packets the fused selector keeps, best first, with every packet's scores
+        (scored once; ``anchor``: see ``scores``)."""
+        scores = self.scores(question, query_vec, anchor=anchor)
         rows = select_rows(self.index, question, scores.total, query_vec, self.cfg, k)
         return Retrieval(tuple(self.index.packet_ids[i] for i in rows), scores, self.index.row_of)
 
-    def ranking(self, question: str, query_vec: np.ndarray | None, n: int) -> list[str]:
+    def ranking(self, question: str, query_vec: np.ndarray | None, n: int, *,
+                anchor: dt.datetime | None = None) -> list[str]:
         """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler)."""
-        total = self.scores(question, query_vec).total
+        total = self.scores(question, query_vec, anchor=anchor).total
         return [self.index.packet_ids[i] for i in score_order(total)[:n]]
 
 
 def select_fused(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
-                 k: int) -> list[str]:
-    """The ``k`` packets the fused selector keeps, best first."""
-    return list(FusedRetriever(index, cfg).retrieve(question, query_vec, k).packet_ids)
+                 k: int, *, anchor: dt.datetime | None = None) -> list[str]:
+    """The ``k`` packets the fused selector keeps, best first (``anchor``: see ``FusedRetriever.scores``)."""
+    return list(FusedRetriever(index, cfg).retrieve(question, query_vec, k, anchor=anchor).packet_ids)
 
 
 def fused_ranking(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
-                  n: int) -> list[str]:
+                  n: int, *, anchor: dt.datetime | None = None) -> list[str]:
     """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler)."""
-    return FusedRetriever(index, cfg).ranking(question, query_vec, n)
+    return FusedRetriever(index, cfg).ranking(question, query_vec, n, anchor=anchor)

@@ -17,6 +17,7 @@ representative-claim view needs U_q, or a frontier needs D_q.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ from ..evidence.scheduler import schedule_packets
 from ..evidence.views import render_view
 from ..fused.retriever import FusedRetriever, Retrieval, query_vector
 from ..language.timecues import is_temporal_question
+from ..language.timeparse import parse_session_time
 from .normalize import mmr_anchors, normalize_to_packets
 from ..protocols import Embedder, ModelClient
 from ..types import AddressResult, PacketCandidate, QueryIntent
@@ -118,6 +120,7 @@ class AnchorQuery:
     client: ModelClient | None
     query_vec: np.ndarray | None
     retriever: FusedRetriever | None  # the fused retriever of the view, when it has a fused index
+    anchor: dt.datetime | None = None  # when the question is asked, for the fused time match
 
 
 # An anchor selector: query -> (A0, trace info, the fused retrieval when it ran).
@@ -143,7 +146,7 @@ def _llm_anchors(q: AnchorQuery):
     if q.cfg.fusion.schedule_pool == "fused":  # A0-fused-pool: the scheduler sees the fused top-N
         if q.retriever is None:
             raise ConfigError("schedule_pool='fused' needs the fused index; build the memory with it set")
-        pool_ids = q.retriever.ranking(q.question, q.query_vec, q.cfg.fusion.schedule_pool_size)
+        pool_ids = q.retriever.ranking(q.question, q.query_vec, q.cfg.fusion.schedule_pool_size, anchor=q.anchor)
     ids, info = _llm_ordering(q.question, pool_ids, q.cfg.evidence.k0, "schedule", q.view, q.cfg, q.client)
     return tuple(ids), info, None
 
@@ -151,7 +154,7 @@ def _llm_anchors(q: AnchorQuery):
 def _fused_anchors(q: AnchorQuery):
     if q.retriever is None:
         raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
-    found = q.retriever.retrieve(q.question, q.query_vec, q.cfg.evidence.k0)
+    found = q.retriever.retrieve(q.question, q.query_vec, q.cfg.evidence.k0, anchor=q.anchor)
     return found.packet_ids, {}, found
 
 
@@ -183,15 +186,18 @@ def select_anchors(
     client: ModelClient | None,
     query_vec: np.ndarray | None,
     retriever: FusedRetriever | None = None,
+    anchor: dt.datetime | None = None,
 ) -> tuple[tuple[str, ...], dict[str, Any], Retrieval | None]:
     """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14);
-    with the fused retrieval (ids and every packet's scores) when the fused selector chose."""
+    with the fused retrieval (ids and every packet's scores) when the fused selector chose.
+
+    ``anchor``: the date the question is asked, for the fused scores' time match."""
     choose = ANCHOR_SELECTORS.get(selector)
     if choose is None:
         raise ConfigError(f"unknown anchor selector {selector!r}; known: {', '.join(ANCHOR_SELECTORS)}")
     if retriever is None and view.fusion is not None:
         retriever = FusedRetriever(view.fusion, cfg.fusion)
-    return choose(AnchorQuery(question, pool, address, dense, view, cfg, client, query_vec, retriever))
+    return choose(AnchorQuery(question, pool, address, dense, view, cfg, client, query_vec, retriever, anchor))
 
 
 def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, view: MemoryView,
@@ -297,8 +303,12 @@ def compile_context(
     client: ModelClient | None = None,
     embedder: Embedder | None = None,
     address_trace: bool = False,
+    question_date: str | None = None,
 ) -> Context:
     """Compile the reader context for one question over one built memory.
+
+    ``question_date`` (a session-time string, e.g. ``2024-06-01``): when the question is
+    asked; the fused selector resolves the question's relative times ("last month") against it.
 
     ``address_trace=True`` runs the Address Plane (K_q, U_q) and the dense proposals even on
     the fused path, where they only fill ``Context.address``/``pool``/``dense`` for a trace
@@ -338,7 +348,8 @@ def compile_context(
         lap("dense")
     anchors, a_info, retrieval = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool,
                                                 address=address, dense=dense, view=view, cfg=cfg, client=client,
-                                                query_vec=query_vec, retriever=retriever)
+                                                query_vec=query_vec, retriever=retriever,
+                                                anchor=parse_session_time(question_date) if question_date else None)
     lap("anchors")
     added, f_info = run_frontier(cfg.evidence.frontier, question=question, anchors=anchors, dense=dense,
                                  view=view, cfg=cfg, client=client, query_vec=query_vec)

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.concurrency import run_in_threadpool
@@ -24,62 +25,82 @@ from .. import __version__
 from .auth import LOCAL_TENANT, KeyRing, Principal, key_from_headers
 from .core import MemoryService
 from .errors import ServiceError, from_exception
+from .limits import ServeOptions
 from .mcp_server import build_mcp
 from .metrics import CONTENT_TYPE, Metrics
+from .openapi import body_doc, install_openapi
+from .ratelimit import FailedKeyThrottle, TenantRateLimit
 from .worker import BuildWorker
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("memcompile_local.service.access")
+"""One line per request: method, path, status, duration, tenant (never a key, a query string or a body)."""
 
-_TURN_SCHEMA = {
-    "type": "object",
-    "required": ["speaker", "text"],
-    "properties": {
-        "speaker": {"type": "string"}, "text": {"type": "string"},
-        "time": {"type": "string", "description": "when it was said (single turns)"},
-        "session_id": {"type": "string"}, "id": {"type": "string", "description": "turn id; default: content hash"},
-        "image_caption": {"type": "string"},
-    },
-}
-_APPEND_SCHEMA = {
-    "oneOf": [
-        {"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "array", "items": {
-            "type": "object", "required": ["time", "turns"],
-            "properties": {"time": {"type": "string"}, "id": {"type": "string"},
-                           "turns": {"type": "array", "items": _TURN_SCHEMA}}}}}},
-        {"type": "object", "required": ["turns"], "properties": {"turns": {"type": "array", "items": _TURN_SCHEMA}}},
-        _TURN_SCHEMA,
-    ]
-}
-_QUERY_SCHEMA = {
-    "type": "object", "required": ["query"],
-    "properties": {"query": {"type": "string"}, "k": {"type": "integer", "minimum": 1},
-                   "preset": {"type": "string"}, "question_date": {"type": "string"}},
-}
+_ACCESS_KEY = "memcompile.access"  # the ASGI scope entry where a route leaves the request's tenant
 
-
-def _body_doc(schema: dict) -> dict:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-def error_response(err: ServiceError) -> JSONResponse:
+def error_response(err: ServiceError, *, paths: tuple[str, ...] = ()) -> JSONResponse:
+    """The JSON of ``err``, with the server's file paths and internal namespaces taken out."""
+    err = err.redacted(paths=paths)
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
+def client_address(scope) -> str:
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
 def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: str = "127.0.0.1",
-               run_worker: bool = True) -> FastAPI:
+               run_worker: bool = True, options: ServeOptions | None = None) -> FastAPI:
     """The FastAPI app over ``service``; ``keyring`` None serves the ``local`` tenant without keys."""
+    options = options or ServeOptions()
     metrics = Metrics(service.queue.depth, service.store.token_totals)
     worker = BuildWorker(service, metrics=metrics)
-    mcp = build_mcp(service, keyring=keyring, host=host)
+    throttle = FailedKeyThrottle(per_minute=options.failed_keys_per_minute, burst=options.failed_keys_burst)
+    rate = (TenantRateLimit(options.rate_limit, burst=options.rate_burst)
+            if options.rate_limit is not None else None)
+    paths = (str(service.store.path),)
+
+    def authenticate(headers, scope) -> Principal:
+        """The Principal of a request's key, throttling addresses whose keys keep failing."""
+        if keyring is None:
+            return Principal(LOCAL_TENANT, LOCAL_TENANT)
+        address = client_address(scope)
+        try:
+            return keyring.authenticate(key_from_headers(headers))
+        except ServiceError as err:
+            if err.status in (401, 403):
+                # A good key passes even from a throttled address (a client behind the same NAT
+                # as a misbehaving one); past its budget an address gets 429 for bad keys.
+                throttle.check(address)
+                throttle.failed(address)
+            raise
+
+    def admit(headers, scope) -> Principal:
+        """Authenticate, apply the tenant's rate limit, and note the tenant for the access log."""
+        p = authenticate(headers, scope)
+        note = scope.get(_ACCESS_KEY)
+        if note is not None:
+            note["tenant"] = p.tenant
+        if rate is not None:
+            rate.check(p.tenant)
+        return p
+
+    mcp = build_mcp(service, keyring=keyring, host=host, paths=paths)
     mcp_app = mcp.streamable_http_app()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         if run_worker:
             worker.start()
-        async with mcp.session_manager.run():
-            yield
-        worker.stop()
+        try:
+            async with mcp.session_manager.run():
+                yield
+        finally:
+            # SIGTERM (uvicorn's graceful shutdown) ends here after the last request: stop the
+            # worker (its lease goes back), then close the store (the WAL is checkpointed).
+            worker.stop()
+            await run_in_threadpool(service.close)
+            log.info("store %s closed", service.store.path)
 
     app = FastAPI(title="memcompile-local memory service", version=__version__, lifespan=lifespan,
                   description="Long-term conversational memory per user: append turns, search compiled evidence.")
@@ -88,9 +109,7 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
     app.state.metrics = metrics
 
     def principal(request: Request) -> Principal:
-        if keyring is None:
-            return Principal(LOCAL_TENANT, LOCAL_TENANT)
-        return keyring.authenticate(key_from_headers(request.headers))
+        return admit(request.headers, request.scope)
 
     async def json_body(request: Request) -> Any:
         raw = await request.body()
@@ -105,6 +124,9 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         except json.JSONDecodeError as exc:
             raise ServiceError(400, "bad_json",
                                f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                               field="$") from None
+        except RecursionError:
+            raise ServiceError(400, "bad_json", "request body nests arrays or objects too deeply to read",
                                field="$") from None
 
     async def run(fn, *args, **kw):
@@ -137,6 +159,8 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
                 return await self.inner(scope, receive, send)
             t0 = time.perf_counter()
             status = [500]
+            note: dict[str, Any] = {}
+            scope[_ACCESS_KEY] = note
 
             async def send_status(message):
                 if message["type"] == "http.response.start":
@@ -150,35 +174,48 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             if length is not None and length.isdigit() and int(length) > service.limits.max_body_bytes:
                 rejected = ServiceError(413, "body_too_large",
                                         f"request body has {length} bytes; at most {service.limits.max_body_bytes}")
-            elif path.startswith("/mcp") and keyring is not None:
+            elif path.startswith("/mcp"):
                 try:
-                    keyring.authenticate(key_from_headers(headers))
+                    admit(headers, scope)
                 except ServiceError as err:
                     rejected = err
             try:
                 if rejected is not None:
-                    await error_response(rejected)(scope, receive, send_status)
+                    await error_response(rejected, paths=paths)(scope, receive, send_status)
                 else:
                     await self.inner(scope, receive, send_status)
             finally:
+                seconds = time.perf_counter() - t0
                 route = scope.get("route")
                 name = getattr(route, "path", None) or ("/mcp" if path.startswith("/mcp") else "other")
-                metrics.observe(scope["method"], name, status[0], time.perf_counter() - t0)
+                metrics.observe(scope["method"], name, status[0], seconds)
+                if options.access_log:
+                    access_log.info("%s %s %d %.1fms tenant=%s client=%s", scope["method"], path, status[0],
+                                    seconds * 1000, note.get("tenant", "-"), client_address(scope))
 
     app.add_middleware(Guard)
+    if options.cors_origins:
+        # Outside the Guard, so a browser's preflight (no key) is answered here.
+        app.add_middleware(CORSMiddleware, allow_origins=list(options.cors_origins),
+                           allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "X-API-Key", "Content-Type", "Mcp-Session-Id",
+                                          "Mcp-Protocol-Version"],
+                           expose_headers=["Retry-After", "WWW-Authenticate", "Mcp-Session-Id"])
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
-        return error_response(exc)
+        return error_response(exc, paths=paths)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(ServiceError(exc.status_code, code, str(exc.detail)))
+        return error_response(ServiceError(exc.status_code, code, str(exc.detail)), paths=paths)
 
     # ------------------------------------------------------------------ routes
-    @app.post("/v1/memories/{user_id}/turns", openapi_extra=_body_doc(_APPEND_SCHEMA), tags=["memories"],
-              summary="Append turns (idempotent, all-or-nothing)")
+    # The OpenAPI document (statuses, response schemas, security) is ``openapi.py``'s, keyed
+    # by operation id.
+    @app.post("/v1/memories/{user_id}/turns", openapi_extra=body_doc("Append"), tags=["memories"],
+              operation_id="append_turns", summary="Append turns (idempotent, all-or-nothing)")
     async def append(user_id: str, request: Request):
         p = principal(request)
         body = await json_body(request)
@@ -196,18 +233,21 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             raise ServiceError(400, "bad_request", "query is required", field="query")
         return body
 
-    @app.post("/v1/memories/{user_id}/search", openapi_extra=_body_doc(_QUERY_SCHEMA), tags=["memories"],
-              summary="Compiled evidence for a query")
+    query_fields = {"query", "k", "preset", "question_date"}
+
+    @app.post("/v1/memories/{user_id}/search", openapi_extra=body_doc("Query"), tags=["memories"],
+              operation_id="search", summary="Compiled evidence for a query")
     async def search(user_id: str, request: Request):
         p = principal(request)
-        body = await query_body(request, {"query", "k", "preset"})
-        return await run(service.search, p.tenant, user_id, body["query"], k=body.get("k"), preset=body.get("preset"))
+        body = await query_body(request, query_fields)
+        return await run(service.search, p.tenant, user_id, body["query"], k=body.get("k"),
+                         preset=body.get("preset"), question_date=body.get("question_date"))
 
-    @app.post("/v1/memories/{user_id}/answer", openapi_extra=_body_doc(_QUERY_SCHEMA), tags=["memories"],
-              summary="Compile the evidence and answer with the configured model")
+    @app.post("/v1/memories/{user_id}/answer", openapi_extra=body_doc("Query"), tags=["memories"],
+              operation_id="answer", summary="Compile the evidence and answer with the configured model")
     async def answer(user_id: str, request: Request):
         p = principal(request)
-        body = await query_body(request, {"query", "k", "preset", "question_date"})
+        body = await query_body(request, query_fields)
         return await run(service.answer, p.tenant, user_id, body["query"], k=body.get("k"),
                          preset=body.get("preset"), question_date=body.get("question_date"))
 
@@ -220,24 +260,42 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         except ValueError:
             raise ServiceError(400, "bad_request", f"{name} must be an integer", field=name) from None
 
-    @app.get("/v1/memories", tags=["memories"], summary="The tenant's user ids (paginated)")
+    def _no_other_params(request: Request, allowed: set[str]) -> None:
+        unknown = sorted(set(request.query_params) - allowed)
+        if unknown:
+            raise ServiceError(400, "bad_request", f"unexpected query parameters {unknown}; expected some of "
+                               f"{sorted(allowed)}", field=unknown[0])
+
+    @app.get("/v1/memories", tags=["memories"], operation_id="list_users",
+             summary="The tenant's user ids (paginated)")
     async def users(request: Request):
         p = principal(request)
-        return await run(service.list_users, p.tenant, limit=_int_param(request, "limit", 100),
-                         after=request.query_params.get("after"))
+        _no_other_params(request, {"offset", "limit"})
+        return await run(service.list_users, p.tenant, offset=_int_param(request, "offset", 0),
+                         limit=_int_param(request, "limit", 100))
 
-    @app.get("/v1/memories/{user_id}", tags=["memories"], summary="Counts and build state of one memory")
+    @app.get("/v1/memories/{user_id}", tags=["memories"], operation_id="stats",
+             summary="Counts and build state of one memory")
     async def stats(user_id: str, request: Request):
         p = principal(request)
         return await run(service.stats, p.tenant, user_id)
 
-    @app.get("/v1/memories/{user_id}/turns", tags=["memories"], summary="Stored turns (paginated)")
+    @app.get("/v1/memories/{user_id}/turns", tags=["memories"], operation_id="list_turns",
+             summary="Stored turns (paginated)")
     async def turns(user_id: str, request: Request):
         p = principal(request)
+        _no_other_params(request, {"offset", "limit"})
         return await run(service.list_turns, p.tenant, user_id, offset=_int_param(request, "offset", 0),
                          limit=_int_param(request, "limit", 100))
 
-    @app.delete("/v1/memories/{user_id}", tags=["memories"], summary="Forget a memory (erased from the file)")
+    @app.delete("/v1/memories/{user_id}/turns/{turn_id}", tags=["memories"], operation_id="delete_turn",
+                summary="Erase one turn (an update is a delete, then an append)")
+    async def delete_turn(user_id: str, turn_id: str, request: Request):
+        p = principal(request)
+        return await run(service.delete_turn, p.tenant, user_id, turn_id)
+
+    @app.delete("/v1/memories/{user_id}", tags=["memories"], operation_id="forget",
+                summary="Forget a memory (erased from the file)")
     async def forget(user_id: str, request: Request):
         p = principal(request)
         return await run(service.forget, p.tenant, user_id)
@@ -246,10 +304,13 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
     async def healthz():
         return await run(service.health)
 
-    @app.get("/metrics", tags=["service"])
-    async def metrics_route():
+    @app.get("/metrics", tags=["service"], operation_id="metrics")
+    async def metrics_route(request: Request):
+        if options.metrics_auth:
+            authenticate(request.headers, request.scope)
         return Response(await run_in_threadpool(metrics.render), media_type=CONTENT_TYPE)
 
     # The MCP endpoint is a route of the same app (its lifespan runs in ours above).
     app.router.routes.extend(mcp_app.routes)
+    install_openapi(app, keyed=keyring is not None, metrics_auth=options.metrics_auth, limits=service.limits)
     return app

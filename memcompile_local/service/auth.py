@@ -15,6 +15,12 @@ as there is with a password); the comparison is constant-time. The file is re-re
 modification time changes, so revoking a key needs no restart. A key is never logged: log lines
 carry the tenant and the key's label.
 
+A keys file that becomes unreadable or invalid while the server runs (deleted, half written,
+bad YAML) refuses every key with 503 ``keys_unavailable`` until it is readable again, and the
+server logs an error line saying so (once per change of the file): keeping the last good set
+would keep honouring keys the operator may have just revoked. Write the file atomically (a new
+file renamed over the old one) and no request sees it half written.
+
 Namespaces: tenant ``acme``'s user ``alice`` is the store namespace ``t:acme:alice``. Tenant names
 and user ids may not contain ``:``, so the split is unique and no (tenant, user) pair can name
 another pair's namespace; every route builds the namespace from the authenticated tenant, never
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import re
 import secrets
@@ -37,6 +44,11 @@ import yaml
 from ..errors import ConfigError
 from ..store.namespace import MAX_NAMESPACE_LEN
 from .errors import ServiceError
+
+log = logging.getLogger(__name__)
+
+WWW_AUTHENTICATE = {"WWW-Authenticate": 'Bearer realm="memcompile-local"'}
+"""The challenge every 401 carries (RFC 6750: the client should send a Bearer token)."""
 
 LOCAL_TENANT = "local"
 """The tenant of every request when the server runs without a keys file (loopback only)."""
@@ -143,13 +155,15 @@ class KeyRing:
     def __init__(self, path: str | os.PathLike):
         self.path = str(Path(path))
         self._lock = threading.Lock()
-        self._mtime: float | None = None
+        self._mtime: tuple[int, int, int] | None = None  # (mtime, size, inode) last read
         self._entries: list[_KeyEntry] = []
+        self._broken: str | None = None  # why the file cannot be used now (None: it can)
         self._load()
 
     def _load(self) -> None:
         try:
-            mtime = os.stat(self.path).st_mtime_ns
+            st = os.stat(self.path)
+            mtime = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot read the keys file ({exc.strerror})") from exc
         if mtime == self._mtime:
@@ -170,21 +184,33 @@ class KeyRing:
         """The Principal of ``key``; ServiceError 401 when missing or unknown, 403 when revoked."""
         if not key:
             raise ServiceError(401, "unauthorized",
-                               "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
+                               "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+                               headers=WWW_AUTHENTICATE)
         with self._lock:
             try:
                 self._load()
-            except ConfigError:
-                # A half-written keys file keeps the last good one in force rather than opening up.
-                if self._mtime is None:
-                    raise
+            except (ConfigError, OSError, UnicodeDecodeError) as exc:
+                # Fail closed (see the module doc): no key counts while the file cannot be read.
+                reason = str(exc)
+                if reason != self._broken:
+                    log.error("keys file %s is unreadable or invalid (%s): every API key is refused "
+                              "with 503 until it is fixed", self.path, reason)
+                self._broken = reason
+                self._mtime = None  # read it again on the next request
+                raise ServiceError(503, "keys_unavailable",
+                                   "the server cannot read its API keys file; every key is refused until "
+                                   "the operator fixes it", headers={"Retry-After": "5"}) from None
+            if self._broken is not None:
+                log.warning("keys file %s is readable again (%d keys)", self.path, len(self._entries))
+                self._broken = None
             digest = hash_key(key)
             match = None
             for e in self._entries:
                 if hmac.compare_digest(e.digest, digest):
                     match = e
         if match is None:
-            raise ServiceError(401, "unauthorized", "unknown API key")
+            raise ServiceError(401, "unauthorized", "unknown API key",
+                               headers={"WWW-Authenticate": 'Bearer realm="memcompile-local", error="invalid_token"'})
         if match.revoked:
             raise ServiceError(403, "forbidden", f"API key {match.label!r} was revoked")
         return Principal(tenant=match.tenant, label=match.label)

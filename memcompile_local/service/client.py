@@ -1,4 +1,4 @@
-"""``MemoryClient``: the memory service over HTTP with the method names of ``Memory``.
+"""``MemoryClient`` and ``AsyncMemoryClient``: the memory service over HTTP with ``Memory``'s method names.
 
 A thin layer on ``httpx`` (part of the ``serve`` extra)::
 
@@ -8,9 +8,17 @@ A thin layer on ``httpx`` (part of the ``serve`` extra)::
         mem.add("alice", [{"speaker": "Alice", "text": "I moved to Lisbon.", "time": "2024-05-01 10:00"}])
         hits = mem.search("alice", "Where does Alice live?")
 
-Where ``Memory`` takes a namespace, the client takes a user id (the server maps it into the
-tenant of the API key). A non-2xx answer raises :class:`ServiceRequestError` with the server's
-status, error code, message and field.
+    async with AsyncMemoryClient("http://127.0.0.1:8765", api_key="mcl_...") as mem:
+        hits = await mem.search("alice", "Where does Alice live?")
+
+Where ``Memory`` takes a namespace, the clients take a user id (the server maps it into the
+tenant of the API key); it is percent-encoded in every URL, dots included, so no user id can
+name another route. Errors are typed, never raw ``httpx`` exceptions:
+
+* :class:`ServiceRequestError`: the server answered with an error (``status``, ``code``,
+  ``message``, ``field``, and ``retry_after`` in seconds when it sent one);
+* :class:`ServiceUnavailableError`: no answer (connection refused, timeout, a broken
+  connection); ``retryable`` is True.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from urllib.parse import quote
 
 from ..errors import MemCompileError, MissingExtraError
 
+__all__ = ["AsyncMemoryClient", "MemoryClient", "ServiceRequestError", "ServiceUnavailableError"]
+
 
 def _given(**fields: Any) -> dict[str, Any]:
     """The optional request fields that were given (None means "leave it to the server")."""
@@ -27,77 +37,178 @@ def _given(**fields: Any) -> dict[str, Any]:
 
 
 class ServiceRequestError(MemCompileError):
-    """The server answered with an error (``status``, ``code``, ``field`` from its JSON error)."""
+    """The server answered with an error (``status``, ``code``, ``field`` from its JSON error).
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None):
+    ``retryable`` is True for 429 and 503 (``retry_after``: the seconds the server asked for).
+    """
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 retry_after: float | None = None):
         super().__init__(f"HTTP {status} {code}: {message}" + (f" (field {field})" if field else ""))
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.retry_after = retry_after
+        self.retryable = status in (429, 503)
+
+
+class ServiceUnavailableError(MemCompileError):
+    """No answer from the server (refused, timed out, cut off); ``retryable`` is always True."""
+
+    retryable = True
+
+    def __init__(self, message: str, url: str):
+        super().__init__(f"{message} ({url})")
+        self.url = url
+
+
+def _user(user_id: str) -> str:
+    if not isinstance(user_id, str) or not user_id:
+        raise ServiceRequestError(400, "bad_request", "user_id must be a non-empty string", "user_id")
+    return quote(user_id, safe="").replace(".", "%2E")
+
+
+def _turn(turn_id: str) -> str:
+    if not isinstance(turn_id, str) or not turn_id:
+        raise ServiceRequestError(400, "bad_request", "turn_id must be a non-empty string", "turn_id")
+    return quote(turn_id, safe="").replace(".", "%2E")
+
+
+def _append_body(turns: Iterable[Mapping[str, Any]] | Mapping[str, Any], sessions: bool) -> Any:
+    if isinstance(turns, Mapping):
+        return dict(turns)
+    if sessions:
+        return {"sessions": list(turns)}
+    return {"turns": list(turns)}
+
+
+def _raise_for(r: Any) -> None:
+    if r.status_code < 400:
+        return
+    retry = r.headers.get("retry-after")
+    retry_after = float(retry) if retry and retry.replace(".", "", 1).isdigit() else None
+    try:
+        err = r.json()["error"]
+        status, code, message, field = (int(err.get("status", r.status_code)), str(err.get("code", "error")),
+                                        str(err.get("message", "")), err.get("field"))
+    except Exception:
+        status, code, message, field = r.status_code, "http_error", r.text[:200], None
+    raise ServiceRequestError(status, code, message, field, retry_after)
+
+
+def _httpx():
+    try:
+        import httpx
+    except ImportError as exc:
+        raise MissingExtraError("httpx", "serve", "the memory service client") from exc
+    return httpx
+
+
+class _Routes:
+    """The requests of every method: (HTTP method, path, keyword arguments of ``httpx``)."""
+
+    @staticmethod
+    def add(user_id, turns, sessions):
+        return "POST", f"/v1/memories/{_user(user_id)}/turns", {"json": _append_body(turns, sessions)}
+
+    @staticmethod
+    def search(user_id, query, k, preset, question_date):
+        body = {"query": query, **_given(k=k, preset=preset, question_date=question_date)}
+        return "POST", f"/v1/memories/{_user(user_id)}/search", {"json": body}
+
+    @staticmethod
+    def answer(user_id, query, k, preset, question_date):
+        body = {"query": query, **_given(k=k, preset=preset, question_date=question_date)}
+        return "POST", f"/v1/memories/{_user(user_id)}/answer", {"json": body}
+
+    @staticmethod
+    def stats(user_id):
+        return "GET", f"/v1/memories/{_user(user_id)}", {}
+
+    @staticmethod
+    def users(offset, limit):
+        return "GET", "/v1/memories", {"params": {"offset": offset, "limit": limit}}
+
+    @staticmethod
+    def turns(user_id, offset, limit):
+        return "GET", f"/v1/memories/{_user(user_id)}/turns", {"params": {"offset": offset, "limit": limit}}
+
+    @staticmethod
+    def delete_turn(user_id, turn_id):
+        return "DELETE", f"/v1/memories/{_user(user_id)}/turns/{_turn(turn_id)}", {}
+
+    @staticmethod
+    def forget(user_id):
+        return "DELETE", f"/v1/memories/{_user(user_id)}", {}
+
+
+def _client_kwargs(base_url: str, api_key: str | None, timeout: float, transport: Any) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    kw: dict[str, Any] = {"base_url": base_url.rstrip("/"), "headers": headers, "timeout": timeout}
+    if transport is not None:
+        kw["transport"] = transport
+    return kw
 
 
 class MemoryClient:
     """Client of one memory server. ``api_key`` None for a server started without ``--keys``."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 60.0, transport: Any = None):
-        try:
-            import httpx
-        except ImportError as exc:
-            raise MissingExtraError("httpx", "serve", "the memory service client") from exc
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        kw = {"transport": transport} if transport is not None else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, **kw)
+        httpx = _httpx()
+        self._errors = httpx.TransportError
+        self._http = httpx.Client(**_client_kwargs(base_url, api_key, timeout, transport))
 
     def _call(self, method: str, path: str, **kw) -> Any:
-        r = self._http.request(method, path, **kw)
-        if r.status_code >= 400:
-            try:
-                err = r.json()["error"]
-            except Exception:
-                raise ServiceRequestError(r.status_code, "http_error", r.text[:200]) from None
-            raise ServiceRequestError(err.get("status", r.status_code), err.get("code", "error"),
-                                      err.get("message", ""), err.get("field"))
+        try:
+            r = self._http.request(method, path, **kw)
+        except self._errors as exc:
+            raise ServiceUnavailableError(f"no answer from the memory server: {type(exc).__name__}: {exc}",
+                                          f"{self._http.base_url}{path}") from exc
+        _raise_for(r)
         return r.json()
-
-    @staticmethod
-    def _user(user_id: str) -> str:
-        return quote(user_id, safe="")
 
     def add(self, user_id: str, turns: Iterable[Mapping[str, Any]] | Mapping[str, Any], *,
             sessions: bool = False) -> dict:
         """Append turns: a list of turn dicts (``speaker``, ``text``, ``time``), one turn dict, or
-        with ``sessions=True`` a list of plain-format sessions (``time``, ``turns``)."""
-        if isinstance(turns, Mapping):
-            body: Any = dict(turns)
-        elif sessions:
-            body = {"sessions": list(turns)}
-        else:
-            body = {"turns": list(turns)}
-        return self._call("POST", f"/v1/memories/{self._user(user_id)}/turns", json=body)
+        with ``sessions=True`` a list of plain-format sessions (``time``, ``turns``). Returns the
+        ids of the turns (in the order sent) and the added/skipped counts."""
+        method, path, kw = _Routes.add(user_id, turns, sessions)
+        return self._call(method, path, **kw)
 
-    def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None) -> dict:
-        """The compiled evidence (packets, rendered context, timings) for ``query``."""
-        body = {"query": query, **_given(k=k, preset=preset)}
-        return self._call("POST", f"/v1/memories/{self._user(user_id)}/search", json=body)
+    def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
+                question_date: str | None = None) -> dict:
+        """The compiled evidence (ranked, scored packets, rendered context, timings) for ``query``."""
+        method, path, kw = _Routes.search(user_id, query, k, preset, question_date)
+        return self._call(method, path, **kw)
 
     search = compile
 
-    def answer(self, user_id: str, query: str, *, k: int | None = None, question_date: str | None = None) -> dict:
-        body = {"query": query, **_given(k=k, question_date=question_date)}
-        return self._call("POST", f"/v1/memories/{self._user(user_id)}/answer", json=body)
+    def answer(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
+               question_date: str | None = None) -> dict:
+        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date)
+        return self._call(method, path, **kw)
 
     def stats(self, user_id: str) -> dict:
-        return self._call("GET", f"/v1/memories/{self._user(user_id)}")
+        method, path, kw = _Routes.stats(user_id)
+        return self._call(method, path, **kw)
 
-    def users(self, *, limit: int = 100, after: str | None = None) -> dict:
-        return self._call("GET", "/v1/memories", params={"limit": limit, **_given(after=after)})
+    def users(self, *, offset: int = 0, limit: int = 100) -> dict:
+        method, path, kw = _Routes.users(offset, limit)
+        return self._call(method, path, **kw)
 
     def turns(self, user_id: str, *, offset: int = 0, limit: int = 100) -> dict:
-        return self._call("GET", f"/v1/memories/{self._user(user_id)}/turns", params={"offset": offset, "limit": limit})
+        method, path, kw = _Routes.turns(user_id, offset, limit)
+        return self._call(method, path, **kw)
+
+    def delete_turn(self, user_id: str, turn_id: str) -> dict:
+        """Erase one turn (an update is ``delete_turn`` then ``add``)."""
+        method, path, kw = _Routes.delete_turn(user_id, turn_id)
+        return self._call(method, path, **kw)
 
     def forget(self, user_id: str) -> dict:
-        return self._call("DELETE", f"/v1/memories/{self._user(user_id)}")
+        method, path, kw = _Routes.forget(user_id)
+        return self._call(method, path, **kw)
 
     def health(self) -> dict:
         return self._call("GET", "/healthz")
@@ -110,3 +221,70 @@ class MemoryClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class AsyncMemoryClient:
+    """:class:`MemoryClient` on ``httpx.AsyncClient``: the same methods, each a coroutine."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 60.0, transport: Any = None):
+        httpx = _httpx()
+        self._errors = httpx.TransportError
+        self._http = httpx.AsyncClient(**_client_kwargs(base_url, api_key, timeout, transport))
+
+    async def _call(self, method: str, path: str, **kw) -> Any:
+        try:
+            r = await self._http.request(method, path, **kw)
+        except self._errors as exc:
+            raise ServiceUnavailableError(f"no answer from the memory server: {type(exc).__name__}: {exc}",
+                                          f"{self._http.base_url}{path}") from exc
+        _raise_for(r)
+        return r.json()
+
+    async def add(self, user_id: str, turns: Iterable[Mapping[str, Any]] | Mapping[str, Any], *,
+                  sessions: bool = False) -> dict:
+        method, path, kw = _Routes.add(user_id, turns, sessions)
+        return await self._call(method, path, **kw)
+
+    async def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
+                      question_date: str | None = None) -> dict:
+        method, path, kw = _Routes.search(user_id, query, k, preset, question_date)
+        return await self._call(method, path, **kw)
+
+    search = compile
+
+    async def answer(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
+                     question_date: str | None = None) -> dict:
+        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date)
+        return await self._call(method, path, **kw)
+
+    async def stats(self, user_id: str) -> dict:
+        method, path, kw = _Routes.stats(user_id)
+        return await self._call(method, path, **kw)
+
+    async def users(self, *, offset: int = 0, limit: int = 100) -> dict:
+        method, path, kw = _Routes.users(offset, limit)
+        return await self._call(method, path, **kw)
+
+    async def turns(self, user_id: str, *, offset: int = 0, limit: int = 100) -> dict:
+        method, path, kw = _Routes.turns(user_id, offset, limit)
+        return await self._call(method, path, **kw)
+
+    async def delete_turn(self, user_id: str, turn_id: str) -> dict:
+        method, path, kw = _Routes.delete_turn(user_id, turn_id)
+        return await self._call(method, path, **kw)
+
+    async def forget(self, user_id: str) -> dict:
+        method, path, kw = _Routes.forget(user_id)
+        return await self._call(method, path, **kw)
+
+    async def health(self) -> dict:
+        return await self._call("GET", "/healthz")
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncMemoryClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()

@@ -14,85 +14,32 @@ the background worker (``worker.py``) extracts, and until then searches use the 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import queue
-import re
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..config import PipelineConfig, config_needs_llm
-from ..errors import MissingExtraError, TransportError
+from ..data.plain import GivenIds
+from ..data.turn_ids import assign_stable_ids
+from ..errors import ImmutablePacketError, MissingExtraError, TransportError
+from ..memory import Memory, selection_scores
 from ..pipeline.presets import PRESETS, apply_presets
-from ..memory import Memory
 from ..store import open_store
 from ..store.queue import BuildQueue
 from ..types import Conversation, Session, Turn
+from ..views.pending import PartialViews, pending_turns
+from ..views.record import MemoryView
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .errors import ServiceError
 from .limits import Limits
-from ..views.pending import PartialViews, pending_turns
-from ..views.record import MemoryView
+from .validate import TurnInput, check_id, check_k, check_text, check_time, parse_append
 
 log = logging.getLogger(__name__)
-
-_TURN_ID_CHARS = "A-Za-z0-9._:@#+-"
-_TURN_ID_RE = re.compile(f"[{_TURN_ID_CHARS}]+")
-
-
-@dataclass(frozen=True)
-class TurnInput:
-    """One validated turn of an append (``where`` names it in errors, e.g. ``sessions[1].turns[0]``)."""
-
-    speaker: str
-    text: str
-    time: str
-    session_id: str
-    turn_id: str | None
-    image_caption: str | None
-    where: str
-
-
-def _check_text(value: Any, field: str, *, max_chars: int, nonempty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise ServiceError(400, "bad_request", f"{field} must be a string", field=field)
-    if nonempty and not value.strip():
-        raise ServiceError(400, "bad_request", f"{field} must not be empty", field=field)
-    if len(value) > max_chars:
-        raise ServiceError(400, "bad_request", f"{field} has {len(value)} characters; at most {max_chars}", field=field)
-    if "\x00" in value:
-        raise ServiceError(400, "bad_request", f"{field} contains a NUL character", field=field)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ServiceError(400, "bad_request", f"{field} contains a lone surrogate (not valid Unicode text)",
-                           field=field) from None
-    return value
-
-
-def _check_id(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 128:
-        raise ServiceError(400, "bad_request", f"{field} must be a string of 1-128 characters", field=field)
-    if _TURN_ID_RE.fullmatch(value) is None:
-        raise ServiceError(400, "bad_request",
-                           f"{field} {value!r} is malformed: expected characters from [{_TURN_ID_CHARS}]", field=field)
-    return value
-
-
-def default_turn_id(session_id: str, time_: str, speaker: str, text: str, caption: str | None) -> str:
-    """The id of a turn sent without one: a hash of what it says, where and when.
-
-    Sending the same turn again is therefore a no-op (a retry after a lost response); the same
-    words said again at another time are a new turn.
-    """
-    h = hashlib.sha256("\x1f".join((session_id, time_, speaker, text, caption or "")).encode("utf-8"))
-    return "h" + h.hexdigest()[:24]
-
 
 def owner_alive(owner: str) -> bool:
     """Whether the process named by a lease owner (``"<pid>-<random>"``, see MemoryService.owner) runs.
@@ -140,8 +87,8 @@ class MemoryService:
         self._view_locks: dict[str, threading.Lock] = {}
         # Appends that extend this process's loaded view instead of making the next search load one.
         self.appender = self.memory.in_place_appender(lambda ns: not self.queue.held_by_other(ns, self.owner))
-        self.backend_down_since: float | None = None
         log.info("memory service over %s: answer model %s", store_path, self.memory.answer_model)
+        self.backend_down_since: float | None = None
         # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
         self._warm_queue: queue.Queue[str] = queue.Queue()
         self._warm_waiting: set[str] = set()
@@ -165,88 +112,26 @@ class MemoryService:
 
     # ------------------------------------------------------------------ append
     def parse_append(self, body: Any) -> list[TurnInput]:
-        """Validate an append body: ``{"sessions": [...]}``, ``{"turns": [...]}`` or one turn."""
-        lim = self.limits
-        if not isinstance(body, dict):
-            raise ServiceError(400, "bad_request", "the body must be a JSON object", field="$")
-        if "sessions" in body:
-            extra = sorted(set(body) - {"sessions"})
-            sessions = body["sessions"]
-            if extra:
-                raise ServiceError(400, "bad_request", f"unexpected fields next to 'sessions': {extra}", field=extra[0])
-            if not isinstance(sessions, list) or not sessions:
-                raise ServiceError(400, "bad_request", "sessions must be a non-empty list", field="sessions")
-            located = []
-            for i, s in enumerate(sessions):
-                w = f"sessions[{i}]"
-                if not isinstance(s, dict):
-                    raise ServiceError(400, "bad_request", f"{w} must be an object with 'time' and 'turns'", field=w)
-                unknown = sorted(set(s) - {"time", "id", "turns"})
-                if unknown:
-                    raise ServiceError(400, "bad_request", f"{w}: unexpected fields {unknown}", field=f"{w}.{unknown[0]}")
-                if "time" not in s:
-                    raise ServiceError(400, "bad_request", f"{w}.time is required", field=f"{w}.time")
-                time_ = _check_text(s["time"], f"{w}.time", max_chars=100)
-                sid = _check_id(s["id"], f"{w}.id") if s.get("id") is not None else f"time:{time_}" if time_ else "default"
-                turns = s.get("turns")
-                if not isinstance(turns, list) or not turns:
-                    raise ServiceError(400, "bad_request", f"{w}.turns must be a non-empty list", field=f"{w}.turns")
-                for j, t in enumerate(turns):
-                    located.append((f"{w}.turns[{j}]", t, time_, sid, False))
-        elif "turns" in body:
-            extra = sorted(set(body) - {"turns"})
-            if extra:
-                raise ServiceError(400, "bad_request", f"unexpected fields next to 'turns': {extra}", field=extra[0])
-            turns = body["turns"]
-            if not isinstance(turns, list) or not turns:
-                raise ServiceError(400, "bad_request", "turns must be a non-empty list", field="turns")
-            located = [(f"turns[{j}]", t, None, None, True) for j, t in enumerate(turns)]
-        else:
-            located = [("$", body, None, None, True)]
-        if len(located) > lim.max_turns_per_request:
-            raise ServiceError(413, "too_many_turns",
-                               f"{len(located)} turns in one request; at most {lim.max_turns_per_request}", field="turns")
-        out: list[TurnInput] = []
-        for where, t, s_time, s_id, single in located:
-            if not isinstance(t, dict):
-                raise ServiceError(400, "bad_request", f"{where} must be an object with 'speaker' and 'text'", field=where)
-            allowed = {"speaker", "text", "id", "image_caption"} | ({"time", "session_id"} if single else set())
-            unknown = sorted(set(t) - allowed)
-            if unknown:
-                raise ServiceError(400, "bad_request", f"{where}: unexpected fields {unknown}",
-                                   field=f"{where}.{unknown[0]}" if where != "$" else unknown[0])
-            pre = "" if where == "$" else f"{where}."
-            for req in ("speaker", "text"):
-                if req not in t:
-                    raise ServiceError(400, "bad_request", f"{pre}{req} is required", field=f"{pre}{req}")
-            speaker = _check_text(t["speaker"], f"{pre}speaker", max_chars=200, nonempty=True)
-            if any(c in speaker for c in "\n\r"):
-                raise ServiceError(400, "bad_request", f"{pre}speaker must be one line", field=f"{pre}speaker")
-            text = _check_text(t["text"], f"{pre}text", max_chars=lim.max_text_chars)
-            caption = t.get("image_caption")
-            if caption is not None:
-                caption = _check_text(caption, f"{pre}image_caption", max_chars=lim.max_text_chars)
-            if single:
-                time_ = _check_text(t.get("time") or "", f"{pre}time", max_chars=100)
-                sid = _check_id(t["session_id"], f"{pre}session_id") if t.get("session_id") is not None else "default"
-            else:
-                time_, sid = s_time, s_id
-            tid = _check_id(t["id"], f"{pre}id") if t.get("id") is not None else None
-            out.append(TurnInput(speaker, text, time_, sid, tid, caption, where))
-        return out
+        """Validate an append body (``validate.parse_append``)."""
+        return parse_append(body, self.limits)
 
     def add_turns(self, tenant: str, user_id: str, body: Any) -> dict:
-        """Append turns (all-or-nothing, idempotent by turn id); returns ids and counts."""
+        """Append turns (all-or-nothing, idempotent by turn id); returns ids and counts.
+
+        Turns the client sent without ids are named as ``Memory.add`` names them
+        (``turn_ids.assign_stable_ids``: ``S<session>:<n>``), so a memory written through REST,
+        MCP and Python has one kind of id; a turn matches a stored one only with the same time
+        too, and a turn the server's clock dated is always new.
+        """
         ns = self.namespace(tenant, user_id)
         turns = self.parse_append(body)
-        ids = [t.turn_id or default_turn_id(t.session_id, t.time, t.speaker, t.text, t.image_caption) for t in turns]
         seen: dict[str, str] = {}
-        for t, pid in zip(turns, ids):
-            if pid in seen:
-                if t.turn_id is not None:
-                    raise ServiceError(400, "bad_request", f"turn id {pid!r} repeats ({seen[pid]} and {t.where})",
-                                       field=f"{t.where}.id")
-            seen.setdefault(pid, t.where)
+        for t in turns:
+            if t.turn_id is not None:
+                if t.turn_id in seen:
+                    raise ServiceError(400, "bad_request", f"turn id {t.turn_id!r} repeats ({seen[t.turn_id]} "
+                                       f"and {t.where})", field=f"{t.where}.id")
+                seen[t.turn_id] = t.where
         if not self.inline_build:
             room = self.limits.max_queue_turns - self.queue.depth()["turns"]
             if len(turns) > room:
@@ -254,53 +139,78 @@ class MemoryService:
                                    f"the build queue holds {self.limits.max_queue_turns - room} turns "
                                    f"(limit {self.limits.max_queue_turns}); retry later",
                                    headers={"Retry-After": "5"})
-        conv = self._conversation(ns, turns, ids)
-        if self.inline_build:
-            # One append (or view load) of a user at a time in this process: an append in place
-            # extends the view the last one left.
-            with self._view_lock(ns):
-                result = self.appender.add(ns, conv)
-            if result is not None:
-                return {"user_id": user_id, "ids": ids, "added": result.added, "skipped": result.skipped,
-                        "built": True, "pending_turns": 0}
-        # The plain path: the service's own appender (with its lease check) has declined or
-        # does not apply, so Memory.add must not try an append in place of its own.
-        result = self.memory.add(ns, conv, in_place=False)
+        for attempt in range(3):
+            try:
+                # Ids are picked and stored under the user's lock, so two appends of this process
+                # never pick the same next id; another process's append is met by the retry.
+                with self._view_lock(ns):
+                    conv = self._conversation(ns, turns, fresh_read=attempt > 0)
+                    ids = [turn.packet_id for s in conv.sessions for turn in s.turns]
+                    done = self.appender.add(ns, conv) if self.inline_build else None
+                    # The plain path: the service's own appender (with its lease check) has
+                    # declined or does not apply, so Memory.add must not try one of its own.
+                    stored = self.memory.add(ns, conv, in_place=False) if done is None else None
+                break
+            except ImmutablePacketError:
+                # Another writer took the ids picked here between the read and the write: pick
+                # again against what it stored (explicit ids that clash fail each time).
+                if attempt == 2 or all(t.turn_id is not None for t in turns):
+                    raise
+        if done is not None:
+            return {"user_id": user_id, "ids": ids, "added": done.added, "skipped": done.skipped,
+                    "built": True, "pending_turns": 0}
         built = False
-        if result.added:
+        if stored.added:
             if self.inline_build:
                 built = self.build_now(ns)
                 if built:
                     self.schedule_warm(ns)
             if not built:
-                self.queue.enqueue(ns, result.added)
+                self.queue.enqueue(ns, stored.added)
         return {
             "user_id": user_id,
             "ids": ids,
-            "added": result.added,
-            "skipped": result.skipped,
-            "built": built or not result.added,
+            "added": stored.added,
+            "skipped": stored.skipped,
+            "built": built or not stored.added,
             "pending_turns": 0 if built else pending_turns(self.store, self.memory.extractor().descriptor_set, ns),
         }
 
-    def _conversation(self, ns: str, turns: Sequence[TurnInput], ids: Sequence[str]) -> Conversation:
-        # Each run of consecutive turns of one session is one Session, so the store appends them
-        # in the order sent; a session id keeps one index across requests and processes.
-        index = self.queue.session_indexes(ns, [t.session_id for t in turns])
+    def _conversation(self, ns: str, turns: Sequence[TurnInput], *, fresh_read: bool = False) -> Conversation:
+        """The turns as Sessions with stable ids (see ``add_turns``), in the order sent.
+
+        Each run of consecutive turns of one session and time is one Session; a session id the
+        client gave (``default`` for single turns) keeps one index across requests and
+        processes (``BuildQueue.session_indexes``); one it left out is matched by its time.
+        """
+        named = [t.session_id for t in turns if t.session_id is not None]
+        index = self.queue.session_indexes(ns, named) if named else {}
         sessions: list[Session] = []
-        run: list[Turn] = []
-        dup: set[str] = set()
-        for n, (t, pid) in enumerate(zip(turns, ids)):
-            if pid in dup:
-                continue  # the same default-id turn twice in one request: stored once
-            dup.add(pid)
-            run.append(Turn(packet_id=pid, speaker=t.speaker, text=t.text, image_caption=t.image_caption))
-            last = n == len(turns) - 1
-            if last or turns[n + 1].session_id != t.session_id or turns[n + 1].time != t.time:
-                sessions.append(Session(index=index[t.session_id], session_id=t.session_id, time=t.time,
-                                        turns=tuple(run)))
+        given_sessions: list[bool] = []
+        given_turns: list[tuple[bool, ...]] = []
+        fresh: set[tuple[int, int]] = set()
+        run: list[TurnInput] = []
+        for n, t in enumerate(turns):
+            run.append(t)
+            nxt = turns[n + 1] if n + 1 < len(turns) else None
+            if nxt is None or (nxt.session_id, nxt.time, nxt.group) != (t.session_id, t.time, t.group):
+                si = len(sessions)
+                sessions.append(Session(index=index.get(t.session_id, 0) if t.session_id else 0,
+                                        session_id=t.session_id or f"unnamed_{si}", time=t.time,
+                                        turns=tuple(Turn(packet_id=r.turn_id or f"new_{si}_{j}", speaker=r.speaker,
+                                                         text=r.text, image_caption=r.image_caption)
+                                                    for j, r in enumerate(run))))
+                given_sessions.append(t.session_id is not None)
+                given_turns.append(tuple(r.turn_id is not None for r in run))
+                fresh.update((si, j) for j, r in enumerate(run) if not r.timed)
                 run = []
-        return Conversation(namespace=ns, sessions=tuple(sessions))
+        # A view held for the store's current generation holds exactly the stored packets: an
+        # agent's one-turn append then does not read the whole namespace.
+        held = None if fresh_read else self.memory.cached_view(ns, generation=self.store.generation(ns))
+        stored = held[0].packets if held is not None else self.store.packets(ns)
+        conv = Conversation(namespace=ns, sessions=tuple(sessions))
+        return assign_stable_ids(conv, GivenIds(tuple(given_sessions), tuple(given_turns)), stored,
+                                 match_time=True, fresh=fresh, indexes=index)
 
     def build_now(self, ns: str, *, wait_s: float = 10.0) -> bool:
         """Extract and place ``ns``'s new turns in this request, under its lease.
@@ -403,18 +313,28 @@ class MemoryService:
                 self._presets.popitem(last=False)
         return mem
 
-    def search(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None) -> dict:
-        """The compiled evidence for ``query`` (Memory.compile over built + pending turns)."""
-        query = _check_text(query, "query", max_chars=self.limits.max_text_chars, nonempty=True)
-        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.limits.max_k):
-            raise ServiceError(400, "bad_request", f"k must be an integer from 1 to {self.limits.max_k}", field="k")
+    def _query_args(self, query: Any, k: Any, preset: Any, question_date: Any) -> tuple:
+        query = check_text(query, "query", max_chars=self.limits.max_text_chars)
+        k = check_k(k, self.limits)
         if preset is not None and not isinstance(preset, str):
             raise ServiceError(400, "bad_request", "preset must be a string", field="preset")
+        if question_date is not None:
+            question_date = check_time(question_date, "question_date")
+        return query, k, preset, question_date
+
+    def search(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
+               question_date: Any = None) -> dict:
+        """The compiled evidence for ``query`` (Memory.compile over built + pending turns), each
+        packet with its ``rank`` and ``score`` as ``Memory.search`` gives them.
+
+        ``question_date``: when the question is asked; relative times in it ("last month")
+        are matched against the turns' dates from that day (as ``Memory.search`` does)."""
+        query, k, preset, question_date = self._query_args(query, k, preset, question_date)
         ns = self._existing(tenant, user_id)
-        selected, behind, _mem = self._compile(ns, query, k=k, preset=preset)
+        selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date)
         return self._context_json(user_id, selected, behind)
 
-    def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None):
+    def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None):
         mem = self.memory_for(preset)
         # A view held for the store's current generation is complete (only built namespaces
         # are cached there): serve it without the build checks below.
@@ -430,7 +350,7 @@ class MemoryService:
                 view, behind = current_view(mem, self.pending if mem is self.memory else mem.partial_views(), ns,
                                             allow_build=self.inline_build)
         try:
-            ctx = mem.compile_view(view, query, k=k)
+            ctx = mem.compile_view(view, query, k=k, question_date=question_date)
         except TransportError:
             self.backend_down_since = self.backend_down_since or time.time()
             raise
@@ -438,17 +358,19 @@ class MemoryService:
         for p in packets:
             if p.namespace != ns:  # cannot happen: a view holds one namespace; never let it out
                 raise ServiceError(500, "internal", "evidence from another memory was selected")
-        return (ctx, packets), behind, mem
+        scores = selection_scores(ctx, ctx.packet_ids)
+        return (ctx, packets, scores), behind, mem
 
-    def _context_json(self, user_id: str, ctx_and_packets, behind: int) -> dict:
-        ctx, packets = ctx_and_packets
+    def _context_json(self, user_id: str, selected, behind: int) -> dict:
+        ctx, packets, scores = selected
         return {
             "user_id": user_id,
             "query": ctx.question,
             "packets": [
-                {"id": p.packet_id, "speaker": p.speaker, "time": p.session_time, "session_id": p.session_id,
-                 "text": p.content, **({"image_caption": p.image_caption} if p.image_caption else {})}
-                for p in packets
+                {"id": p.packet_id, "rank": rank, "score": scores.get(p.packet_id), "speaker": p.speaker,
+                 "time": p.session_time, "session_id": p.session_id, "text": p.content,
+                 **({"image_caption": p.image_caption} if p.image_caption else {})}
+                for rank, p in enumerate(packets, start=1)
             ],
             "packet_ids": list(ctx.packet_ids),
             "context": ctx.text,
@@ -459,13 +381,10 @@ class MemoryService:
     def answer(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
                question_date: Any = None) -> dict:
         """Compile, then answer with the configured model (503 when it is unavailable)."""
-        query = _check_text(query, "query", max_chars=self.limits.max_text_chars, nonempty=True)
-        if question_date is not None:
-            question_date = _check_text(question_date, "question_date", max_chars=100)
-        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= self.limits.max_k):
-            raise ServiceError(400, "bad_request", f"k must be an integer from 1 to {self.limits.max_k}", field="k")
+        query, k, preset, question_date = self._query_args(query, k, preset, question_date)
         ns = self._existing(tenant, user_id)
-        (ctx, packets), behind, mem = self._compile(ns, query, k=k, preset=preset)
+        (ctx, packets, scores), behind, mem = self._compile(ns, query, k=k, preset=preset,
+                                                            question_date=question_date)
         try:
             client = mem.client  # loads the answer backend on first use
         except Exception as exc:  # a missing extra, model file or server: no answer model to use
@@ -478,7 +397,7 @@ class MemoryService:
             raise ServiceError(503, "backend_unavailable", f"the answer model is unavailable: {exc}",
                                headers={"Retry-After": "5"}) from exc
         self.backend_down_since = None
-        out = self._context_json(user_id, (ctx, packets), behind)
+        out = self._context_json(user_id, (ctx, packets, scores), behind)
         out["answer"] = res.text
         out["answer_model"] = res.model
         return out
@@ -503,24 +422,26 @@ class MemoryService:
             "tokens": s["tokens"],
         }
 
-    def list_users(self, tenant: str, *, limit: Any = 100, after: Any = None) -> dict:
-        """The tenant's user ids in order, ``limit`` per page after the user id ``after``."""
+    def list_users(self, tenant: str, *, offset: Any = 0, limit: Any = 100) -> dict:
+        """The tenant's user ids in order, ``limit`` from ``offset`` (the same paging as ``list_turns``)."""
         limit = self._page_size(limit)
-        if after is not None:
-            validate_user_id(after)
+        offset = self._offset(offset)
         prefix = tenant_prefix(tenant)
         users = sorted(u for u in (user_of(tenant, ns) for ns in self.store.namespaces() if ns.startswith(prefix))
                        if u is not None)
-        if after is not None:
-            users = [u for u in users if u > after]
-        page = users[:limit]
-        return {"users": page, "next": page[-1] if len(users) > limit else None}
+        return {"users": users[offset: offset + limit], "total": len(users), "offset": offset,
+                "next_offset": offset + limit if offset + limit < len(users) else None}
+
+    @staticmethod
+    def _offset(offset: Any) -> int:
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ServiceError(400, "bad_request", "offset must be a non-negative integer", field="offset")
+        return offset
 
     def list_turns(self, tenant: str, user_id: str, *, offset: Any = 0, limit: Any = 100) -> dict:
         """Stored turns in dialogue order, ``limit`` from ``offset``."""
         limit = self._page_size(limit)
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise ServiceError(400, "bad_request", "offset must be a non-negative integer", field="offset")
+        offset = self._offset(offset)
         ns = self._existing(tenant, user_id)
         packets = self.store.packets(ns)
         page = packets[offset: offset + limit]
@@ -562,6 +483,37 @@ class MemoryService:
         finally:
             self.queue.forget(ns)  # drops the lease too
         return {"user_id": user_id, "deleted": {k: v for k, v in deleted.items() if v}}
+
+    def delete_turn(self, tenant: str, user_id: str, turn_id: Any) -> dict:
+        """Erase one turn and what was derived from it (``Memory.delete_turn``); 404 when absent.
+
+        An update is a delete followed by an append of the new text (with the same ``id`` if
+        the client wants to keep it).
+        """
+        turn_id = check_id(turn_id, "turn_id")
+        ns = self._existing(tenant, user_id)
+        if self.store.get_packet(ns, turn_id) is None:
+            raise ServiceError(404, "not_found", f"user {user_id!r} has no turn {turn_id!r}", field="turn_id")
+        deadline = time.monotonic() + 30.0
+        while not self.queue.acquire(ns, self.owner, lease_s=60.0):
+            if time.monotonic() > deadline:
+                raise ServiceError(503, "busy", "a build of this memory is running; retry", headers={"Retry-After": "2"})
+            time.sleep(0.02)
+        try:
+            with self._view_lock(ns):
+                deleted = self.memory.delete_turn(ns, turn_id)
+                self.appender.forget(ns)
+            self.pending.forget(ns)
+        finally:
+            self.queue.release(ns, self.owner)
+        # The next turn is extracted again and the Cells rebuilt: in the next search's view load
+        # (started now) on the model-free path, by the background worker under an LLM extractor.
+        if self.store.packet_count(ns):
+            if self.inline_build:
+                self.schedule_warm(ns)
+            else:
+                self.queue.enqueue(ns, 1)
+        return {"user_id": user_id, "turn_id": turn_id, "deleted": {k: v for k, v in deleted.items() if v}}
 
     def health(self) -> dict:
         # A store this server can no longer read or commit to is a failed health check (503),

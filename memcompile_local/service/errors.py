@@ -8,6 +8,10 @@ the MCP tools report a bad input the same way.
 
 from __future__ import annotations
 
+import os
+import re
+from typing import Iterable
+
 from ..errors import (
     ConfigError,
     DataFormatError,
@@ -36,6 +40,37 @@ class ServiceError(MemCompileError):
         if self.field is not None:
             err["field"] = self.field
         return {"error": err}
+
+    def redacted(self, *, paths: Iterable[str] = (), tenant: str | None = None) -> "ServiceError":
+        """This error with the server's file paths and internal namespaces taken out of its message.
+
+        A tenant sees its own user ids, never ``t:<tenant>:<user>`` (how the server keys the
+        store) nor where the store lives on the server's disk.
+        """
+        message = redact_message(self.message, paths=paths, tenant=tenant)
+        if message == self.message:
+            return self
+        out = ServiceError(self.status, self.code, message, field=self.field, headers=self.headers)
+        out.__cause__ = self.__cause__
+        return out
+
+
+# Any internal namespace (``t:<tenant>:<user id>``): see auth.namespace_for.
+_NAMESPACE_RE = re.compile(r"\bt:[a-z0-9][a-z0-9_-]{0,31}:(?=[A-Za-z0-9_@-])")
+# An absolute path of a store file the exact-path pass did not catch (a resolved or -wal path).
+_STORE_FILE_RE = re.compile(r"(?:[A-Za-z]:)?[/\\][^\s'\"]*\.(?:sqlite|db)(?:-wal|-shm|-journal)?\b")
+
+
+def redact_message(message: str, *, paths: Iterable[str] = (), tenant: str | None = None) -> str:
+    """``message`` without the given server paths (longest first), store-file paths or namespaces."""
+    spelled: set[str] = set()
+    for p in paths:
+        if p and p != ":memory:":
+            spelled.update({str(p), os.path.abspath(p), os.path.realpath(p)})
+    for p in sorted(spelled, key=len, reverse=True):
+        message = re.sub(re.escape(p) + r"(?:-wal|-shm|-journal)?", "the store", message)
+    message = _STORE_FILE_RE.sub("the store", message)
+    return _NAMESPACE_RE.sub("", message)
 
 
 def from_exception(exc: BaseException) -> ServiceError:

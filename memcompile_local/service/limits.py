@@ -21,7 +21,7 @@ class Limits:
 
     max_body_bytes: int = 1_000_000
     max_turns_per_request: int = 500
-    max_text_chars: int = 20_000
+    max_text_chars: int = 100_000
     max_k: int = 50
     max_page: int = 500
     max_queue_turns: int = 50_000
@@ -37,3 +37,37 @@ class Limits:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"service limits: {k} must be a positive integer, got {v!r}")
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How the HTTP app treats requests beyond their bodies (``serve`` flags of the same names).
+
+    ``cors_origins``: origins a browser may call from (``--cors-origin``, repeatable; none by
+    default, so no CORS headers are sent). ``rate_limit``: requests per second per tenant,
+    averaged, with bursts of ``rate_burst`` (default twice the rate); None: no limit (the
+    default). ``failed_keys_per_minute`` and ``failed_keys_burst``: refused API keys one source
+    address may send before it gets 429 (``ratelimit.FailedKeyThrottle``). ``metrics_auth``:
+    ``/metrics`` needs a valid API key of any tenant (off by default: it shows aggregate
+    counts only). ``access_log``: one log line per request (``memcompile_local.service.access``).
+    """
+
+    cors_origins: tuple[str, ...] = ()
+    rate_limit: float | None = None
+    rate_burst: int | None = None
+    failed_keys_per_minute: float = 10.0
+    failed_keys_burst: int = 20
+    metrics_auth: bool = False
+    access_log: bool = True
+
+    def __post_init__(self):
+        if self.rate_limit is not None and not self.rate_limit > 0:
+            raise ConfigError(f"rate_limit must be a positive number of requests per second, got {self.rate_limit!r}")
+        if self.rate_burst is not None and self.rate_burst < 1:
+            raise ConfigError(f"rate_burst must be a positive integer, got {self.rate_burst!r}")
+        if not self.failed_keys_per_minute > 0 or self.failed_keys_burst < 1:
+            raise ConfigError("failed_keys_per_minute and failed_keys_burst must be positive")
+        for origin in self.cors_origins:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ConfigError(f"CORS origin {origin!r}: expected '*' or a scheme and host such as "
+                                  "'https://app.example.com'")

@@ -1,7 +1,9 @@
 """The MCP face of the memory service, on the official ``mcp`` SDK (``FastMCP``).
 
 The same operations as the REST routes, as tools an agent can call: ``add_turns``, ``search``,
-``answer``, ``stats``, ``list_users``, ``list_turns`` and ``forget``. Over streamable HTTP (mounted
+``answer``, ``stats``, ``list_users``, ``list_turns``, ``delete_turn`` and ``forget``; every
+argument is described and bounded (``k``, page sizes), ``turns`` is typed, and each tool says
+whether it only reads or destroys (MCP tool annotations). Over streamable HTTP (mounted
 on the REST app at ``/mcp``, stateless, JSON responses, so any server process can answer any call)
 the tenant comes from the request's API key, checked on every call exactly as for REST. Over stdio
 (``memcompile-local mcp``) the process belongs to whoever started it and every call is the
@@ -10,19 +12,34 @@ the tenant comes from the request's API key, checked on every call exactly as fo
 A failed call returns an MCP tool error whose text is the service's typed JSON error.
 """
 
-from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 import anyio
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field
 
-from .auth import LOCAL_TENANT, KeyRing, key_from_headers
+from .auth import LOCAL_TENANT, USER_ID_RE, KeyRing, key_from_headers
 from .core import MemoryService
 from .errors import from_exception
+
+
+class TurnArg(BaseModel):
+    """One turn of ``add_turns`` (the REST ``Turn`` schema)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    speaker: str = Field(description="who said it (one line)")
+    text: str = Field(description="what was said")
+    time: str | None = Field(None, description="when it was said, e.g. '2024-05-08 13:56'; default: the "
+                                               "server's clock (UTC)")
+    session_id: str | None = Field(None, description="the conversation it belongs to; default 'default'")
+    id: str | None = Field(None, description="a turn id of your own; default: the next S<session>:<n>")
+    image_caption: str | None = Field(None, description="a caption of an image shared with the turn")
 
 INSTRUCTIONS = (
     "Long-term memory of conversations. Write every conversation turn with add_turns as it "
@@ -32,7 +49,7 @@ INSTRUCTIONS = (
 
 
 def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "127.0.0.1",
-              stdio: bool = False) -> FastMCP:
+              stdio: bool = False, paths: tuple[str, ...] = ()) -> FastMCP:
     """A FastMCP server whose tools call ``service`` (``keyring`` None: no keys, local tenant)."""
     loopback = host in ("127.0.0.1", "localhost", "::1")
     security = TransportSecuritySettings(
@@ -56,45 +73,78 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
             tenant = tenant_of(ctx)
             return await anyio.to_thread.run_sync(lambda: fn(tenant, *args, **kw))
         except Exception as exc:
-            raise ToolError(json.dumps(from_exception(exc).body(), ensure_ascii=False)) from exc
+            err = from_exception(exc).redacted(paths=paths or (str(service.store.path),))
+            raise ToolError(json.dumps(err.body(), ensure_ascii=False)) from exc
 
-    @mcp.tool()
-    async def add_turns(user_id: str, turns: list[dict[str, Any]], ctx: Context) -> dict[str, Any]:
-        """Append conversation turns to a user's memory.
+    k_max = service.limits.max_k
+    page_max = service.limits.max_page
+    UserId = Annotated[str, Field(description="whose memory: 1-64 characters of [A-Za-z0-9._@-]",
+                                  pattern=f"^{USER_ID_RE.pattern}$")]
+    Query = Annotated[str, Field(description="the question or search text", min_length=1,
+                                 max_length=service.limits.max_text_chars)]
+    K = Annotated[int | None, Field(description=f"how many turns of evidence (1-{k_max}; default: the server's)",
+                                    ge=1, le=k_max)]
+    QuestionDate = Annotated[str | None, Field(description="when the question is asked, e.g. '2024-06-01'; "
+                                               "relative times in it ('last month') are resolved from this date")]
+    Offset = Annotated[int, Field(description="items to skip", ge=0)]
+    Limit = Annotated[int, Field(description=f"items per page (1-{page_max})", ge=1, le=page_max)]
+    read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
-        Each turn is {"speaker": str, "text": str, "time": str (when it was said), optional
-        "id" and "session_id"}. Idempotent: a turn sent twice is stored once. Returns the turn
-        ids and how many were added.
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
+                                          openWorldHint=False))
+    async def add_turns(user_id: UserId,
+                        turns: Annotated[list[TurnArg], Field(description="the turns, in the order they were said",
+                                                              min_length=1,
+                                                              max_length=service.limits.max_turns_per_request)],
+                        ctx: Context) -> dict[str, Any]:
+        """Append conversation turns to a user's memory (all or nothing).
+
+        A turn sent again with the same time (or id) is stored once; a turn without a time is
+        dated by the server's clock (UTC) and always stored. Returns the id of every turn and
+        how many were added.
         """
-        return await call(ctx, service.add_turns, user_id, {"turns": turns})
+        body = {"turns": [t.model_dump(exclude_none=True) for t in turns]}
+        return await call(ctx, service.add_turns, user_id, body)
 
-    @mcp.tool()
-    async def search(user_id: str, query: str, ctx: Context, k: int | None = None) -> dict[str, Any]:
-        """The evidence in a user's memory for a question: ordered turns and a rendered context."""
-        return await call(ctx, service.search, user_id, query, k=k)
+    @mcp.tool(annotations=read_only)
+    async def search(user_id: UserId, query: Query, ctx: Context, k: K = None,
+                     question_date: QuestionDate = None) -> dict[str, Any]:
+        """The evidence in a user's memory for a question: ranked, scored turns and a rendered context."""
+        return await call(ctx, service.search, user_id, query, k=k, question_date=question_date)
 
-    @mcp.tool()
-    async def answer(user_id: str, query: str, ctx: Context, k: int | None = None) -> dict[str, Any]:
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=False,
+                                          openWorldHint=True))
+    async def answer(user_id: UserId, query: Query, ctx: Context, k: K = None,
+                     question_date: QuestionDate = None) -> dict[str, Any]:
         """Answer a question from a user's memory with the server's model (with the evidence)."""
-        return await call(ctx, service.answer, user_id, query, k=k)
+        return await call(ctx, service.answer, user_id, query, k=k, question_date=question_date)
 
-    @mcp.tool()
-    async def stats(user_id: str, ctx: Context) -> dict[str, Any]:
+    @mcp.tool(annotations=read_only)
+    async def stats(user_id: UserId, ctx: Context) -> dict[str, Any]:
         """Counts and background-build state of a user's memory."""
         return await call(ctx, service.stats, user_id)
 
-    @mcp.tool()
-    async def list_users(ctx: Context, limit: int = 100, after: str | None = None) -> dict[str, Any]:
-        """The user ids that have a memory, in order; pass the returned 'next' as 'after' for more."""
-        return await call(ctx, service.list_users, limit=limit, after=after)
+    @mcp.tool(annotations=read_only)
+    async def list_users(ctx: Context, offset: Offset = 0, limit: Limit = 100) -> dict[str, Any]:
+        """The user ids that have a memory, in order; pass the returned 'next_offset' as 'offset' for more."""
+        return await call(ctx, service.list_users, offset=offset, limit=limit)
 
-    @mcp.tool()
-    async def list_turns(user_id: str, ctx: Context, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-        """A user's stored turns in dialogue order."""
+    @mcp.tool(annotations=read_only)
+    async def list_turns(user_id: UserId, ctx: Context, offset: Offset = 0, limit: Limit = 100) -> dict[str, Any]:
+        """A user's stored turns in dialogue order; pass the returned 'next_offset' as 'offset' for more."""
         return await call(ctx, service.list_turns, user_id, offset=offset, limit=limit)
 
-    @mcp.tool()
-    async def forget(user_id: str, ctx: Context) -> dict[str, Any]:
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False,
+                                          openWorldHint=False))
+    async def delete_turn(user_id: UserId,
+                          turn_id: Annotated[str, Field(description="the id add_turns or list_turns gave the turn")],
+                          ctx: Context) -> dict[str, Any]:
+        """Erase one turn of a user's memory (cannot be undone). To change a turn, delete it and add it again."""
+        return await call(ctx, service.delete_turn, user_id, turn_id)
+
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False,
+                                          openWorldHint=False))
+    async def forget(user_id: UserId, ctx: Context) -> dict[str, Any]:
         """Erase a user's memory completely (cannot be undone)."""
         return await call(ctx, service.forget, user_id)
 

@@ -1,0 +1,269 @@
+"""The service's OpenAPI document: request and response schemas, every status, the security scheme.
+
+The routes read their JSON bodies themselves (so that every bad input is a typed 400 naming the
+field, never FastAPI's 422), which leaves FastAPI nothing to describe them from; this module
+writes the document instead, good enough to generate a client from:
+
+* a schema for every request body and every response (``components.schemas``);
+* every status a route answers with, each error with the ``Error`` schema (``401`` with its
+  ``WWW-Authenticate`` header, ``429`` and ``503`` with ``Retry-After``);
+* the two ways to send a key (``Authorization: Bearer`` and ``X-API-Key``) as security schemes;
+* the query parameters of the list routes and the patterns of the path parameters.
+
+``tests/test_service_openapi.py`` checks the document against the running server: every
+documented field is accepted, every status seen is documented, every response validates.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from .auth import USER_ID_RE
+from .limits import Limits
+from .validate import TURN_ID_CHARS
+
+_REF = "#/components/schemas/"
+
+
+def ref(name: str) -> dict:
+    return {"$ref": _REF + name}
+
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_TIME = {"type": "string", "description": "a date or date-time, e.g. '2024-05-08' or '2024-05-08 13:56'",
+         "examples": ["2024-05-08 13:56"]}
+_TURN_ID = {"type": "string", "pattern": f"^[{TURN_ID_CHARS}]{{1,128}}$"}
+
+_LIMITS = Limits()
+
+
+def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
+    """The ``components.schemas`` of the document (``limits`` gives the bounds)."""
+    text = {"type": "string", "minLength": 1, "maxLength": limits.max_text_chars,
+            "description": "at least one non-space character; no control character except TAB, LF, CR"}
+    label = {"type": "string", "minLength": 1, "maxLength": 200, "description": "one line, no control character"}
+    session_turn = {
+        "type": "object", "additionalProperties": False, "required": ["speaker", "text"],
+        "properties": {"speaker": label, "text": text, "image_caption": text,
+                       "id": {**_TURN_ID, "description": "turn id; default: the next S<session>:<n>"}},
+    }
+    turn = copy.deepcopy(session_turn)
+    turn["properties"].update({
+        "time": {**_TIME, "description": "when it was said; default: the server's clock (UTC), and the turn "
+                                         "is then always stored as a new turn"},
+        "session_id": {**_TURN_ID, "description": "the session the turn belongs to; default 'default'"},
+    })
+    packet = {
+        "type": "object", "required": ["id", "rank", "score", "speaker", "time", "session_id", "text"],
+        "properties": {"id": _STR, "rank": {"type": "integer", "minimum": 1},
+                       "score": {"type": ["number", "null"],
+                                 "description": "the selector's score (orders packets within one search)"},
+                       "speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR, "image_caption": _STR},
+    }
+    search = {
+        "type": "object",
+        "required": ["user_id", "query", "packets", "packet_ids", "context", "timings_ms", "pending_turns"],
+        "properties": {"user_id": _STR, "query": _STR, "packets": {"type": "array", "items": ref("Packet")},
+                       "packet_ids": {"type": "array", "items": _STR}, "context": _STR,
+                       "timings_ms": {"type": "object", "additionalProperties": {"type": "number"}},
+                       "pending_turns": _INT},
+    }
+    answer = copy.deepcopy(search)
+    answer["required"].append("answer")
+    answer["properties"]["answer"] = _STR
+    deleted = {"type": "object", "additionalProperties": {"type": "integer"},
+               "description": "rows deleted per table"}
+    return {
+        "Error": {
+            "type": "object", "required": ["error"],
+            "properties": {"error": {
+                "type": "object", "required": ["status", "code", "message"],
+                "properties": {"status": _INT, "code": {**_STR, "description": "machine-readable, e.g. empty_text"},
+                               "message": _STR,
+                               "field": {**_STR, "description": "JSON path of the value at fault, e.g. turns[0].time"}},
+            }},
+        },
+        "Turn": turn,
+        "SessionTurn": session_turn,
+        "Session": {
+            "type": "object", "additionalProperties": False, "required": ["time", "turns"],
+            "properties": {"time": _TIME, "id": {**_TURN_ID, "description": "session id; default: the stored "
+                                                 "session with the same time, else a new one"},
+                           "turns": {"type": "array", "minItems": 1, "maxItems": limits.max_turns_per_request,
+                                     "items": ref("SessionTurn")}},
+        },
+        "Append": {"oneOf": [
+            {"type": "object", "additionalProperties": False, "required": ["sessions"],
+             "properties": {"sessions": {"type": "array", "minItems": 1, "items": ref("Session")}}},
+            {"type": "object", "additionalProperties": False, "required": ["turns"],
+             "properties": {"turns": {"type": "array", "minItems": 1, "maxItems": limits.max_turns_per_request,
+                                      "items": ref("Turn")}}},
+            ref("Turn"),
+        ]},
+        "AppendResult": {
+            "type": "object", "required": ["user_id", "ids", "added", "skipped", "built", "pending_turns"],
+            "properties": {"user_id": _STR,
+                           "ids": {"type": "array", "items": _STR, "description": "the id of every turn sent, in order"},
+                           "added": _INT, "skipped": _INT, "built": {"type": "boolean"}, "pending_turns": _INT},
+        },
+        "Query": {
+            "type": "object", "additionalProperties": False, "required": ["query"],
+            "properties": {"query": text, "k": {"type": "integer", "minimum": 1, "maximum": limits.max_k},
+                           "preset": {**_STR, "description": "a model-free preset such as 'view-raw'"},
+                           "question_date": {**_TIME, "description": "when the question is asked: relative times "
+                                             "in it ('last month') are resolved from this date"}},
+        },
+        "Packet": packet,
+        "SearchResult": search,
+        "AnswerResult": answer,
+        "Stats": {
+            "type": "object",
+            "required": ["user_id", "turns", "sessions", "extracted_turns", "pending_turns", "descriptors", "build",
+                         "tokens"],
+            "properties": {"user_id": _STR, "turns": _INT, "sessions": _INT, "extracted_turns": _INT,
+                           "pending_turns": _INT, "descriptors": _INT,
+                           "build": {"type": "object", "required": ["state", "queued", "attempts", "last_error"],
+                                     "properties": {"state": {"enum": ["built", "pending", "failing"]},
+                                                    "queued": {"type": "boolean"}, "attempts": _INT,
+                                                    "last_error": {"type": ["string", "null"]}}},
+                           "tokens": {"type": "object"}},
+        },
+        "UserPage": {
+            "type": "object", "required": ["users", "total", "offset", "next_offset"],
+            "properties": {"users": {"type": "array", "items": _STR}, "total": _INT, "offset": _INT,
+                           "next_offset": _NULLABLE_INT},
+        },
+        "StoredTurn": {
+            "type": "object", "required": ["id", "speaker", "time", "session_id", "text", "ordinal"],
+            "properties": {"id": _STR, "speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR,
+                           "ordinal": _INT},
+        },
+        "TurnPage": {
+            "type": "object", "required": ["user_id", "turns", "total", "offset", "next_offset"],
+            "properties": {"user_id": _STR, "turns": {"type": "array", "items": ref("StoredTurn")}, "total": _INT,
+                           "offset": _INT, "next_offset": _NULLABLE_INT},
+        },
+        "Forgotten": {"type": "object", "required": ["user_id", "deleted"],
+                      "properties": {"user_id": _STR, "deleted": deleted}},
+        "TurnDeleted": {"type": "object", "required": ["user_id", "turn_id", "deleted"],
+                        "properties": {"user_id": _STR, "turn_id": _STR, "deleted": deleted}},
+        "Health": {"type": "object", "required": ["status"], "properties": {"status": _STR}},
+    }
+
+
+def body_doc(schema: str) -> dict:
+    """``openapi_extra`` of a route whose JSON body has the component schema ``schema``."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref(schema)}}}}
+
+
+_ERRORS = {
+    400: "Bad input: the error names the field (a JSON path) and what was wrong",
+    401: "Missing or unknown API key",
+    403: "The API key was revoked",
+    404: "No such memory (or turn)",
+    409: "A turn id that is stored with other content",
+    413: "The body, or the number of turns, is past the server's limit",
+    429: "Too many requests (the tenant's rate, refused keys from this address, or a full build queue)",
+    500: "An internal error (logged on the server; the message names no detail)",
+    503: "The store, the keys file or the model backend is unavailable",
+}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+
+# (method, path) -> (success schema, extra error statuses beyond those every keyed route has)
+_OPERATIONS: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {
+    ("post", "/v1/memories/{user_id}/turns"): ("AppendResult", (409, 413)),
+    ("post", "/v1/memories/{user_id}/search"): ("SearchResult", (404, 413)),
+    ("post", "/v1/memories/{user_id}/answer"): ("AnswerResult", (404, 413)),
+    ("get", "/v1/memories"): ("UserPage", ()),
+    ("get", "/v1/memories/{user_id}"): ("Stats", (404,)),
+    ("get", "/v1/memories/{user_id}/turns"): ("TurnPage", (404,)),
+    ("delete", "/v1/memories/{user_id}/turns/{turn_id}"): ("TurnDeleted", (404,)),
+    ("delete", "/v1/memories/{user_id}"): ("Forgotten", (404,)),
+}
+_KEYED = (400, 401, 403, 429, 500, 503)
+_LOCAL = (400, 429, 500, 503)
+
+_PATH_PARAMS = {
+    "user_id": {"type": "string", "pattern": f"^{USER_ID_RE.pattern}$",
+                "description": "whose memory (within the key's tenant)"},
+    "turn_id": {**_TURN_ID, "description": "a turn id as returned by append or list_turns"},
+}
+
+
+def _page_params(limits: Limits) -> list[dict]:
+    return [
+        {"name": "offset", "in": "query", "required": False, "description": "items to skip",
+         "schema": {"type": "integer", "minimum": 0, "default": 0}},
+        {"name": "limit", "in": "query", "required": False, "description": "items per page",
+         "schema": {"type": "integer", "minimum": 1, "maximum": limits.max_page, "default": 100}},
+    ]
+
+
+def _error(status: int) -> dict:
+    out: dict[str, Any] = {"description": _ERRORS[status],
+                           "content": {"application/json": {"schema": ref("Error")}}}
+    if status == 401:
+        out["headers"] = {"WWW-Authenticate": {"description": "Bearer challenge", "schema": {"type": "string"}}}
+    if status in (429, 503):
+        out["headers"] = _RETRY_AFTER
+    return out
+
+
+def build_document(app: FastAPI, *, keyed: bool, metrics_auth: bool, limits: Limits = _LIMITS) -> dict:
+    """The OpenAPI document of ``app`` (see the module doc)."""
+    doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    components = doc.setdefault("components", {})
+    components["schemas"] = schemas(limits)
+    if keyed:
+        components["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer <API key>"},
+            "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+        }
+    security = [{"bearer": []}, {"apiKey": []}]
+    for path, item in doc.get("paths", {}).items():
+        for method, op in item.items():
+            for p in op.get("parameters", []):
+                if p.get("in") == "path" and p["name"] in _PATH_PARAMS:
+                    p["schema"] = dict(_PATH_PARAMS[p["name"]])
+                    p["description"] = _PATH_PARAMS[p["name"]]["description"]
+            known = _OPERATIONS.get((method, path))
+            if known is not None:
+                success, extra = known
+                statuses = sorted(set((_KEYED if keyed else _LOCAL) + extra))
+                op["responses"] = {"200": {"description": "OK",
+                                           "content": {"application/json": {"schema": ref(success)}}},
+                                   **{str(s): _error(s) for s in statuses}}
+                if keyed:
+                    op["security"] = security
+                if path in ("/v1/memories", "/v1/memories/{user_id}/turns") and method == "get":
+                    op["parameters"] = [*op.get("parameters", []), *_page_params(limits)]
+            elif path == "/healthz":
+                op["responses"] = {"200": {"description": "OK", "content": {"application/json": {
+                    "schema": ref("Health")}}}, "500": _error(500), "503": _error(503)}
+            elif path == "/metrics":
+                statuses = (401, 403, 429, 503) if (keyed and metrics_auth) else ()
+                op["responses"] = {"200": {"description": "Prometheus exposition text",
+                                           "content": {"text/plain": {"schema": {"type": "string"}}}},
+                                   **{str(s): _error(s) for s in statuses}}
+                if keyed and metrics_auth:
+                    op["security"] = security
+    for name in ("HTTPValidationError", "ValidationError"):
+        components["schemas"].pop(name, None)
+    return doc
+
+
+def install_openapi(app: FastAPI, *, keyed: bool, metrics_auth: bool, limits: Limits = _LIMITS) -> None:
+    """Serve :func:`build_document` at ``/openapi.json`` (and so at ``/docs``)."""
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_document(app, keyed=keyed, metrics_auth=metrics_auth, limits=limits)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
