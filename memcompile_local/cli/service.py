@@ -63,6 +63,10 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-turns-per-request", type=int, help="most turns in one append (413 past it)")
     g.add_argument("--max-queue-turns", type=int, help="turns waiting for a background build (429 past it)")
     g.add_argument("--max-k", type=int, help="largest k a search may ask for")
+    g.add_argument("--max-views", type=int,
+                   help="users held loaded between searches (least recently searched leave first; default 10000)")
+    g.add_argument("--max-view-mb", type=int,
+                   help="estimated MiB of the users held loaded (default 1024)")
     g.add_argument("--max-text-chars", type=int,
                    help=f"most characters of one turn's text or a query (default {Limits().max_text_chars:,})")
 
@@ -70,7 +74,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 def _limits(args) -> Limits:
     return Limits.from_dict({name: getattr(args, name) for name in
                              ("max_body_bytes", "max_turns_per_request", "max_queue_turns", "max_k",
-                              "max_text_chars")
+                              "max_text_chars", "max_views", "max_view_mb")
                              if getattr(args, name, None) is not None})
 
 

@@ -53,7 +53,7 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
                run_worker: bool = True, options: ServeOptions | None = None) -> FastAPI:
     """The FastAPI app over ``service``; ``keyring`` None serves the ``local`` tenant without keys."""
     options = options or ServeOptions()
-    metrics = Metrics(service.queue.depth, service.store.token_totals)
+    metrics = Metrics(service.queue.depth, service.store.token_totals, views=service.memory.views)
     worker = BuildWorker(service, metrics=metrics)
     throttle = FailedKeyThrottle(per_minute=options.failed_keys_per_minute, burst=options.failed_keys_burst)
     rate = (TenantRateLimit(options.rate_limit, burst=options.rate_burst)

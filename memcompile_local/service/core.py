@@ -77,7 +77,8 @@ class MemoryService:
         self._probe = self.store if str(store_path) == ":memory:" else open_store(store_path, read_only=True)
         self.queue = BuildQueue(self.store)
         self._backend = backend
-        self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder)
+        self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder,
+                             max_views=self.limits.max_views, max_view_bytes=self.limits.max_view_mb << 20)
         self.pending = self.memory.partial_views()
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         # Model-free extraction is fast enough to run in the append request itself.

@@ -16,7 +16,8 @@ class Limits:
     append (413). ``max_text_chars``: characters of one turn's text or of a query (400).
     ``max_k``: the largest ``k`` (evidence packets) a search may ask for (400). ``max_page``: the
     largest page size of the list routes. ``max_queue_turns``: turns waiting for a background
-    build over the whole store (429 past it).
+    build over the whole store (429 past it). ``max_views`` and ``max_view_mb``: bounds of the view
+    cache (users held loaded, and their estimated MiB).
     """
 
     max_body_bytes: int = 1_000_000
@@ -25,6 +26,10 @@ class Limits:
     max_k: int = 50
     max_page: int = 500
     max_queue_turns: int = 50_000
+    # The view cache: users whose memory is held loaded between searches, and their estimated
+    # size; past either the least recently searched leave first and load again when asked for.
+    max_views: int = 10_000
+    max_view_mb: int = 1024
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Limits":

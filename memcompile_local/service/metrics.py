@@ -39,10 +39,28 @@ class _StoreCollector:
         yield c
 
 
+class _ViewCacheCollector:
+    """The view cache's size and evictions, read at scrape time."""
+
+    def __init__(self, views):
+        self._views = views
+
+    def collect(self):
+        g = GaugeMetricFamily("memcompile_views_held", "Users whose memory is held loaded")
+        g.add_metric([], len(self._views))
+        yield g
+        g = GaugeMetricFamily("memcompile_view_bytes", "Estimated bytes of the memories held loaded")
+        g.add_metric([], self._views.held_bytes)
+        yield g
+        c = CounterMetricFamily("memcompile_view_evictions", "Users let go by the view cache to stay within its bounds")
+        c.add_metric([], self._views.evictions)
+        yield c
+
+
 class Metrics:
     """The process's registry: ``observe`` one request; ``render`` the exposition text."""
 
-    def __init__(self, queue_depth: Callable[[], dict], token_totals: Callable[[], dict]):
+    def __init__(self, queue_depth: Callable[[], dict], token_totals: Callable[[], dict], views=None):
         self.registry = CollectorRegistry()
         self.requests = Counter("memcompile_requests", "HTTP requests answered",
                                 ["method", "route", "status"], registry=self.registry)
@@ -50,6 +68,8 @@ class Metrics:
                                  ["method", "route"], buckets=_BUCKETS, registry=self.registry)
         self.builds = Counter("memcompile_builds", "Background builds run", ["outcome"], registry=self.registry)
         self.registry.register(_StoreCollector(queue_depth, token_totals))
+        if views is not None:
+            self.registry.register(_ViewCacheCollector(views))
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
