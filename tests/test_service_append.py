@@ -26,12 +26,17 @@ from memcompile_local.service.auth import LOCAL_TENANT
 from memcompile_local.service.core import MemoryService
 from memcompile_local.store.group_commit import GroupCommit
 from memcompile_local.store import MemoryStore
-from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
 
 SEED = {"time": "2024-03-01 10:00", "id": "s1", "turns": [
     {"speaker": "Mara", "text": f"I repotted the {plant} on the balcony", "id": f"p{i}"}
     for i, plant in enumerate(["fern", "basil", "lemon tree", "cactus", "orchid", "mint"])]}
+
+
+def build_queue(store: MemoryStore) -> MemoryStore:
+    """The store as its own build queue (``BuildLeases``), with the queue's tables created."""
+    store.open_build_queue()
+    return store
 
 
 def test_concurrent_appends_and_searches_on_one_user_never_lose_or_duplicate_a_turn(tmp_path):
@@ -187,8 +192,8 @@ def test_an_append_while_another_process_holds_the_build_lease_is_not_applied_in
     svc.wait_warm()
     ns = svc.namespace(LOCAL_TENANT, "u")
     other = MemoryStore(path)
-    assert BuildQueue(other).acquire(ns, "other-process", lease_s=60)
-    release = threading.Timer(0.3, lambda: BuildQueue(other).release(ns, "other-process"))
+    assert build_queue(other).acquire(ns, "other-process", lease_s=60)
+    release = threading.Timer(0.3, lambda: build_queue(other).release(ns, "other-process"))
     release.start()
     before_service = svc.appender.in_place
     r = svc.add_turns(LOCAL_TENANT, "u", {"speaker": "Jon", "text": "the zqlease kite is in the attic"})

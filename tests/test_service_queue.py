@@ -11,13 +11,18 @@ from memcompile_local.cli import main as cli_main
 from memcompile_local.service.core import owner_alive
 from memcompile_local.store import MemoryStore
 from memcompile_local.store.check import check_store
-from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
+
+
+def build_queue(store: MemoryStore) -> MemoryStore:
+    """The store as its own build queue (``BuildLeases``), with the queue's tables created."""
+    store.open_build_queue()
+    return store
 
 
 def two_queues(tmp_path):
     a, b = MemoryStore(tmp_path / "m.sqlite"), MemoryStore(tmp_path / "m.sqlite")
-    return BuildQueue(a), BuildQueue(b)
+    return build_queue(a), build_queue(b)
 
 
 def test_enqueue_coalesces_and_a_turn_appended_during_a_build_stays_queued(tmp_path):
@@ -76,10 +81,10 @@ def test_reconcile_enqueues_only_missing_entries(tmp_path):
 
 def test_session_indexes_are_shared_across_connections_and_follow_stored_packets(tmp_path):
     q1, q2 = two_queues(tmp_path)
-    q1.store.ingest(Conversation("ns", (Session(4, "old", "t", (Turn("x", "A", "hi"),)),)))
+    q1.ingest(Conversation("ns", (Session(4, "old", "t", (Turn("x", "A", "hi"),)),)))
     assert q1.session_indexes("ns", ["s1", "s2", "s1"]) == {"s1": 5, "s2": 6}
     assert q2.session_indexes("ns", ["s3", "s2", "old"]) == {"s3": 7, "s2": 6, "old": 4}
-    assert q1.forget("ns") == 4
+    assert q1.forget_build_state("ns") == 4
     assert q1.session_indexes("ns", ["s9"]) == {"s9": 5}  # packets of "old" are still stored
 
 
@@ -87,7 +92,7 @@ def test_store_check_accepts_the_service_tables(tmp_path):
     """A store the service wrote to (queue entry, lease, session index) passes `check`: the
     three service_* tables are the service's own, not damage or a foreign file."""
     store = MemoryStore(tmp_path / "m.sqlite")
-    q = BuildQueue(store)
+    q = build_queue(store)
     assert q.enqueue("ns", 2) and q.acquire("other", "w1")
     q.session_indexes("ns", ["s1", "s2"])
     store.close()

@@ -36,7 +36,6 @@ from memcompile_local.address.lexical_growth import GrowingLexicalIndex
 from memcompile_local.pipeline.compile import compile_context
 from memcompile_local.views.record import MemoryView
 from memcompile_local.store import MemoryStore
-from memcompile_local.store.queue import BuildQueue
 from memcompile_local.types import Conversation, Session, Turn
 from memcompile_local.views.load import LazyAddressIndex
 
@@ -67,6 +66,12 @@ APPENDS = [
 QUESTIONS = ["When did Ines take the ferry to Tallinn?", "What does Ama bake in Kumasi?",
              "Who has a flat tyre?", "What did kofi say about frozen pies?", "What happened in June 2024?",
              "What did Ama want in 2023?"]
+
+
+def build_queue(store: MemoryStore) -> MemoryStore:
+    """The store as its own build queue (``BuildLeases``), with the queue's tables created."""
+    store.open_build_queue()
+    return store
 
 
 def config(**fusion) -> PipelineConfig:
@@ -282,7 +287,7 @@ def as_conversation(store: MemoryStore, ns: str, batch: list[dict]) -> Conversat
 
 
 def appender(mem: Memory) -> InPlaceAppend:
-    queue = BuildQueue(mem.store)
+    queue = build_queue(mem.store)
     return mem.in_place_appender(lambda ns: not queue.held_by_other(ns, "test-owner"))
 
 
@@ -410,11 +415,11 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
     assert {"c1", "c2", "d1"} <= set(view.packets_by_id)
     same_view(view, memory(store, cfg).view("u"), cfg)
     # Another process is building the namespace (holds its lease): declined, nothing stored.
-    assert BuildQueue(other_store).acquire("u", "other-process", lease_s=60)
+    assert build_queue(other_store).acquire("u", "other-process", lease_s=60)
     batch = [{"time": "2024-07-01 09:00", "id": "s4", "turns": [{"speaker": "Ines", "text": "Congrats!", "id": "d2"}]}]
     assert app.add("u", as_conversation(store, "u", batch)) is None and app.declined == 3
     assert store.get_packet("u", "d2") is None and live.cached_view("u", generation=store.generation("u"))
-    BuildQueue(other_store).release("u", "other-process")
+    build_queue(other_store).release("u", "other-process")
     assert app.add("u", as_conversation(store, "u", batch)) is not None and app.in_place == 1
     same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     other_store.close()

@@ -30,7 +30,6 @@ from ..errors import ImmutablePacketError, MissingExtraError, TransportError
 from ..memory import Memory, selection_scores
 from ..pipeline.presets import PRESETS, apply_presets
 from ..store import open_store
-from ..store.queue import BuildQueue
 from ..types import Conversation, Session, Turn
 from ..views.pending import PartialViews, pending_turns
 from ..views.record import MemoryView
@@ -75,7 +74,8 @@ class MemoryService:
         # commits, and a search of another user should not queue behind that fsync. WAL lets
         # it read the last commit meanwhile.
         self._probe = self.store if str(store_path) == ":memory:" else open_store(store_path, read_only=True)
-        self.queue = BuildQueue(self.store)
+        self.store.open_build_queue()
+        self.queue = self.store  # the store's BuildLeases (store.base)
         self._backend = backend
         self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder,
                              max_views=self.limits.max_views, max_view_bytes=self.limits.max_view_mb << 20)
@@ -482,7 +482,7 @@ class MemoryService:
             with self._presets_lock:
                 self._view_locks.pop(ns, None)
         finally:
-            self.queue.forget(ns)  # drops the lease too
+            self.queue.forget_build_state(ns)  # drops the lease too
         return {"user_id": user_id, "deleted": {k: v for k, v in deleted.items() if v}}
 
     def delete_turn(self, tenant: str, user_id: str, turn_id: Any) -> dict:

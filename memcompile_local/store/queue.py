@@ -1,7 +1,7 @@
 """The durable build queue of the memory service, kept in the same SQLite file as the memories.
 
-Three small tables, created with ``CREATE TABLE IF NOT EXISTS`` the first time a
-:class:`BuildQueue` opens a store (the core schema in ``sqlite_store.py`` does not know them):
+Three small tables, created with ``CREATE TABLE IF NOT EXISTS`` by
+:meth:`BuildQueue.open_build_queue` (the core schema in ``sqlite_store.py`` does not know them):
 
 * ``service_build_queue``: one row per namespace that has turns waiting for a background build.
   Enqueueing again for a namespace that is already waiting adds to its ``pending_turns`` and bumps
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .namespace import validate_namespace
-from .sqlite_store import MemoryStore
 
 _TABLES_SQL = (
     """CREATE TABLE IF NOT EXISTS service_build_queue (
@@ -65,15 +64,18 @@ class Job:
 
 
 class BuildQueue:
-    """Durable queue of namespaces to build, leases, and session indexes over one ``MemoryStore``.
+    """Durable queue of namespaces to build, leases, and session indexes: the SQLite store's
+    ``BuildLeases`` (``store.base``).
 
-    The store's own write helper (``MemoryStore._write``: one ``BEGIN IMMEDIATE`` transaction on
-    its connection, under its lock) is used so the queue shares the store's durability settings.
+    Like :class:`~.ledger.RequestLedger`, it holds the logic and runs on the store's own
+    connection (``MemoryStore`` inherits it): every method is one ``_write`` transaction of that
+    connection, so the queue shares the store's durability settings and lock.
+    ``open_build_queue`` creates its tables once.
     """
 
-    def __init__(self, store: MemoryStore):
-        self.store = store
-        with store._write() as c:
+    def open_build_queue(self) -> None:
+        """Create the queue's tables if this file has none yet (idempotent)."""
+        with self._write() as c:
             for stmt in _TABLES_SQL:
                 c.execute(stmt)
 
@@ -85,7 +87,7 @@ class BuildQueue:
         it is refused so the caller can answer 429.
         """
         ns = validate_namespace(namespace)
-        with self.store._write() as c:
+        with self._write() as c:
             if limit is not None:
                 total = c.execute("SELECT COALESCE(SUM(pending_turns), 0) FROM service_build_queue").fetchone()[0]
                 if total + turns > limit:
@@ -101,7 +103,7 @@ class BuildQueue:
     def claim(self, owner: str, *, lease_s: float = 60.0) -> Job | None:
         """Take the oldest due entry whose namespace nobody builds, leasing it to ``owner``."""
         now = time.time()
-        with self.store._write() as c:
+        with self._write() as c:
             row = c.execute(
                 "SELECT q.namespace, q.seq, q.pending_turns, q.attempts FROM service_build_queue q "
                 "LEFT JOIN service_build_leases l ON l.namespace = q.namespace AND l.expires_at > ? "
@@ -121,7 +123,7 @@ class BuildQueue:
 
         Returns True when the entry is gone (False: new turns came in, it stays for another round).
         """
-        with self.store._write() as c:
+        with self._write() as c:
             gone = c.execute(
                 "DELETE FROM service_build_queue WHERE namespace = ? AND seq = ?", (job.namespace, job.seq)
             ).rowcount
@@ -137,7 +139,7 @@ class BuildQueue:
 
     def fail(self, job: Job, owner: str, error: str, *, retry_in_s: float) -> None:
         """Keep the entry, note the error and retry no earlier than ``retry_in_s`` from now."""
-        with self.store._write() as c:
+        with self._write() as c:
             c.execute(
                 "UPDATE service_build_queue SET attempts = attempts + 1, last_error = ?, not_before = ? "
                 "WHERE namespace = ?",
@@ -148,7 +150,7 @@ class BuildQueue:
     def entry(self, namespace: str) -> dict | None:
         """The waiting entry of ``namespace`` (pending turns, attempts, last error), or None."""
         ns = validate_namespace(namespace)
-        rows = self.store._query(
+        rows = self._query(
             "SELECT pending_turns, attempts, last_error, enqueued_at FROM service_build_queue WHERE namespace = ?",
             (ns,),
         )
@@ -159,7 +161,7 @@ class BuildQueue:
 
     def depth(self) -> dict[str, int]:
         """``{"namespaces": waiting entries, "turns": waiting turns}`` over the whole store."""
-        r = self.store._query("SELECT COUNT(*), COALESCE(SUM(pending_turns), 0) FROM service_build_queue")[0]
+        r = self._query("SELECT COUNT(*), COALESCE(SUM(pending_turns), 0) FROM service_build_queue")[0]
         return {"namespaces": int(r[0]), "turns": int(r[1])}
 
     def reconcile(self, namespaces_behind: Iterable[tuple[str, int]]) -> int:
@@ -169,7 +171,7 @@ class BuildQueue:
         descriptor set); this closes the gap a crash between ingest and enqueue would leave.
         """
         added = 0
-        with self.store._write() as c:
+        with self._write() as c:
             for ns, turns in namespaces_behind:
                 if turns <= 0:
                     continue
@@ -185,7 +187,7 @@ class BuildQueue:
         """Take the build lease of ``namespace`` for ``owner`` unless someone else holds a live one."""
         ns = validate_namespace(namespace)
         now = time.time()
-        with self.store._write() as c:
+        with self._write() as c:
             row = c.execute(
                 "SELECT owner, expires_at FROM service_build_leases WHERE namespace = ?", (ns,)
             ).fetchone()
@@ -204,7 +206,7 @@ class BuildQueue:
         process can write meanwhile), which is what a one-transaction append needs instead
         of taking and dropping the lease in two more commits.
         """
-        row = self.store._query("SELECT owner, expires_at FROM service_build_leases WHERE namespace = ?",
+        row = self._query("SELECT owner, expires_at FROM service_build_leases WHERE namespace = ?",
                                 (validate_namespace(namespace),))
         return bool(row) and row[0][0] != owner and row[0][1] > time.time()
 
@@ -213,15 +215,15 @@ class BuildQueue:
 
         Without this a restarted server would wait out the lease of the process it replaces.
         """
-        owners = [r[0] for r in self.store._query("SELECT DISTINCT owner FROM service_build_leases")]
+        owners = [r[0] for r in self._query("SELECT DISTINCT owner FROM service_build_leases")]
         dead = [o for o in owners if not alive(o)]
         if not dead:
             return 0
-        with self.store._write() as c:
+        with self._write() as c:
             return sum(c.execute("DELETE FROM service_build_leases WHERE owner = ?", (o,)).rowcount for o in dead)
 
     def release(self, namespace: str, owner: str) -> None:
-        with self.store._write() as c:
+        with self._write() as c:
             c.execute("DELETE FROM service_build_leases WHERE namespace = ? AND owner = ?",
                       (validate_namespace(namespace), owner))
 
@@ -235,13 +237,13 @@ class BuildQueue:
         ns = validate_namespace(namespace)
         wanted = list(dict.fromkeys(session_ids))
         # The common case (turns of a session already indexed) needs no write transaction.
-        known = dict(self.store._query(
+        known = dict(self._query(
             f"SELECT session_id, session_index FROM service_sessions WHERE namespace = ? "
             f"AND session_id IN ({', '.join('?' * len(wanted))})", (ns, *wanted))) if wanted else {}
         if len(known) == len(wanted):
             return {sid: int(known[sid]) for sid in wanted}
         out: dict[str, int] = {}
-        with self.store._write() as c:
+        with self._write() as c:
             top = c.execute(
                 "SELECT COALESCE(MAX(session_index), 0) FROM service_sessions WHERE namespace = ?", (ns,)
             ).fetchone()[0]
@@ -272,11 +274,11 @@ class BuildQueue:
         return out
 
     # ------------------------------------------------------------------ forget
-    def forget(self, namespace: str) -> int:
+    def forget_build_state(self, namespace: str) -> int:
         """Remove the namespace's queue entry, lease and session indexes (after ``store.forget``)."""
         ns = validate_namespace(namespace)
         n = 0
-        with self.store._write() as c:
+        with self._write() as c:
             for table in ("service_build_queue", "service_build_leases", "service_sessions"):
                 n += c.execute(f"DELETE FROM {table} WHERE namespace = ?", (ns,)).rowcount
         return n

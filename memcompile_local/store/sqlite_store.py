@@ -67,6 +67,7 @@ from .base import ForgetResult, IngestResult
 from .check import damaged_rows
 from .connection import StoreConnection
 from .ledger import RequestLedger
+from .queue import BuildQueue
 from .namespace import validate_namespace
 from .schema import APPLICATION_ID, SCHEMA_SQL, SCHEMA_VERSION, create_schema, inspect_schema, upgrade_schema
 
@@ -94,7 +95,7 @@ def _in_snapshot(c: sqlite3.Connection, fn):
             pass
 
 
-class MemoryStore(StoreConnection, RequestLedger):
+class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
     """A namespaced, durable store of packets, descriptors, cells, embeddings and the LLM cache.
 
     ``path`` is the SQLite file (created with its schema when absent, unless ``create=False``;
