@@ -165,6 +165,31 @@ class FusionConfig:
 
 
 @dataclass(frozen=True)
+class MeraConfig:
+    """MERA missing-evidence retrieval rounds (seed 001; evidence/mera.py); off by default.
+
+    ``planner``/``verifier``: "rule" (no model) or "llm" (prompted, constrained JSON).
+    ``max_rounds``: follow-up rounds after the first selection; ``max_tokens``: planner and
+    verifier tokens one question may spend (rounds stop when reached); ``final_slots``: at
+    most this many verified new packets replace the tail of the first selection (the packet
+    budget K0 is unchanged).
+    """
+
+    __pydantic_config__ = _STRICT_FIELDS
+
+    enabled: bool = False
+    planner: Literal["rule", "llm"] = "rule"
+    verifier: Literal["rule", "llm"] = "rule"
+    max_rounds: NonNegInt = 2
+    queries_per_round: PosInt = 3
+    hits_per_query: PosInt = 5
+    read: PosInt = 5  # verified packets the planner reads
+    verify_threshold: Fraction = 0.5  # rule verifier: least share of the query's best search score
+    final_slots: NonNegInt = 2
+    max_tokens: PosInt = 6000
+
+
+@dataclass(frozen=True)
 class ExtractionConfig:
     """Descriptor extraction (Appendix B.1)."""
 
@@ -246,6 +271,7 @@ class PipelineConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     fusion: FusionConfig = field(default_factory=FusionConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)  # used by eval/compare only
+    mera: MeraConfig = field(default_factory=MeraConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -340,4 +366,5 @@ def config_needs_llm(c: PipelineConfig) -> bool:
         or (c.extraction.use_intent and c.extraction.intent_source == "llm")
         or c.evidence.anchor_selector == "llm"
         or c.evidence.frontier == "llm"
+        or (c.mera.enabled and "llm" in (c.mera.planner, c.mera.verifier))
     )

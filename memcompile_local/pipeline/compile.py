@@ -36,6 +36,7 @@ from ..evidence.views import render_view
 from ..fused.retriever import FusedRetriever, Retrieval, query_vector
 from ..language.timecues import is_temporal_question
 from ..language.timeparse import parse_session_time
+from .mera import mera_anchors
 from .normalize import mmr_anchors, normalize_to_packets
 from ..protocols import Embedder, ModelClient
 from ..types import AddressResult, PacketCandidate, QueryIntent
@@ -351,6 +352,10 @@ def compile_context(
                                                 query_vec=query_vec, retriever=retriever,
                                                 anchor=parse_session_time(question_date) if question_date else None)
     lap("anchors")
+    if cfg.mera.enabled:  # MERA's rounds refine A0 within its size (pipeline/mera.py)
+        anchors, m_info = mera_anchors(question, anchors, view, cfg, client=client, embedder=embedder)
+        a_info = {**a_info, "mera": m_info}
+        lap("mera")
     added, f_info = run_frontier(cfg.evidence.frontier, question=question, anchors=anchors, dense=dense,
                                  view=view, cfg=cfg, client=client, query_vec=query_vec)
     if cfg.evidence.frontier != "none":

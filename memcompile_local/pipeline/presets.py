@@ -107,6 +107,14 @@ def _a0_fused_pool(cfg: PipelineConfig) -> PipelineConfig:
     return _path(cfg).replace(fusion={"schedule_pool": "fused"})
 
 
+def _mera(cfg: PipelineConfig) -> PipelineConfig:
+    # MERA's rounds on the path chosen so far: the LLM planner and verifier over an LLM path
+    # (alone, "mera" is A0 with rounds), the rule ones after "model-free" (no model call).
+    llm = config_needs_llm(cfg)
+    kind = "llm" if llm else "rule"
+    return cfg.replace(mera={"enabled": True, "planner": kind, "verifier": kind})
+
+
 _MODEL_FREE_FIELDS = ("extraction.extractor", "extraction.intent_source", "extraction.use_intent",
                       "evidence.anchor_selector", "evidence.frontier", "routing.channels")
 
@@ -129,6 +137,7 @@ _SPECS: dict[str, _Spec] = {
     "layout-session": _layout("session"),
     "layout-entity": _layout("entity"),
     "model-free": _Spec(_model_free, _MODEL_FREE_FIELDS, _MODEL_FREE_FIELDS),
+    "mera": _Spec(_mera, ("mera.enabled", "mera.planner", "mera.verifier"), ("mera.enabled",)),
     "A0-fused-pool": _Spec(_a0_fused_pool, (*_PATH_FIELDS, "fusion.schedule_pool"), ("fusion.schedule_pool",)),
 }
 
@@ -152,6 +161,8 @@ PRESET_DESCRIPTIONS: dict[str, str] = {
     "layout-sequential": "placement: fixed-size blocks in dialogue order",
     "layout-session": "placement: fixed-size blocks within sessions",
     "layout-entity": "placement: fixed-size blocks grouped by person",
+    "mera": "MERA missing-evidence rounds on the path so far (A0: LLM planner and verifier; "
+            "after model-free: rule planner and verifier, still no model call)",
     "model-free": "no LLM before answering: rule extraction/intent, fused lexical+claim+packet+speaker selector",
 }
 
