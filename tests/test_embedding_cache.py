@@ -25,7 +25,7 @@ from memcompile_local.config import PipelineConfig
 from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.llm.client import LLMClient
 from memcompile_local.memory import Memory
-from memcompile_local.store import MemoryStore, check_store
+from memcompile_local.store import SCHEMA_VERSION, MemoryStore, check_store
 from memcompile_local.types import SourcePacket, content_sha256
 
 SESSION_A = {"time": "2024-03-04 09:00", "turns": [
@@ -200,7 +200,7 @@ def test_a_version_2_store_is_upgraded_and_its_embeddings_rebuilt(tmp_path):
     with pytest.raises(Exception, match="must be upgraded"):
         MemoryStore(path, read_only=True)
     store = MemoryStore(path)
-    assert store.stats()["schema_version"] == 3
+    assert store.stats()["schema_version"] == SCHEMA_VERSION == 4
     emb2 = CountingEmbedder()
     mem = model_free(store, emb2)
     mem.view("alice")

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evidence plane", ("evidence",)),
     ("fused retriever", ("fused",)),
     ("write side", ("build",)),
+    ("retention", ("retention",)),
     ("views", ("views",)),
     ("pipeline", ("pipeline",)),
     ("facade", ("memory", "__init__")),

@@ -434,7 +434,7 @@ def test_stats(store):
     store.cache_put("j", namespace=None, stage="judge", identity_json="{}", response=resp("", 2, 1))
     store.ingest(simple_conv("u2", ["z"]))
     st = store.stats()
-    assert st["schema_version"] == SCHEMA_VERSION == 3 and st["file_bytes"] > 0
+    assert st["schema_version"] == SCHEMA_VERSION == 4 and st["file_bytes"] > 0
     assert set(st["namespaces"]) == {"u1", "u2"}
     u1 = st["namespaces"]["u1"]
     assert u1["packets"] == 3 and u1["sessions"] == 2
@@ -509,6 +509,7 @@ def test_forget_removes_namespace_from_file_bytes(tmp_path):
         s.save_cells(ns, "L", [Cell(0, (f"{ns}:D1:1:0",), 9, frozenset({"Ann"}), frozenset({word}), 1, 1, title=word)])
         s.save_embeddings(ns, "m", [f"{ns}:{word}"], np.ones((1, 8), np.float32))
         s.set_meta(ns, "note", word)
+        s.put_capsules(ns, "model-free", 100, [{"capsule_id": "D1:1", "sources": ["D1:1"], "text": f"code {word}"}])
         s.cache_put(f"key-{ns}", namespace=ns, stage="fact", identity_json=f'{{"prompt": "{word}"}}',
                     response=resp(f"fact: {word}", 10, 2))
         s.mark_used("run1", [f"key-{ns}"])
@@ -522,6 +523,7 @@ def test_forget_removes_namespace_from_file_bytes(tmp_path):
         "cells": 1, "embeddings": 1, "meta": 1, "waste": 1, "namespaces": 1, "generations": 1,
         # Both namespaces saved the same vector: one content-addressed row, still the keeper's.
         "vectors": 0,
+        "capsules": 1,
     }
     # Everything of the victim is gone, the keeper and unscoped entries are intact.
     assert s.namespaces() == ["keeper"]

@@ -112,6 +112,7 @@ _TABLE_SCANS: dict[str, tuple[str, tuple[int, ...], Callable[[tuple], None] | No
     "namespaces": ("namespace, created_at", (0,), None),
     "extraction_markers": ("namespace, descriptor_set, packet_id, n_descriptors", (0, 1, 2), None),
     "meta": ("namespace, key, value", (0, 1), None),
+    "capsules": ("namespace, capsule_id, writer, budget, body", (0, 1), _decode_json_columns(4)),
     "generations": ("namespace, generation", (0,), None),
     "counters": ("name, value", (0,), None),
 }

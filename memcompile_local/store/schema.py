@@ -14,8 +14,10 @@ import sqlite3
 from ..errors import StoreError
 from .ledger import LEDGER_SCHEMA_SQL, LEDGER_TABLES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Value of ``PRAGMA user_version`` written by this code; a larger value is refused.
+
+Version 4 added the ``capsules`` table (budgeted pre-query retention, retention/).
 
 Version 2 added the ``generations`` and ``counters`` tables. Version 3 made embeddings
 content-addressed: one ``vectors`` row per (vector space, content address), and ``embeddings``
@@ -145,7 +147,22 @@ CREATE TABLE counters (
 INSERT INTO counters (name, value) VALUES ('generation', 0);
 """
 
-SCHEMA_SQL = MEMORY_SCHEMA_SQL + EMBEDDING_SCHEMA_SQL + LEDGER_SCHEMA_SQL + GENERATION_SCHEMA_SQL
+# Retained evidence capsules (version 4): what a retention writer kept for a namespace under a
+# budget, one row per capsule; ``body`` is the capsule as JSON (Capsule.to_dict, its sources
+# among them, so deleting a turn can delete the capsules cut from it).
+CAPSULE_SCHEMA_SQL = """
+CREATE TABLE capsules (
+    namespace   TEXT NOT NULL,
+    capsule_id  TEXT NOT NULL,
+    writer      TEXT NOT NULL,
+    budget      INTEGER NOT NULL,
+    body        TEXT NOT NULL,
+    PRIMARY KEY (namespace, capsule_id)
+) WITHOUT ROWID;
+"""
+
+SCHEMA_SQL = (MEMORY_SCHEMA_SQL + EMBEDDING_SCHEMA_SQL + LEDGER_SCHEMA_SQL + GENERATION_SCHEMA_SQL
+              + CAPSULE_SCHEMA_SQL)
 """Every statement that makes an empty file a store of :data:`SCHEMA_VERSION`."""
 
 # Statements that turn a version-1 file into a version-2 one (the generation tables, and one
@@ -171,7 +188,8 @@ VERSION_1_TABLES = frozenset(
      *LEDGER_TABLES}
 )
 VERSION_2_TABLES = VERSION_1_TABLES | {"generations", "counters"}
-OUR_TABLES = VERSION_2_TABLES | {"vectors"}
+VERSION_3_TABLES = VERSION_2_TABLES | {"vectors"}
+OUR_TABLES = VERSION_3_TABLES | {"capsules"}
 """The tables every store of :data:`SCHEMA_VERSION` has (other tables, e.g. the service's, may exist)."""
 
 
@@ -206,7 +224,7 @@ def inspect_schema(c: sqlite3.Connection, path: str) -> int:
         raise StoreError(
             f"{path}: application_id {app:#x} is not a memcompile-local store (expected {APPLICATION_ID:#x})"
         )
-    missing = ({1: VERSION_1_TABLES, 2: VERSION_2_TABLES}.get(version, OUR_TABLES)) - tables
+    missing = ({1: VERSION_1_TABLES, 2: VERSION_2_TABLES, 3: VERSION_3_TABLES}.get(version, OUR_TABLES)) - tables
     if version == 0 or missing:
         raise StoreError(f"{path}: store is missing tables {sorted(missing) or sorted(OUR_TABLES)}")
     return int(version)
@@ -231,4 +249,10 @@ def upgrade_schema(c: sqlite3.Connection, version: int) -> None:
         for stmt in _UPGRADE_2_TO_3:
             c.execute(stmt)
         version = 3
+    if version == 3:
+        # IF NOT EXISTS: a file marked older that already has the table (written by newer code
+        # and marked back) keeps its rows.
+        for stmt in _statements(CAPSULE_SCHEMA_SQL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")):
+            c.execute(stmt)
+        version = 4
     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -41,7 +41,7 @@ import os
 import sqlite3
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -615,12 +615,47 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             c.execute("INSERT OR REPLACE INTO meta (namespace, key, value) VALUES (?, ?, ?)", (ns, k, v))
             self._bump(c, ns)
 
+    # ---------------------------------------------------------------- capsules
+
+    def put_capsules(self, namespace: str, writer: str, budget: int, capsules: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the retained evidence capsules of ``namespace`` (retention/: ``Capsule.to_dict``
+        rows, each with a ``capsule_id`` and its ``sources``) with ``capsules``, in one transaction."""
+        ns = validate_namespace(namespace)
+        w = require_str(writer, "retention writer")
+        rows = []
+        for cap in capsules:
+            cid = require_str(cap.get("capsule_id"), "capsule id")
+            if not isinstance(cap.get("sources"), (list, tuple)) or not cap["sources"]:
+                raise StoreError(f"capsule {cid!r} of {ns!r} names no source packet")
+            rows.append((ns, cid, w, int(budget), json.dumps(dict(cap), ensure_ascii=False, sort_keys=True)))
+        with self._write() as c:
+            self._register(c, ns)
+            c.execute("DELETE FROM capsules WHERE namespace = ?", (ns,))
+            c.executemany("INSERT INTO capsules (namespace, capsule_id, writer, budget, body) VALUES (?, ?, ?, ?, ?)",
+                          rows)
+            self._bump(c, ns)
+
+    def capsules(self, namespace: str) -> list[dict[str, Any]]:
+        """The retained capsules of ``namespace`` (``Capsule.to_dict`` rows plus ``writer`` and
+        ``budget``), by capsule id; [] when none were written."""
+        ns = validate_namespace(namespace)
+        out = []
+        for cid, writer, budget, body in self._query(
+                "SELECT capsule_id, writer, budget, body FROM capsules WHERE namespace = ? ORDER BY capsule_id",
+                (ns,), table="capsules"):
+            try:
+                row = json.loads(body)
+            except ValueError as exc:
+                raise StoreError(f"{self.path}: capsule {cid!r} of {ns!r} is not JSON ({exc})") from exc
+            out.append({**row, "writer": writer, "budget": budget})
+        return out
+
     # ---------------------------------------------------------------- housekeeping
 
     def forget(self, namespace: str, *, wait_s: float | None = None) -> ForgetResult:
         """Delete everything stored for ``namespace``, then scrub it from the file bytes.
 
-        Removes packets, descriptors, extraction markers, cells, embeddings, meta, waste rows,
+        Removes packets, descriptors, extraction markers, cells, embeddings, meta, capsules, waste rows,
         request-cache entries cached under the namespace and the run_calls that point at them, and
         the namespace's generation, in one short write transaction; other namespaces are untouched.
         The rows are gone when this returns. Then the scrub (:meth:`scrub`) rebuilds the file and
@@ -648,6 +683,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                         ("request_cache", "DELETE FROM request_cache WHERE namespace = ?"),
                         ("descriptors", "DELETE FROM descriptors WHERE namespace = ?"),
                         ("extraction_markers", "DELETE FROM extraction_markers WHERE namespace = ?"),
+                        ("capsules", "DELETE FROM capsules WHERE namespace = ?"),
                         ("packets", "DELETE FROM packets WHERE namespace = ?"),
                         ("cells", "DELETE FROM cells WHERE namespace = ?"),
                         ("embeddings", "DELETE FROM embeddings WHERE namespace = ?"),
@@ -810,6 +846,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                     "cells": self._grouped(c, "cells", "layout_id", ns),
                     "embeddings": self._grouped(c, "embeddings", "model_id", ns),
                     "meta": c.execute("SELECT COUNT(*) FROM meta WHERE namespace = ?", (ns,)).fetchone()[0],
+                    "capsules": c.execute("SELECT COUNT(*) FROM capsules WHERE namespace = ?", (ns,)).fetchone()[0],
                     "cache_entries": cache_row[0],
                     "tokens": {"prompt": cache_row[1], "completion": cache_row[2]},
                 }
@@ -945,6 +982,10 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                     c.execute("UPDATE meta SET value = ? WHERE namespace = ? AND key = ?",
                               (json.dumps([i for i in ids if i != pid]), ns, key))
                     counts["meta"] += 1
+            # A capsule cut from the deleted turn (retention/) goes with it.
+            counts["capsules"] = c.execute(
+                "DELETE FROM capsules WHERE namespace = ? AND EXISTS "
+                "(SELECT 1 FROM json_each(capsules.body, '$.sources') WHERE value = ?)", (ns, pid)).rowcount
             counts["packets"] = c.execute("DELETE FROM packets WHERE namespace = ? AND packet_id = ?",
                                           (ns, pid)).rowcount
             self._bump(c, ns)

@@ -1,0 +1,420 @@
+"""Retention writers: which source evidence to keep under a token budget, before any question.
+
+Every writer reads the stream of SourcePackets of one namespace in dialogue order, with the
+descriptors the extractor wrote for each (the retrieval keys), and keeps capsules whose
+excerpt tokens never exceed ``budget`` after a turn is written: when a new capsule
+overflows the budget, capsules are evicted, lowest retention priority first (ties: the
+older one), until it fits. What differs is the priority:
+
+- ``ModelFreeWriter``: informativeness of the excerpt (names other than the speaker, dates,
+  a first-person statement, numbers, keywords; a question or small talk scores less) times
+  its novelty against what is kept (the share of its key stems no kept capsule has: a
+  write-time residual coverage), per token to the power ``size_power``; a turn longer than
+  ``max_tokens`` is cut to its best contiguous sentence span. A later capsule of the same
+  speaker whose keys overlap an earlier one's by ``supersede_overlap`` (Jaccard) marks that
+  one superseded and lowers its priority by ``supersede_decay``.
+- ``LLMWriter``: a prompted writer per session (constrained JSON: which turns to keep, an
+  importance 1-5, an optional verbatim span); a session whose answer cannot be read falls
+  back to the model-free priorities for that session.
+- ``RecentWriter``: the most recent turns. ``RandomWriter``: a seeded random sample.
+- ``SummaryWriter``: one extractive summary per session (the session's most informative
+  sentences in dialogue order, each session cut to an equal share of the budget).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, replace
+from typing import Mapping, Protocol, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..address.extract_rule import is_low_value, split_sentences
+from ..errors import ConfigError, OutputValidationError, TransportError
+from ..language.names import proper_names
+from ..language.stemming import stem_terms
+from ..language.tokens import count_tokens
+from ..llm.interface import LLMRequest, LLMResponse, Message, spec_for
+from ..protocols import ModelClient
+from ..types import Descriptor, SourcePacket
+from .capsules import Capsule, RetentionResult
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Writer", "ModelFreeWriter", "LLMWriter", "RecentWriter", "RandomWriter", "SummaryWriter",
+           "WRITERS", "make_writer", "source_tokens", "informativeness", "turn_capsule", "WRITER_PROMPT_VERSION"]
+
+WRITER_PROMPT_VERSION = "ember-writer-v1"
+_FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|my|mine|we|our|we're|we've)\b")
+_NUMBER = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight|nine|ten|twenty|hundred|thousand)\b", re.I)
+
+Descriptors = Mapping[str, Sequence[Descriptor]]
+
+
+class Writer(Protocol):
+    name: str
+
+    def retain(self, packets: Sequence[SourcePacket], descriptors_by_packet: Descriptors, budget: int,
+               *, namespace: str | None = None) -> RetentionResult: ...
+
+
+# ----------------------------------------------------------------------------- keys and scores
+
+
+def _keys(packet: SourcePacket, descs: Sequence[Descriptor], text: str) -> dict[str, tuple[str, ...]]:
+    names: dict[str, None] = {}
+    for d in descs:
+        for n in d.people:
+            names.setdefault(n, None)
+    for n in proper_names(text):
+        names.setdefault(n, None)
+    names.pop(packet.speaker, None)
+    return {
+        "claims": tuple(d.text for d in descs),
+        "names": tuple(names),
+        "keywords": tuple(dict.fromkeys(k for d in descs for k in d.keywords)),
+        "dates": tuple(dict.fromkeys(d.event_time for d in descs if d.event_time)),
+    }
+
+
+def informativeness(text: str, names: Sequence[str], dates: Sequence[str], keywords: Sequence[str],
+                    speaker_names: Sequence[str] = ()) -> float:
+    """How much an excerpt is likely to be asked about later (no question is known yet)."""
+    s = text.strip()
+    if not s or is_low_value(s, list(speaker_names)):
+        return 0.1
+    score = 0.5
+    score += min(len(names), 3) * 1.0
+    score += min(len(dates), 2) * 1.0
+    score += 0.5 if _NUMBER.search(s) else 0.0
+    score += 1.0 if _FIRST_PERSON.search(s) and not s.endswith("?") else 0.0
+    score += min(len(keywords), 5) * 0.3
+    if s.endswith("?"):
+        score -= 0.5
+    return max(score, 0.1)
+
+
+def _key_stems(c: Capsule) -> set[str]:
+    out: set[str] = set()
+    for v in (*c.names, *c.keywords, *c.dates):
+        out.update(stem_terms(v))
+    return out
+
+
+def _text_of(p: SourcePacket) -> str:
+    return p.content + (f" (image: {p.image_caption})" if p.image_caption else "")
+
+
+def turn_capsule(p: SourcePacket, descs: Sequence[Descriptor], *, max_tokens: int | None = None,
+                 speakers: Sequence[str] = ()) -> Capsule:
+    """The capsule of one turn: the whole turn, or its most informative contiguous sentence
+    span of at most ``max_tokens`` tokens (informativeness per token, ties: the earlier)."""
+    text, span = _text_of(p), "turn"
+    if max_tokens is not None and count_tokens(text) > max_tokens:
+        sents = split_sentences(text)
+        best: tuple[float, int, str] | None = None
+        for i in range(len(sents)):
+            for j in range(i + 1, len(sents) + 1):
+                piece = " ".join(sents[i:j])
+                n = count_tokens(piece)
+                if n > max_tokens:
+                    break
+                k = _keys(p, descs, piece)
+                dens = informativeness(piece, k["names"], k["dates"], k["keywords"], speakers) / max(n, 1) ** 0.5
+                if best is None or dens > best[0] + 1e-12:
+                    best = (dens, i, piece)
+        if best is not None:
+            text, span = best[2], "sentences"
+    k = _keys(p, descs, text)
+    return Capsule(capsule_id=p.packet_id, sources=(p.packet_id,), session_index=p.session_index,
+                   session_id=p.session_id, session_time=p.session_time, speaker=p.speaker, text=text,
+                   claims=k["claims"], names=k["names"], keywords=k["keywords"], dates=k["dates"],
+                   ordinal=p.ordinal, span=span)
+
+
+def _density(value: float, tokens: int, power: float) -> float:
+    return value / max(tokens, 1) ** power
+
+
+class _Kept:
+    """Capsules kept so far, with eviction by priority (lowest first, ties: the older), and
+    how many kept capsules hold each key stem (the novelty of the next capsule reads it)."""
+
+    def __init__(self, budget: int) -> None:
+        if budget < 0:
+            raise ConfigError(f"a retention budget must be >= 0 tokens, got {budget}")
+        self.budget = budget
+        self.items: dict[str, tuple[Capsule, float]] = {}
+        self.tokens = 0
+        self.stem_count: dict[str, int] = {}
+        self._stems: dict[str, set[str]] = {}
+
+    def stems(self, c: Capsule) -> set[str]:
+        if c.capsule_id not in self._stems:
+            self._stems[c.capsule_id] = _key_stems(c)
+        return self._stems[c.capsule_id]
+
+    def _drop(self, capsule_id: str) -> None:
+        c = self.items.pop(capsule_id)[0]
+        self.tokens -= c.tokens
+        for st in self.stems(c):
+            self.stem_count[st] -= 1
+
+    def add(self, c: Capsule, priority: float) -> None:
+        if c.capsule_id in self.items:
+            self._drop(c.capsule_id)
+        self._stems.pop(c.capsule_id, None)
+        self.items[c.capsule_id] = (c, priority)
+        self.tokens += c.tokens
+        for st in self.stems(c):
+            self.stem_count[st] = self.stem_count.get(st, 0) + 1
+        while self.tokens > self.budget and self.items:
+            victim = min(self.items.values(), key=lambda cp: (cp[1], cp[0].ordinal, cp[0].capsule_id))[0]
+            self._drop(victim.capsule_id)
+
+    def update(self, c: Capsule, priority: float) -> None:
+        """Change a kept capsule's metadata or priority (its text and keys stay)."""
+        self.items[c.capsule_id] = (c, priority)
+
+    def result(self, writer: str, source_tokens: int, calls: int = 0) -> RetentionResult:
+        caps = sorted((c for c, _ in self.items.values()), key=lambda c: (c.ordinal, c.capsule_id))
+        return RetentionResult(writer, self.budget, tuple(caps), source_tokens, calls)
+
+
+def source_tokens(packets: Sequence[SourcePacket]) -> int:
+    """The source-evidence tokens of a stream of turns (what a budget is a share of)."""
+    return sum(count_tokens(_text_of(p)) for p in packets)
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+@dataclass
+class ModelFreeWriter:
+    """Informativeness x novelty per token^size_power, span cut, supersession (module docstring)."""
+
+    max_tokens: int = 64
+    size_power: float = 0.5
+    novelty_floor: float = 0.5  # priority multiplier of a capsule that adds no new key
+    supersede_overlap: float = 0.6
+    supersede_decay: float = 0.8
+    name: str = "model-free"
+
+    def priority(self, c: Capsule, kept_stems: Mapping[str, int], speakers: Sequence[str]) -> float:
+        info = informativeness(c.text, c.names, c.dates, c.keywords, speakers)
+        stems = _key_stems(c)
+        novelty = (sum(1 for s in stems if not kept_stems.get(s)) / len(stems)) if stems else 0.0
+        return _density(info * (self.novelty_floor + (1 - self.novelty_floor) * novelty), c.tokens, self.size_power)
+
+    def write(self, kept: _Kept, c: Capsule, speakers: Sequence[str], value: float | None = None) -> None:
+        """Write one capsule into ``kept`` (its priority from ``value`` when given, else scored)."""
+        pr = self.priority(c, kept.stem_count, speakers) if value is None else _density(value, c.tokens,
+                                                                                        self.size_power)
+        new = _key_stems(c)
+        if new:
+            for old, opr in list(kept.items.values()):
+                if old.speaker != c.speaker or old.superseded_by is not None:
+                    continue
+                have = kept.stems(old)
+                if have and len(have & new) / len(have | new) >= self.supersede_overlap:
+                    kept.update(old.superseded(c.capsule_id), opr * self.supersede_decay)
+        kept.add(replace(c, value=pr), pr)
+
+    def retain(self, packets: Sequence[SourcePacket], descriptors_by_packet: Descriptors, budget: int,
+               *, namespace: str | None = None) -> RetentionResult:
+        kept = _Kept(budget)
+        speakers = sorted({p.speaker for p in packets})
+        for p in packets:
+            self.write(kept, turn_capsule(p, descriptors_by_packet.get(p.packet_id, ()), max_tokens=self.max_tokens,
+                                          speakers=speakers), speakers)
+        return kept.result(self.name, source_tokens(packets))
+
+
+@dataclass
+class RecentWriter:
+    """Keep the most recent whole turns that fit."""
+
+    name: str = "recent"
+
+    def retain(self, packets: Sequence[SourcePacket], descriptors_by_packet: Descriptors, budget: int,
+               *, namespace: str | None = None) -> RetentionResult:
+        kept = _Kept(budget)
+        for p in packets:
+            kept.add(turn_capsule(p, descriptors_by_packet.get(p.packet_id, ())), float(p.ordinal))
+        return kept.result(self.name, source_tokens(packets))
+
+
+@dataclass
+class RandomWriter:
+    """Keep a seeded random sample of whole turns (each turn's priority is a hash of the
+    seed and its id, so the sample does not depend on the order of other namespaces)."""
+
+    seed: int = 0
+    name: str = "random"
+
+    def priority(self, packet_id: str) -> float:
+        h = hashlib.sha256(f"{self.seed}:{packet_id}".encode()).digest()
+        return int.from_bytes(h[:8], "big") / 2 ** 64
+
+    def retain(self, packets: Sequence[SourcePacket], descriptors_by_packet: Descriptors, budget: int,
+               *, namespace: str | None = None) -> RetentionResult:
+        kept = _Kept(budget)
+        for p in packets:
+            kept.add(turn_capsule(p, descriptors_by_packet.get(p.packet_id, ())), self.priority(p.packet_id))
+        return kept.result(self.name, source_tokens(packets))
+
+
+@dataclass
+class SummaryWriter:
+    """One extractive summary capsule per session, every session cut to budget / sessions
+    (its informative sentences, best first while they fit, shown in dialogue order)."""
+
+    name: str = "summary"
+
+    def retain(self, packets: Sequence[SourcePacket], descriptors_by_packet: Descriptors, budget: int,
+               *, namespace: str | None = None) -> RetentionResult:
+        speakers = sorted({p.speaker for p in packets})
+        sessions: dict[int, list[SourcePacket]] = {}
+        for p in packets:
+            sessions.setdefault(p.session_index, []).append(p)
+        share = budget // max(len(sessions), 1)
+        caps: list[Capsule] = []
+        for idx in sorted(sessions):
+            ps = sessions[idx]
+            sents: list[tuple[float, int, SourcePacket, str]] = []
+            for p in ps:
+                descs = descriptors_by_packet.get(p.packet_id, ())
+                for s in split_sentences(_text_of(p)):
+                    k = _keys(p, descs, s)
+                    sents.append((informativeness(s, k["names"], k["dates"], k["keywords"], speakers),
+                                  len(sents), p, s))
+            chosen: list[tuple[int, SourcePacket, str]] = []
+            used = 0
+            for info, pos, p, s in sorted(sents, key=lambda x: (-x[0], x[1])):
+                if info <= 0.1:  # small talk is no summary, even when it would fit
+                    break
+                n = count_tokens(f"{p.speaker}: {s}")
+                if used + n <= share:
+                    chosen.append((pos, p, s))
+                    used += n
+            if not chosen:
+                continue
+            chosen.sort(key=lambda x: x[0])
+            text = " ".join(f"{p.speaker}: {s}" for _, p, s in chosen)
+            srcs = tuple(dict.fromkeys(p.packet_id for _, p, _ in chosen))
+            descs = [d for pid in srcs for d in descriptors_by_packet.get(pid, ())]
+            first = chosen[0][1]
+            k = _keys(first, descs, text)
+            caps.append(Capsule(capsule_id=f"{first.session_id}:summary", sources=srcs,
+                                session_index=first.session_index, session_id=first.session_id,
+                                session_time=first.session_time, speaker=first.speaker, text=text,
+                                claims=k["claims"], names=k["names"], keywords=k["keywords"], dates=k["dates"],
+                                ordinal=first.ordinal, span="summary"))
+        return RetentionResult(self.name, budget, tuple(caps), source_tokens(packets))
+
+
+# ----------------------------------------------------------------------------- LLM writer
+
+
+class KeepItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turn: str = Field(description="the label of a message to keep, e.g. T003")
+    importance: int = Field(ge=1, le=5, description="5: facts a later question is most likely to need")
+    span: str = Field(default="", description="optional: the words of the message to keep, copied exactly")
+
+
+class WriterOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    keep: list[KeepItem] = Field(default_factory=list)
+
+
+_WRITER_SYSTEM = (
+    "You decide what to remember from one session of a long conversation, before knowing any "
+    "future question. Keep messages with lasting facts: names, dates, plans, preferences, events, "
+    "numbers. Give each kept message an importance from 1 to 5 and, if only part of it matters, "
+    "copy that part exactly as the span. Reply with JSON only."
+)
+
+
+class LLMWriter:
+    """A prompted capsule writer: one request per session (all sessions in one batch); the
+    model's importance is the capsule's value, eviction as the model-free writer's (per token,
+    lowest first). A span that is not verbatim in its turn is replaced by the whole turn."""
+
+    name = "llm"
+
+    def __init__(self, client: ModelClient, *, max_chars: int = 400, max_tokens: int = 512,
+                 fallback: ModelFreeWriter | None = None) -> None:
+        self.client, self.max_chars, self.max_tokens = client, max_chars, max_tokens
+        self.fallback = fallback or ModelFreeWriter()
+        self.failed_sessions: list[str] = []
+
+    def request(self, session: Sequence[SourcePacket], namespace: str | None) -> LLMRequest:
+        lines = "\n".join(f"T{i + 1:03d} {p.speaker}: {_text_of(p)[: self.max_chars]}" for i, p in enumerate(session))
+        user = f"Session time: {session[0].session_time}\n\n{lines}\n\nWhich messages should be kept?"
+        return LLMRequest(messages=(Message("system", _WRITER_SYSTEM), Message("user", user)), stage="retain",
+                          output=spec_for(WriterOutput), max_tokens=self.max_tokens,
+                          prompt_version=WRITER_PROMPT_VERSION, namespace=namespace)
+
+    def retain(self, packets: Sequence[SourcePacket], descriptors_by_packet: Descriptors, budget: int,
+               *, namespace: str | None = None) -> RetentionResult:
+        speakers = sorted({p.speaker for p in packets})
+        sessions: dict[int, list[SourcePacket]] = {}
+        for p in packets:
+            sessions.setdefault(p.session_index, []).append(p)
+        order = sorted(sessions)
+        responses = self.client.complete_many([self.request(sessions[i], namespace) for i in order])
+        kept = _Kept(budget)
+        self.failed_sessions = []
+        for idx, resp in zip(order, responses):
+            ps = sessions[idx]
+            value: dict[str, tuple[float, str]] = {}
+            if isinstance(resp, LLMResponse):
+                out = resp.validated if isinstance(resp.validated, WriterOutput) else WriterOutput.model_validate(resp.parsed)
+                labels = {f"T{i + 1:03d}": p for i, p in enumerate(ps)}
+                for item in out.keep:
+                    p = labels.get(item.turn.strip().upper())
+                    if p is not None and p.packet_id not in value:
+                        value[p.packet_id] = (float(item.importance), item.span.strip())
+                for p in ps:  # turns the model did not keep are written last-priority
+                    descs = descriptors_by_packet.get(p.packet_id, ())
+                    imp, span = value.get(p.packet_id, (0.05, ""))
+                    c = turn_capsule(p, descs)
+                    if span and span in c.text and span != c.text:
+                        k = _keys(p, descs, span)
+                        c = replace(c, text=span, span="sentences", names=k["names"], keywords=k["keywords"],
+                                    dates=k["dates"])
+                    self.fallback.write(kept, c, speakers, value=imp)
+            else:
+                if not isinstance(resp, (OutputValidationError, TransportError)):
+                    raise resp
+                self.failed_sessions.append(ps[0].session_id)
+                logger.info("retention writer fell back to model-free on %s: %s", ps[0].session_id,
+                            type(resp).__name__)
+                for p in ps:
+                    self.fallback.write(kept, turn_capsule(p, descriptors_by_packet.get(p.packet_id, ()),
+                                                           max_tokens=self.fallback.max_tokens, speakers=speakers),
+                                        speakers)
+        return kept.result(self.name, source_tokens(packets), calls=len(order))
+
+
+WRITERS = ("model-free", "llm", "recent", "random", "summary")
+
+
+def make_writer(name: str, *, client: ModelClient | None = None, seed: int = 0) -> Writer:
+    """The writer called ``name`` (one of ``WRITERS``)."""
+    if name == "model-free":
+        return ModelFreeWriter()
+    if name == "recent":
+        return RecentWriter()
+    if name == "random":
+        return RandomWriter(seed=seed)
+    if name == "summary":
+        return SummaryWriter()
+    if name == "llm":
+        if client is None:
+            raise ConfigError("the LLM retention writer needs a model backend")
+        return LLMWriter(client)
+    raise ConfigError(f"unknown retention writer {name!r}; expected one of {', '.join(WRITERS)}")
