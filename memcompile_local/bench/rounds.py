@@ -1,8 +1,8 @@
 """Per-round evidence recall of MERA's rounds (evidence/mera.py) and its report table.
 
 A row holds ``gold_evidence``, ``category`` and ``mera_rounds`` = ``{"cumulative": [[ids
-after round 0], [ids after round 1], ...], "tokens": [tokens of round 1, ...], "final":
-[ids]}``. The cumulative set after round r is the first selection together with every
+after round 0], [ids after round 1], ...], "tokens": [tokens of round 0, round 1, ...],
+"final": [ids]}``. The cumulative set after round r is the first selection together with every
 packet verified in rounds 1..r (not cut to the packet budget): the curve the MERA paper
 reports (cumulative evidence recall, 55.5 -> 80.5 on LoCoMo). ``final`` is what the reader
 gets, within the budget.
@@ -20,7 +20,7 @@ __all__ = ["mera_row", "round_recall", "round_recall_markdown"]
 def mera_row(trace: Mapping[str, Any], final: Sequence[str]) -> dict[str, Any]:
     """The ``mera_rounds`` field of a prediction row from a compile trace's ``anchors.mera``."""
     return {"cumulative": [list(c) for c in trace["cumulative"]],
-            "tokens": [int(r["tokens"]) for r in trace["rounds"]],
+            "tokens": [int(trace.get("round0_tokens", 0))] + [int(r["tokens"]) for r in trace["rounds"]],
             "rounds_run": len(trace["rounds"]), "stopped": trace["stopped"], "final": list(final)}
 
 
@@ -55,7 +55,7 @@ def round_recall(rows: Sequence[Mapping[str, Any]], category_names: Mapping[Any,
     for r in scored:
         by_cat.setdefault(str(names.get(r.get("category"), r.get("category"))), []).append(r)
     tokens = []
-    for i in range(depth - 1):
+    for i in range(depth):
         spent = [r["mera_rounds"]["tokens"][i] if i < len(r["mera_rounds"]["tokens"]) else 0 for r in scored]
         tokens.append(round(sum(spent) / len(spent), 1))
     ran = [r["mera_rounds"].get("rounds_run", 0) for r in scored]
@@ -96,6 +96,7 @@ def round_recall_markdown(table: Mapping[str, Any]) -> str:
                  + f" | {fmt(table['final'])} |")
     lines.append("")
     lines.append("Planner + verifier tokens per question, by round: "
-                 + (", ".join(f"round {i + 1}: {t}" for i, t in enumerate(table["tokens_per_round"])) or "none")
+                 + (", ".join(f"round {i}: {t}" for i, t in enumerate(table["tokens_per_round"])) or "none")
+                 + " (round 0: verifying the first selection)"
                  + f"; rounds run per question: {table['mean_rounds_run']}.")
     return "\n".join(lines) + "\n"

@@ -54,6 +54,10 @@ from .judge import judge_locomo_many, judge_longmemeval_many, judge_prompt_versi
 from .judge_model import is_self_judge, judge_description, resolve_judge
 from .plan import RunPlan, question_calls, turn_calls
 from .report import aliasing_markdown, summary_text, write_markdown_report
+from .retain_eval import (retain_memories, retention_row, retention_summary, retention_summary_markdown,
+                          sources_in_order)
+from .rounds import mera_row, round_recall, round_recall_markdown
+from ..data.locomo import LOCOMO_CATEGORY_NAMES
 from .runfiles import JsonlAppender, atomic_write, file_sha256, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -78,6 +82,10 @@ class EvalSpec:
     preset: str | None = None
     progress: bool = True
     answer: bool = True  # False: retrieval only (evidence recall, no answer and no judge)
+    # Budgeted pre-query retention (bench/retain_eval.py): questions read only the capsules a
+    # writer kept; below 1 a share of each conversation's tokens, else tokens. None: off.
+    retain_budget: float | None = None
+    writer: str = "model-free"
 
     @property
     def judging(self) -> bool:
@@ -156,6 +164,8 @@ def run_identity(spec: EvalSpec, cfg: PipelineConfig, data_sha: str) -> str:
                  "rule_extractor": extract_rule.RULE_EXTRACTOR_VERSION},
         "answer": answer_record(answer_settings(cfg.model)) if spec.answer else None,
     }
+    if spec.retain_budget is not None:  # only then, so that other runs keep their ids
+        ident["retain"] = {"budget": spec.retain_budget, "writer": spec.writer}
     return "eval-" + stable_hash(ident)[:16]
 
 
@@ -233,6 +243,7 @@ class EvalRunner:
         self._judge_backend = judge_backend
         self._baseline_cache: dict = {}  # baseline indexes per namespace, shared by the questions
         self._embed_identity: dict[str, Any] = {}
+        self._retained: dict = {}  # namespace -> RetainedMemory under --retain-budget
 
     # -- setup
     def _make_backend(self, mcfg: ModelConfig) -> Any:
@@ -267,7 +278,8 @@ class EvalRunner:
         phases: dict[str, float] = {}
         completed = False
         try:
-            uses_model = spec.answer or (config_needs_llm(cfg) and spec.baseline is None)
+            uses_model = (spec.answer or (config_needs_llm(cfg) and spec.baseline is None)
+                          or (spec.retain_budget is not None and spec.writer == "llm"))
             backend = (self._backend or self._make_backend(cfg.model)) if uses_model else NoModelBackend()
             client = LLMClient(backend, store, run_id=run_id)
             mem = Memory(store, cfg, client=client, embedder=self._embedder, run_id=run_id,
@@ -305,6 +317,10 @@ class EvalRunner:
                     for conv in convs:
                         mem.build(conv.namespace, client=client.child(f"{run_id}/build/{conv.namespace}"))
                         pb.update(1)
+                if spec.retain_budget is not None:
+                    self._retained = retain_memories(
+                        mem, [(c.namespace, c.speakers) for c in convs], spec.writer, spec.retain_budget,
+                        client=client.child(f"{run_id}/retain") if spec.writer == "llm" else None)
             phases["build_s"] = time.perf_counter() - t0
 
             # Phase 2: answer the questions not answered yet.
@@ -385,6 +401,7 @@ class EvalRunner:
         qclient = client.child(f"{run_id}/q/{q.question_id}")
         t0 = time.perf_counter()
         candidate_packets: list[str] = []
+        extras: dict[str, Any] = {}
         if self.spec.baseline:
             # The embedder loads only for the dense baseline.
             embedder = mem.embedder if self.spec.baseline == "dense" else None
@@ -395,13 +412,22 @@ class EvalRunner:
         else:
             # address_trace: the fused path skips the Address Plane unless asked; pool_top10
             # and the aliasing audit read it.
-            ctx = mem.compile(conv.namespace, q.question, client=qclient, address_trace=True)
+            retained = self._retained.get(conv.namespace) if self._retained else None
+            ctx = mem.compile(retained.namespace if retained else conv.namespace, q.question, client=qclient,
+                              address_trace=True)
             packet_ids, text = ctx.packet_ids, ctx.text
             stages = {
                 "pool_top10": [pc.packet_id for pc in ctx.pool[:10]],
                 "a0": list(ctx.anchors),
                 "final": list(ctx.packet_ids),
             }
+            if retained is not None:  # capsule ids -> the turns they were cut from
+                extras["retention"] = retention_row(retained, ctx.packet_ids, q.evidence)
+                stages = {k: sources_in_order(retained, v) for k, v in stages.items()}
+                packet_ids = tuple(stages["final"])
+            mera = ctx.trace.get("anchors", {}).get("mera")
+            if mera is not None:
+                extras["mera_rounds"] = mera_row(mera, ctx.packet_ids)
             timings = ctx.timings_ms
             # Packet of each address hit before normalization, for the aliasing audit (A.4).
             candidate_packets = [c.packet_id for c in ctx.address.candidates[:40]]
@@ -428,6 +454,7 @@ class EvalRunner:
             "timings_ms": {k: round(v, 2) for k, v in timings.items()},
             "candidate_packets": candidate_packets,
             "wall_ms": round((time.perf_counter() - t0) * 1000, 1),
+            **extras,
         }
         if self.spec.benchmark == "longmemeval":
             row["question_type"] = q.category
@@ -510,6 +537,14 @@ class EvalRunner:
             "aliasing_audit": aliasing,
             "judge": judge_info,
         }
+        extra_md = []
+        if any(r.get("mera_rounds") for r in merged):
+            result["mera_rounds"] = round_recall(merged, LOCOMO_CATEGORY_NAMES if self.spec.benchmark == "locomo"
+                                                 else None)
+            extra_md.append(round_recall_markdown(result["mera_rounds"]))
+        if self._retained:
+            result["retention"] = retention_summary(merged, self._retained)
+            extra_md.append(retention_summary_markdown(result["retention"]))
         atomic_write(out / "metrics.json", json.dumps(result, indent=2, sort_keys=True, default=str))
         model = self.cfg.model
         summary = {
@@ -528,6 +563,9 @@ class EvalRunner:
         if aliasing:
             with open(out / "report.md", "a", encoding="utf-8") as fh:
                 fh.write("\n" + aliasing_markdown(aliasing) + "\n")
+        if extra_md:
+            with open(out / "report.md", "a", encoding="utf-8") as fh:
+                fh.write("".join("\n" + md for md in extra_md))
         self.echo(summary_text(metrics, table, wall_s))
         self.echo(f"wrote {out}/predictions.jsonl, metrics.json, report.md")
         if errors:
@@ -601,6 +639,7 @@ def run_eval_from_args(args: Any, cfg: PipelineConfig) -> int:
         conversations=tuple(c.strip() for c in args.conversations.split(",")) if args.conversations else None,
         judge=not args.no_judge, baseline=args.baseline, preset=args.preset, progress=not args.quiet,
         answer=not args.retrieval_only,
+        retain_budget=getattr(args, "retain_budget", None), writer=getattr(args, "writer", None) or "model-free",
     )
     result = EvalRunner(spec, judge_section_from_args(args, cfg)).run()
     return 1 if result["failed_questions"] else 0

@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure evidence recall only: no answer, no judge (zero model calls on the model-free path)")
     p.add_argument("--baseline", choices=["full-context", "bm25", "dense"],
                    help="run a baseline with the same answer prompt instead of the pipeline")
+    p.add_argument("--retain-budget", type=float, metavar="N",
+                   help="budgeted pre-query retention: questions read only the capsules a writer kept within N "
+                        "tokens per conversation (below 1: that share of its tokens)")
+    p.add_argument("--writer", choices=["model-free", "llm", "recent", "random", "summary"],
+                   help="retention writer for --retain-budget (default model-free)")
     add_store(p); add_model(p); add_quiet(p)
 
     p = sub.add_parser("compare", help="run a grid of backbones x presets from a YAML spec")

@@ -122,10 +122,11 @@ class MeraResult:
     rounds: tuple[RoundRecord, ...]
     stopped: str  # "enough", "round_limit", "token_budget", "no_hits"
     tokens: int
+    round0_tokens: int = 0  # the verification of the first selection
 
     def trace(self) -> dict[str, Any]:
         return {
-            "stopped": self.stopped, "tokens": self.tokens,
+            "stopped": self.stopped, "tokens": self.tokens, "round0_tokens": self.round0_tokens,
             "rounds": [{"index": r.index, "queries": [[q.query, q.missing] for q in r.plan.queries],
                         "enough": r.plan.enough, "plan_source": r.plan.source, "repaired": r.plan.repaired,
                         "error": r.plan.error, "hits": list(r.hits), "verified": list(r.verified),
@@ -444,5 +445,6 @@ def run_mera(
     while len(cumulative) < max_rounds + 1:  # a round not run adds nothing: the curve stays flat
         cumulative.append(cumulative[-1])
     final = merge_final(first, found, k, final_slots)
-    return MeraResult(tuple(final), tuple(first), tuple(cumulative), tuple(state.rounds), stopped, state.tokens)
+    return MeraResult(tuple(final), tuple(first), tuple(cumulative), tuple(state.rounds), stopped, state.tokens,
+                      round0_tokens=tokens)
 
