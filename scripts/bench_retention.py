@@ -37,7 +37,7 @@ from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.pipeline.presets import apply_presets  # noqa: E402
 from memcompile_local.retention import capsules_conversation, make_writer  # noqa: E402
-from memcompile_local.retention.writers import source_tokens  # noqa: E402
+from memcompile_local.retention.writers import ModelFreeWriter, source_tokens  # noqa: E402
 from memcompile_local.store import MemoryStore  # noqa: E402
 
 CATS = (1, 2, 3, 4)
@@ -55,6 +55,8 @@ def main() -> int:
     ap.add_argument("--budgets", default="0.1,0.25,0.5",
                     help="comma-separated; below 1: a share of each conversation's tokens, else tokens")
     ap.add_argument("--writers", default="model-free,recent,random,summary")
+    ap.add_argument("--span-tokens", type=int, default=None,
+                    help="model-free writer: cut longer turns to their best sentence span of this many tokens")
     ap.add_argument("--store", default=None)
     ap.add_argument("--plot", default=None, metavar="PNG")
     ap.add_argument("--json", default=None, metavar="PATH")
@@ -85,6 +87,8 @@ def main() -> int:
         source = source_tokens(view.packets)
         for w in writers:
             writer = make_writer(w)
+            if w == "model-free" and args.span_tokens:
+                writer = ModelFreeWriter(max_tokens=args.span_tokens)
             for b in budgets:
                 t1 = time.perf_counter()
                 res = writer.retain(view.packets, view.descriptors_by_packet, budget_tokens(b, source),
