@@ -19,7 +19,8 @@ from ..address.query import address_query
 from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..evidence.mera import LLMPlanner, LLMVerifier, MeraResult, RulePlanner, RuleVerifier, run_mera
-from ..fused.retriever import dense_query_texts, fused_scores, query_vector, score_order
+from ..fused.channels import score_order
+from ..fused.retriever import FusedRetriever, query_vector
 from ..protocols import Embedder, ModelClient
 from ..views.record import MemoryView
 from .normalize import normalize_to_packets
@@ -37,12 +38,13 @@ def _qvec(embedder: Embedder | None, texts: list[str]) -> np.ndarray | None:
 def memory_search(view: MemoryView, cfg: PipelineConfig, embedder: Embedder | None, depth: int):
     """``query -> [(packet id, score), ...]`` over every packet of ``view``, best first."""
     speakers = sorted({p.speaker for p in view.packets})
+    retriever = FusedRetriever(view.fusion, cfg.fusion) if view.fusion is not None else None
 
     def search(query: str) -> list[tuple[str, float]]:
         intent = rule_intent(query, known_people=speakers)
-        if view.fusion is not None:
-            vec = _qvec(embedder, dense_query_texts(query, intent.lexical_query(), cfg.fusion))
-            total = fused_scores(view.fusion, query, vec, cfg.fusion).total
+        if retriever is not None:
+            vec = retriever.query_vector(embedder, query, intent.lexical_query())
+            total = retriever.scores(query, vec).total
             return [(view.fusion.packet_ids[i], float(total[i])) for i in score_order(total)[:depth]]
         pool = normalize_to_packets(address_query(view.index, intent, cfg.routing, layout=cfg.placement.layout)
                                     .candidates, view.index.packet_ordinal)
