@@ -166,7 +166,7 @@ class FusionConfig:
 
 @dataclass(frozen=True)
 class MeraConfig:
-    """MERA missing-evidence retrieval rounds (seed 001; evidence/mera.py); off by default.
+    """MERA missing-evidence retrieval rounds (Missing-Evidence Retrieval Augmentation; evidence/mera.py); off by default.
 
     ``planner``/``verifier``: "rule" (no model) or "llm" (prompted, constrained JSON).
     ``max_rounds``: follow-up rounds after the first selection; ``max_tokens``: planner and

@@ -1,4 +1,4 @@
-"""Retention metrics of budgeted pre-query retention (EMBER, seed 001) and the budget curve.
+"""Retention metrics of budgeted pre-query retention (EMBER) and the budget curve.
 
 For one question and one retained memory:
 

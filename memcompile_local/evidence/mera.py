@@ -1,4 +1,4 @@
-"""MERA: missing-evidence retrieval rounds (seed 001, the MERA abstract).
+"""MERA: missing-evidence retrieval rounds (Missing-Evidence Retrieval Augmentation).
 
 A question keeps an *evidence state* of its own, apart from the global memory: the packets
 verified as evidence so far and the pieces still missing. Each round a planner reads the

@@ -1,4 +1,4 @@
-"""Budgeted pre-query retention (EMBER, seed 001): evidence capsules and the writers that
+"""Budgeted pre-query retention (EMBER): evidence capsules and the writers that
 choose them during ingestion, before any question, under a retained-token budget.
 
 - ``capsules``: the capsule (verbatim excerpt, sources, keys, supersession) and the retained

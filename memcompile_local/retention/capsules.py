@@ -1,4 +1,4 @@
-"""Evidence capsules: what budgeted pre-query retention (EMBER, seed 001) keeps.
+"""Evidence capsules: what budgeted pre-query retention (EMBER) keeps.
 
 A capsule is a verbatim source excerpt (a whole turn, a contiguous span of its sentences, or
 for the per-session summary baseline a few sentences of several turns) with the ids of the
