@@ -18,7 +18,7 @@ from memcompile_local.cli import main
 from memcompile_local.config import PipelineConfig
 from memcompile_local.evidence.presets import apply_preset
 
-from _data_paths import BEAM_DEV, BEAM_MINI, REALTALK_DEV, REALTALK_MINI, require_dev
+from _data_paths import BEAM_DEV, BEAM_MINI, LOCOMO_MINI, REALTALK_DEV, REALTALK_MINI, require_dev
 
 
 def model_free() -> PipelineConfig:
@@ -96,6 +96,16 @@ def test_beam_long_reply_refused_then_accepted(tmp_path):
     assert not (tmp_path / "r").exists()
     assert main(argv + ["--max-turn-chars", "120000"]) == 0
     assert (tmp_path / "r" / "report.md").exists()
+
+
+def test_max_turn_chars_applies_to_every_corpus(tmp_path, capsys):
+    base = ["--store", str(tmp_path / "s.sqlite"), "--preset", "model-free", "--retrieval-only", "--embedder",
+            "hash", "--quiet", "--max-turn-chars", "20"]
+    assert main(["eval", "locomo", "--data", str(LOCOMO_MINI), "--out", str(tmp_path / "a"), *base]) == 2
+    assert "at most 20 characters" in capsys.readouterr().err
+    assert main(["eval", "realtalk", "--data", str(REALTALK_MINI), "--out", str(tmp_path / "b"), *base]) == 2
+    assert "at most 20 characters" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_cli_eval_realtalk_with_several_files_and_export(tmp_path, capsys):
