@@ -168,8 +168,14 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=40, help="timed questions per point")
     ap.add_argument("--no-reference", action="store_true", help="skip the sentence-transformers reference")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
+    ap.add_argument("--table", nargs="+", default=None, metavar="FILE",
+                    help="only print the table of points measured before: JSON files written by --out, or "
+                         "the JSON lines this script prints on stderr, one point per line")
     ap.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.table:
+        print_table(read_points(args.table))
+        return 0
     if args.child:
         kind, corpus, data, target, queries = args.child
         result = (child_build(corpus, data, int(target), int(queries)) if kind == "build"
@@ -187,6 +193,26 @@ def main() -> int:
         row["load_avg_1m"] = load
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+    print_table(rows)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+def read_points(files) -> list[dict]:
+    """Points from --out files (a JSON list) or stderr logs (one JSON object per line)."""
+    rows = []
+    for f in files:
+        text = Path(f).read_text(encoding="utf-8").strip()
+        if text.startswith("["):
+            rows += json.loads(text)
+            continue
+        rows += [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"\nmodel-free path against history length ({cores} cores; load average at each point's start "
           "in the last column; every point a cold build in a child process of its own)\n")
@@ -201,10 +227,6 @@ def main() -> int:
               f"{'n/a' if ref is None else f'{ref:.1f}'} | {ratio} | {r['peak_rss_mb']:.0f} | "
               f"{r.get('reference_peak_rss_mb', 0):.0f} | {r['query_ms']['p50']:.1f} | {r['query_ms']['p95']:.1f} | "
               f"{r['query_ms']['n']} | {r['load_avg_1m']:.1f} |")
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1), encoding="utf-8")
-        print(f"\nwrote {args.out}")
-    return 0
 
 
 if __name__ == "__main__":
