@@ -973,8 +973,9 @@ def main() -> int:
             ap.error("--corpora needs --cv")
         import cv_corpora  # scripts/ is on sys.path when this file runs as a script
 
-        return cv_corpora.run(args, cfg=apply_preset("model-free", PipelineConfig()), cv_rows=cv_rows,
-                              eval_setting=eval_setting, default_variant=default_variant)
+        cfg = apply_preset("model-free", PipelineConfig())
+        return cv_corpora.run(args, cfg=cfg, cv_rows=cv_rows, eval_setting=eval_setting,
+                              default_variant=default_variant, fusion_base=AblationFusion.of(cfg.fusion))
 
     args.data = args.data or "../shared/data/locomo/locomo_dev4.json"
     cfg = apply_preset("model-free", PipelineConfig())

@@ -91,7 +91,7 @@ def _rss_mb() -> float:
 def child_build(corpus: str, data: str, target: int, queries: int) -> dict:
     """One point: cold model-free build, then the timed questions (run in a child process)."""
     from memcompile_local.config import PipelineConfig
-    from memcompile_local.evidence.presets import apply_preset
+    from memcompile_local.pipeline.presets import apply_preset
     from memcompile_local.llm.client import LLMClient, NoModelBackend
     from memcompile_local.memory import Memory
     from memcompile_local.store import MemoryStore

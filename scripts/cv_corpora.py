@@ -43,12 +43,14 @@ from memcompile_local.bench.corpora import split_reachable
 from memcompile_local.bench.coverage import gold_recall
 from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
                                    load_locomo, load_realtalk)
-from memcompile_local.fused import FusionIndex, combine, dense_query_texts, fused_scores, select_rows
+from memcompile_local.fused.channels import combine
+from memcompile_local.fused.index import FusionIndex
+from memcompile_local.fused.retriever import FusedRetriever, select_rows
 from memcompile_local.language.stemming import stem_terms
 from memcompile_local.llm.client import LLMClient, NoModelBackend
 from memcompile_local.llm.interface import stable_hash
 from memcompile_local.memory import Memory
-from memcompile_local.pipeline import _embed_query, query_intent
+from memcompile_local.pipeline.compile import query_intent
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation
 
@@ -143,22 +145,23 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                "burst": FusionIndex.build(view.packets, view.descriptors_by_packet, burst_cfg,
                                           packet_matrix=view.packet_matrix, context_matrix=view.fusion.context_matrix)}
     indexes["plain+q"] = indexes["plain"]
+    retriever = FusedRetriever(view.fusion, cfg.fusion)  # the package's: Memory.compile's query vector
     packets = mem.store.packets(ns)
-    raw_dense = _raw_matrix(mem, ns, packets)
+    raw_dense = _raw_matrix(mem.store, mem.embedder, ns, packets)
     raw_bm25 = LexicalIndex([stem_terms(_raw_text(p)) for p in packets], k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b)
     out, same = [], 0
     for q in scored_questions(corpus, conv):
         t0 = time.perf_counter()
         intent = query_intent(q.question, cfg, None, view)
-        qvec = _embed_query(mem.embedder, intent, dense_query_texts(q.question, intent.lexical_query(), cfg.fusion))
-        fused_scores(view.fusion, q.question, qvec, cfg.fusion)
+        qvec = retriever.query_vector(mem.embedder, q.question, intent.lexical_query())
+        retriever.scores(q.question, qvec)
         channel_ms = (time.perf_counter() - t0) * 1000
         qvecs = {}
         for name, mode in dense_query.items():
-            texts = dense_query_texts(q.question, intent.lexical_query(),
-                                      dataclasses.replace(cfg.fusion, dense_query=mode))
-            qvecs[name] = qvec if mode == cfg.fusion.dense_query else _embed_query(mem.embedder, intent, texts)
-        channels = {name: fused_scores(ix, q.question, qvecs[name], channel_cfg).channels
+            qvecs[name] = qvec if mode == cfg.fusion.dense_query else FusedRetriever(
+                view.fusion, dataclasses.replace(cfg.fusion, dense_query=mode)).query_vector(
+                mem.embedder, q.question, intent.lexical_query())
+        channels = {name: FusedRetriever(ix, channel_cfg).scores(q.question, qvecs[name]).channels
                     for name, ix in indexes.items()}
         # The baselines, as eval --baseline dense / bm25 compute them (ties in dialogue order).
         qraw = np.asarray(mem.embedder.embed([q.question]), dtype=np.float32)[0]
@@ -275,8 +278,15 @@ def print_tables(results: list[dict], corpora: list[Corpus], reference: dict | N
               + " | ".join(f"{r['corpora'][c]['corpus_out']:.1f}" for c in names) + f" | {verdict} |")
 
 
-def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, default_variant: Callable) -> int:
-    """The three-corpus study (``ablate_model_free.py --cv --corpora ...``); returns an exit code."""
+def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, default_variant: Callable,
+        fusion_base=None) -> int:
+    """The three-corpus study (``ablate_model_free.py --cv --corpora ...``); returns an exit code.
+
+    ``fusion_base``: the FusionConfig the rows' changes apply to (default ``cfg.fusion``);
+    ``ablate_model_free`` passes its ``AblationFusion`` of it, which also holds the knobs of
+    the variants dropped from the package."""
+    if fusion_base is None:
+        fusion_base = cfg.fusion
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]
     data = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam}
     corpora = [load_corpus(n, data[n] or DEFAULT_DATA[n]) for n in names]
@@ -317,7 +327,7 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
     for name, var, points in tqdm(rows, desc="rows", unit="row", disable=not progress):
         mats = {}
         for c in names:
-            evals = [eval_setting(questions[c], cfg.fusion, p, var) for p in points]
+            evals = [eval_setting(questions[c], fusion_base, p, var) for p in points]
             mats[c] = (np.stack([e[0] for e in evals]), np.stack([e[1] for e in evals]))
         row = score_row(name, points, mats, questions)
         results.append(row)

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 import cv_corpora  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
-from memcompile_local.evidence.presets import apply_preset  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 
 from _data_paths import BEAM_MINI, REALTALK_MINI  # noqa: E402
 

@@ -16,7 +16,7 @@ from memcompile_local.bench.export import prediction_rows
 from memcompile_local.bench.runner import EvalRunner, EvalSpec, read_jsonl
 from memcompile_local.cli import main
 from memcompile_local.config import PipelineConfig
-from memcompile_local.evidence.presets import apply_preset
+from memcompile_local.pipeline.presets import apply_preset
 
 from _data_paths import BEAM_DEV, BEAM_MINI, LOCOMO_MINI, REALTALK_DEV, REALTALK_MINI, require_dev
 

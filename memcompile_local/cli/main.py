@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(LongMemEval); every turn of each conversation used is still ingested and built")
     p.add_argument("--conversations", help="comma-separated LoCoMo sample ids (REALTALK, BEAM: namespaces, "
                                            "e.g. Chat_1_Emi_Elise or beam-100K-3)")
-    p.add_argument("--max-turn-chars", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--max-turn-chars", type=positive_int, default=None, metavar="N",
                    help="accept strings up to N characters (default: "
                         f"{DEFAULT_MAX_TURN_CHARS:,}; a longer turn is refused naming the limit)")
     g = p.add_argument_group("judge (a model of its own; the config's judge: section sets the same)")
