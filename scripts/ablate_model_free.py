@@ -19,6 +19,13 @@ gold evidence) and scores rows on top of them.
   40 and all positions, for the paper's normalized pool and for the fused ranking.
 
     python scripts/ablate_model_free.py --data ../shared/data/locomo/locomo_dev4.json --cv
+
+* ``--cv --corpora locomo,realtalk,beam``: the same rows over the three development corpora
+  (``--data`` is then the LoCoMo file; ``--realtalk``, ``--beam`` the other two), built once
+  into ``--cache``; per corpus in-sample, leave-one-conversation-out and leave-one-corpus-out
+  recall@10, two raw-turn baselines, and the shipping rule (``scripts/cv_corpora.py``).
+
+    python scripts/ablate_model_free.py --cv --corpora locomo,realtalk,beam
 """
 
 from __future__ import annotations
@@ -940,7 +947,7 @@ def latency(mem, store, convs, runs: int, target_turns: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default="../shared/data/locomo/locomo_dev4.json")
+    ap.add_argument("--data", default=None, help="LoCoMo file (default ../shared/data/locomo/locomo_dev4.json)")
     ap.add_argument("--store", default=None, help="store file, kept between runs (default: one per data "
                                                   "file under the system temp folder)")
     ap.add_argument("--cv", action="store_true", help="leave-one-conversation-out table")
@@ -951,8 +958,26 @@ def main() -> int:
     ap.add_argument("--plot", default=None, metavar="PNG", help="also draw the rows as a bar chart")
     ap.add_argument("--rows", default=None, metavar="TEXT", help="--cv: only the rows whose name contains TEXT "
                                                                    "(and the two reference rows)")
+    g = ap.add_argument_group("several corpora (--cv --corpora; scripts/cv_corpora.py)")
+    g.add_argument("--corpora", default=None, metavar="NAMES",
+                   help="comma-separated corpora to cross-validate over: locomo, realtalk, beam")
+    g.add_argument("--realtalk", default=None, help="REALTALK chat folder (default ../shared/data/realtalk)")
+    g.add_argument("--beam", default=None, help="BEAM size folder (default ../shared/data/beam/100K)")
+    g.add_argument("--cache", default="~/.cache/memcompile-local/ablate",
+                   help="folder of the built stores, one per corpus, conversation and configuration")
+    g.add_argument("--cv-json", default=None, metavar="PATH", help="also write the rows' figures as JSON")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
     args = ap.parse_args()
+    if args.corpora:
+        if not args.cv:
+            ap.error("--corpora needs --cv")
+        import cv_corpora  # scripts/ is on sys.path when this file runs as a script
 
+        cfg = apply_preset("model-free", PipelineConfig())
+        return cv_corpora.run(args, cfg=cfg, cv_rows=cv_rows, eval_setting=eval_setting,
+                              default_variant=default_variant, fusion_base=AblationFusion.of(cfg.fusion))
+
+    args.data = args.data or "../shared/data/locomo/locomo_dev4.json"
     cfg = apply_preset("model-free", PipelineConfig())
     store_path = Path(args.store) if args.store else default_store(args.data)
     store_path.parent.mkdir(parents=True, exist_ok=True)

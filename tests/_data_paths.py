@@ -1,8 +1,8 @@
 """Where the tests find their data: the fixtures shipped in ``tests/fixtures/`` and the
 benchmark dev files of ``../shared/data`` beside the clone.
 
-The fixtures are small conversations written for these tests (LoCoMo and LongMemEval
-layouts); every test that only needs *some* data of a layout uses them. The dev files hold
+The fixtures are small conversations written for these tests (LoCoMo, LongMemEval, REALTALK
+and BEAM layouts); every test that only needs *some* data of a layout uses them. The dev files hold
 real benchmark samples and are only used by tests that check figures of that real data.
 :func:`require_dev` makes such a test skip, with the reason shown in the summary, when the
 file is absent from a local clone, and fail when the ``CI`` environment variable is set
@@ -20,10 +20,15 @@ import pytest
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LOCOMO_MINI = FIXTURES / "locomo_mini.json"
 LONGMEMEVAL_MINI = FIXTURES / "longmemeval_mini.json"
+REALTALK_MINI = FIXTURES / "realtalk"  # two chats in the REALTALK layout
+BEAM_MINI = FIXTURES / "beam" / "100K"  # two chat folders in the BEAM layout
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOCOMO_DEV = SHARED_DATA / "locomo" / "locomo_dev.json"
 LONGMEMEVAL_DEV = SHARED_DATA / "longmemeval" / "longmemeval_s_single.json"
+LOCOMO_DEV4 = SHARED_DATA / "locomo" / "locomo_dev4.json"
+REALTALK_DEV = SHARED_DATA / "realtalk"
+BEAM_DEV = SHARED_DATA / "beam" / "100K"
 
 
 def in_ci() -> bool:

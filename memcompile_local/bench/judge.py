@@ -185,9 +185,11 @@ _LME_KIND_OF_TYPE: dict[str, str] = {
 
 def judge_prompt_version(benchmark: str) -> str:
     """The judge prompt version of a benchmark (named in run configs, reports and compare tables)."""
-    versions = {"locomo": LOCOMO_JUDGE_PROMPT_VERSION, "longmemeval": LONGMEMEVAL_JUDGE_PROMPT_VERSION}
+    # REALTALK and BEAM answers are judged like LoCoMo's: same fact or topic as the gold answer.
+    versions = {"locomo": LOCOMO_JUDGE_PROMPT_VERSION, "longmemeval": LONGMEMEVAL_JUDGE_PROMPT_VERSION,
+                "realtalk": LOCOMO_JUDGE_PROMPT_VERSION, "beam": LOCOMO_JUDGE_PROMPT_VERSION}
     if benchmark not in versions:
-        raise DataFormatError("<judge>", "benchmark", "locomo or longmemeval", f"got {benchmark!r}")
+        raise DataFormatError("<judge>", "benchmark", "locomo, longmemeval, realtalk or beam", f"got {benchmark!r}")
     return versions[benchmark]
 
 

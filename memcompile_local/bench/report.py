@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from memcompile_local.bench.aggregate import final_stage, tokens_per_question
+from memcompile_local.bench.corpora import (CORPORA, CORPUS_DEFINITIONS, corpus_markdown, corpus_summary_lines,
+                                            report_title)
 from memcompile_local.bench.judge import LONGMEMEVAL_TYPES
 from memcompile_local.bench.metrics import bleu_tokenizer_name
 from memcompile_local.errors import DataFormatError
@@ -127,6 +129,7 @@ LONGMEMEVAL_DEFINITIONS: dict[str, str] = {
 DEFAULT_DEFINITIONS: dict[str, dict[str, str]] = {
     "locomo": LOCOMO_DEFINITIONS,
     "longmemeval": LONGMEMEVAL_DEFINITIONS,
+    **{name: {**CORPUS_DEFINITIONS, **_COMMON_DEFINITIONS} for name in CORPORA},
 }
 
 
@@ -195,7 +198,9 @@ def metrics_markdown(metrics: Mapping[str, Any]) -> str:
         return _locomo_markdown(metrics)
     if kind == "longmemeval":
         return _longmemeval_markdown(metrics)
-    raise DataFormatError("<metrics>", "benchmark", "'locomo' or 'longmemeval'", f"got {kind!r}")
+    if kind in CORPORA:
+        return corpus_markdown(metrics)
+    raise DataFormatError("<metrics>", "benchmark", "'locomo', 'longmemeval', 'realtalk' or 'beam'", f"got {kind!r}")
 
 
 def _config_lines(config: Any, prefix: str = "") -> list[str]:
@@ -229,7 +234,8 @@ def write_markdown_report(path: str | Path, metrics: Mapping[str, Any], config_s
     in its last section. Returns the path written.
     """
     out = Path(path)
-    title = {"locomo": "LoCoMo", "longmemeval": "LongMemEval"}.get(str(metrics.get("benchmark")), "Benchmark")
+    title = {"locomo": "LoCoMo", "longmemeval": "LongMemEval"}.get(str(metrics.get("benchmark")),
+                                                                   report_title(str(metrics.get("benchmark"))))
     parts = [f"# {title} benchmark report", "", "## Configuration", ""]
     parts += _config_lines(config_summary) or ["(none given)"]
     parts += ["", "## Results", "", "Rates are percentages.", "", metrics_markdown(metrics)]
@@ -348,6 +354,8 @@ def summary_text(metrics: Mapping[str, Any], table: Mapping[str, Any], wall_s: f
             rec = (g.get("recall", {}).get("final") or {}).get("recall")
             lines.append(f"{name:14s} {g['count']:4d} {_pct6(g.get('mem0_f1'))} {_pct6(g.get('mem0_bleu1'))} "
                          f"{_pct6(g.get('locomo_f1')):>9s} {_pct6(judge)} {_pct6(rec)}")
+    elif metrics.get("benchmark") in CORPORA:
+        lines += corpus_summary_lines(metrics)
     else:
         lines.append(f"task-averaged accuracy {_pct6(metrics.get('task_averaged_accuracy'))}, "
                      f"overall {_pct6(metrics.get('overall_accuracy'))}")

@@ -31,7 +31,7 @@ from .. import __version__
 from ..address import extract_rule
 from ..address import prompts as address_prompts
 from ..config import ModelConfig, PipelineConfig, config_needs_llm
-from ..data import count_dataset, load_locomo, load_longmemeval
+from ..data import DEFAULT_MAX_TURN_CHARS, count_dataset, load_locomo, load_longmemeval
 from ..data.hf import is_hf_source, resolve_hf_source
 from ..errors import ConfigError, DataFormatError, ModelError
 from ..evidence import prompts as evidence_prompts
@@ -48,6 +48,7 @@ from ..types import Conversation, QAItem
 from . import judge as judge_module
 from .aggregate import add_judge_totals, locomo_metrics, longmemeval_metrics, token_table
 from .baselines import baseline_context
+from .corpora import CORPORA, corpus_files, corpus_metrics, data_sha256, load_corpus, split_reachable
 from .coverage import aliasing_audit
 from .health import check_server
 from .judge import judge_locomo_many, judge_longmemeval_many, judge_prompt_version
@@ -71,8 +72,8 @@ class EvalSpec:
     """What to run: benchmark and data (a file, or ``hf:ORG/NAME[:FILE]``), store, run
     folder and selection. The judge model is the ``judge`` section of the pipeline config."""
 
-    benchmark: str  # "locomo" | "longmemeval"
-    data: str
+    benchmark: str  # "locomo" | "longmemeval" | "realtalk" | "beam"
+    data: str | tuple[str, ...]  # several paths: REALTALK chat files
     store: str
     out: str | None = None
     limit: int | None = None
@@ -86,6 +87,7 @@ class EvalSpec:
     # writer kept; below 1 a share of each conversation's tokens, else tokens. None: off.
     retain_budget: float | None = None
     writer: str = "model-free"
+    max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS  # longest string the loaders accept (None: no cap)
 
     @property
     def judging(self) -> bool:
@@ -120,11 +122,13 @@ def prompt_versions() -> dict[str, str]:
 
 def select_questions(benchmark: str, convs: Sequence[Conversation], limit: int | None) -> list[tuple[Conversation, QAItem]]:
     """LoCoMo: categories 1-4 (category 5 is excluded, as in the paper), ``limit`` per
-    conversation; LongMemEval: every question (one per conversation)."""
+    conversation; REALTALK and BEAM: every question, ``limit`` per conversation (BEAM's
+    abstention questions too: they are answered, and left out of recall); LongMemEval: every
+    question (one per conversation)."""
     out: list[tuple[Conversation, QAItem]] = []
     for conv in convs:
         qs = [q for q in conv.questions if benchmark != "locomo" or q.category in LOCOMO_SCORED]
-        if limit is not None and benchmark == "locomo":
+        if limit is not None and benchmark != "longmemeval":
             qs = qs[:limit]
         out.extend((conv, q) for q in qs)
     return out
@@ -132,7 +136,10 @@ def select_questions(benchmark: str, convs: Sequence[Conversation], limit: int |
 
 def data_file(spec: EvalSpec) -> str:
     """The local file of the benchmark data: the path itself, or the file an ``hf:`` source
-    resolves to (downloaded or exported into the Hugging Face cache)."""
+    resolves to (downloaded or exported into the Hugging Face cache). REALTALK and BEAM data
+    (folders, several files) is returned as given."""
+    if spec.benchmark in CORPORA:
+        return spec.data
     if is_hf_source(spec.data):
         return str(resolve_hf_source(spec.data, benchmark=spec.benchmark))
     return spec.data
@@ -142,11 +149,19 @@ def load_benchmark(spec: EvalSpec, path: str | None = None) -> list[Conversation
     """The conversations of the run's data file (``path``, else :func:`data_file`)."""
     path = path or data_file(spec)
     if spec.benchmark == "locomo":
-        convs = load_locomo(path, conversations=spec.conversations)
+        convs = load_locomo(path, conversations=spec.conversations, max_turn_chars=spec.max_turn_chars)
     elif spec.benchmark == "longmemeval":
-        convs = load_longmemeval(path, limit=spec.limit)
+        convs = load_longmemeval(path, limit=spec.limit, max_turn_chars=spec.max_turn_chars)
+    elif spec.benchmark in CORPORA:
+        convs = load_corpus(spec.benchmark, path, max_turn_chars=spec.max_turn_chars)
+        if spec.conversations:
+            have = [c.namespace for c in convs]
+            missing = [c for c in spec.conversations if c not in have]
+            if missing:
+                raise ConfigError(f"{spec.data}: no conversation {missing[0]!r}; it has {', '.join(have)}")
+            convs = [c for c in convs if c.namespace in spec.conversations]
     else:
-        raise ConfigError(f"unknown benchmark {spec.benchmark!r}; expected locomo or longmemeval")
+        raise ConfigError(f"unknown benchmark {spec.benchmark!r}; expected locomo, longmemeval, realtalk or beam")
     log.info("loaded %s: %s", spec.data, count_dataset(convs))
     return convs
 
@@ -244,6 +259,7 @@ class EvalRunner:
         self._baseline_cache: dict = {}  # baseline indexes per namespace, shared by the questions
         self._embed_identity: dict[str, Any] = {}
         self._retained: dict = {}  # namespace -> RetainedMemory under --retain-budget
+        self._turn_ids: dict[str, frozenset[str]] = {}  # turn ids per namespace (reachable gold)
 
     # -- setup
     def _make_backend(self, mcfg: ModelConfig) -> Any:
@@ -268,7 +284,8 @@ class EvalRunner:
         items = select_questions(spec.benchmark, convs, spec.limit)
         if not items:
             raise ConfigError(f"{spec.data}: no questions selected")
-        data_sha = file_sha256(path)
+        data_sha = (data_sha256(corpus_files(spec.benchmark, path)) if spec.benchmark in CORPORA
+                    else file_sha256(path))
         run_id = run_identity(spec, cfg, data_sha)
         out = Path(spec.out or Path("runs") / f"{spec.benchmark}-{spec.baseline or spec.preset or 'custom'}-{run_id[-8:]}")
         check_run_folder(out, run_id)
@@ -460,6 +477,12 @@ class EvalRunner:
             row["question_type"] = q.category
             row["answer_session_ids"] = list(q.evidence_sessions)
             row["is_abstention"] = q.is_abstention
+        if self.spec.benchmark in CORPORA:
+            known = self._turn_ids.get(conv.namespace)
+            if known is None:
+                known = self._turn_ids[conv.namespace] = frozenset(t.packet_id for _, t in conv.iter_turns())
+            row["gold_evidence"], row["gold_evidence_unreachable"] = split_reachable(q.evidence, known)
+            row["is_abstention"] = q.is_abstention
         return row
 
     # -- judge
@@ -489,7 +512,7 @@ class EvalRunner:
         with bar(total=len(todo), desc="judge", unit="q", enabled=spec.progress) as pb:
             for start in range(0, len(todo), chunk):
                 part = todo[start : start + chunk]
-                if spec.benchmark == "locomo":
+                if spec.benchmark != "longmemeval":  # REALTALK and BEAM are judged like LoCoMo
                     results = judge_locomo_many(jclient, [(r["question"], r["gold"], r["prediction"]) for r in part])
                 else:
                     results = judge_longmemeval_many(
@@ -512,7 +535,10 @@ class EvalRunner:
             merged.append({**r, "judge_label": j.get("judge_label"), "judge_error": j.get("judge_error")})
         atomic_write(out / "predictions.jsonl",
                      "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in merged))
-        metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
+        if self.spec.benchmark in CORPORA:
+            metrics = corpus_metrics(merged, self.spec.benchmark)
+        else:
+            metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
         audited = [r["candidate_packets"] for r in merged if r.get("candidate_packets")]
         aliasing = {str(k): v for k, v in aliasing_audit(audited).items()} if audited else {}
         stage_totals = add_judge_totals(totals, judge_totals)
@@ -634,12 +660,19 @@ def judge_section_from_args(args: Any, cfg: PipelineConfig) -> PipelineConfig:
 
 def run_eval_from_args(args: Any, cfg: PipelineConfig) -> int:
     """``eval``'s command: 0 when every question was answered, 1 when some failed."""
+    data = args.data
+    if isinstance(data, (list, tuple)):  # --data takes several paths (REALTALK chat files)
+        if len(data) > 1 and args.benchmark != "realtalk":
+            raise ConfigError(f"--data: {args.benchmark} reads one path, got {len(data)}")
+        data = data[0] if len(data) == 1 else tuple(data)
+    max_chars = getattr(args, "max_turn_chars", None)
     spec = EvalSpec(
-        benchmark=args.benchmark, data=args.data, store=args.store, out=args.out, limit=args.limit,
+        benchmark=args.benchmark, data=data, store=args.store, out=args.out, limit=args.limit,
         conversations=tuple(c.strip() for c in args.conversations.split(",")) if args.conversations else None,
         judge=not args.no_judge, baseline=args.baseline, preset=args.preset, progress=not args.quiet,
         answer=not args.retrieval_only,
         retain_budget=getattr(args, "retain_budget", None), writer=getattr(args, "writer", None) or "model-free",
+        max_turn_chars=DEFAULT_MAX_TURN_CHARS if max_chars is None else max_chars,
     )
     result = EvalRunner(spec, judge_section_from_args(args, cfg)).run()
     return 1 if result["failed_questions"] else 0

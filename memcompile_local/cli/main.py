@@ -82,13 +82,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_store(p); add_model(p); add_quiet(p)
 
     p = sub.add_parser("eval", help="run a benchmark end to end and write a run folder")
-    p.add_argument("benchmark", choices=["locomo", "longmemeval"])
-    p.add_argument("--data", required=True, help="benchmark file (locomo10.json; LongMemEval S, M or oracle)")
+    p.add_argument("benchmark", choices=["locomo", "longmemeval", "realtalk", "beam"])
+    p.add_argument("--data", required=True, nargs="+", metavar="PATH",
+                   help="benchmark data: a file (locomo10.json; LongMemEval S, M or oracle), REALTALK chat "
+                        "files or their folder, or a BEAM chat folder or size folder (100K/)")
     p.add_argument("--out", help="run folder (default: runs/<benchmark>-<preset>-<hash>)")
     p.add_argument("--limit", type=int,
                    help="only the first N questions of each conversation (LoCoMo) or the first N questions "
                         "(LongMemEval); every turn of each conversation used is still ingested and built")
-    p.add_argument("--conversations", help="comma-separated LoCoMo sample ids")
+    p.add_argument("--conversations", help="comma-separated LoCoMo sample ids (REALTALK, BEAM: namespaces, "
+                                           "e.g. Chat_1_Emi_Elise or beam-100K-3)")
+    p.add_argument("--max-turn-chars", type=positive_int, default=None, metavar="N",
+                   help="accept strings up to N characters (default: "
+                        f"{DEFAULT_MAX_TURN_CHARS:,}; a longer turn is refused naming the limit)")
     g = p.add_argument_group("judge (a model of its own; the config's judge: section sets the same)")
     g.add_argument("--judge-backend", help="backend of the judge (default: the answer backend)")
     g.add_argument("--judge-model", help="judge model name or path (default: the answer model)")

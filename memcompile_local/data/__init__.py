@@ -1,4 +1,4 @@
-"""Dataset loaders: LoCoMo, LongMemEval and the plain memory format.
+"""Dataset loaders: LoCoMo, LongMemEval, REALTALK, BEAM and the plain memory format.
 
 Every loader is pure: it reads one file, validates all of it and returns frozen
 :class:`~memcompile_local.types.Conversation` records, or raises
@@ -20,22 +20,28 @@ from typing import Any, Literal
 from ..errors import ConfigError, DataFormatError
 from ..types import Conversation
 from .jsonio import DEFAULT_MAX_TURN_CHARS, load_json
+from .beam import BEAM_CATEGORIES, load_beam
 from .locomo import LOCOMO_CATEGORY_NAMES, load_locomo, parse_locomo, split_evidence
 from .longmemeval import load_longmemeval, parse_longmemeval
 from .plain import load_plain, looks_like_jsonl, parse_plain
+from .realtalk import REALTALK_CATEGORY_NAMES, load_realtalk
 
 __all__ = [
+    "BEAM_CATEGORIES",
     "DEFAULT_MAX_TURN_CHARS",
     "LOCOMO_CATEGORY_NAMES",
+    "REALTALK_CATEGORY_NAMES",
     "DatasetCounts",
     "count_dataset",
     "counts",
     "detect_format",
     "example_conversation_path",
     "load_any",
+    "load_beam",
     "load_locomo",
     "load_longmemeval",
     "load_plain",
+    "load_realtalk",
     "split_evidence",
 ]
 

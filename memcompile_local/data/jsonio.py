@@ -252,7 +252,7 @@ class FieldReader:
         """Reject strings over ``max_turn_chars`` or holding a lone surrogate (not UTF-8)."""
         if self.max_turn_chars is not None and len(value) > self.max_turn_chars:
             self.fail(where, f"a string of at most {self.max_turn_chars} characters "
-                      "(the loaders' max_turn_chars limit)",
+                      "(the loaders' max_turn_chars limit; --max-turn-chars N raises it)",
                       f"found {len(value)} characters")
         try:
             value.encode("utf-8", errors="strict")
