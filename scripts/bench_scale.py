@@ -212,6 +212,10 @@ def read_points(files) -> list[dict]:
     return rows
 
 
+def _mb(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
 def print_table(rows: list[dict]) -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"\nmodel-free path against history length ({cores} cores; load average at each point's start "
@@ -225,7 +229,7 @@ def print_table(rows: list[dict]) -> None:
         print(f"| {r['corpus']} | {r['turns']:,} | {r['chars']:,} | {r['descriptors'] / r['turns']:.1f} | "
               f"{r['build_s']:.1f} | "
               f"{'n/a' if ref is None else f'{ref:.1f}'} | {ratio} | {r['peak_rss_mb']:.0f} | "
-              f"{r.get('reference_peak_rss_mb', 0):.0f} | {r['query_ms']['p50']:.1f} | {r['query_ms']['p95']:.1f} | "
+              f"{_mb(r.get('reference_peak_rss_mb'))} | {r['query_ms']['p50']:.1f} | {r['query_ms']['p95']:.1f} | "
               f"{r['query_ms']['n']} | {r['load_avg_1m']:.1f} |")
 
 
