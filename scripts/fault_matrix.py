@@ -216,10 +216,16 @@ _WRITER = textwrap.dedent(
 
 
 def probe_concurrent_writers(work: Path, rounds: int, width: int) -> Probe:
-    p = Probe("concurrent writer processes on one file")
+    return _writer_rounds(Probe("concurrent writer processes on one file"), work, rounds, width, _WRITER, "conc", "w", 30)
+
+
+def _writer_rounds(p: Probe, work: Path, rounds: int, width: int, script: str, file_tag: str, ns_tag: str,
+                   turns_each: int) -> Probe:
+    """Rounds of ``width`` processes running ``script`` on one new file at once; each must write
+    its namespace's ``turns_each`` turns."""
     for r in range(rounds):
-        db, go = work / f"conc-{r}.sqlite", work / f"go-{r}"
-        procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(db), f"w{r}-{k}", str(go)], env=CHILD_ENV,
+        db, go = work / f"{file_tag}-{r}.sqlite", work / f"{file_tag}-go-{r}"
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(db), f"{ns_tag}{r}-{k}", str(go)], env=CHILD_ENV,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for k in range(width)]
         time.sleep(0.5)
@@ -228,7 +234,8 @@ def probe_concurrent_writers(work: Path, rounds: int, width: int) -> Probe:
         with MemoryStore(db, read_only=True) as s:
             counts = {ns: s.packet_count(ns) for ns in s.namespaces()}
         for k, (_out, err, rc) in enumerate(outcomes):
-            p.record(rc == 0 and counts.get(f"w{r}-{k}") == 30, f"round {r} writer {k}: rc={rc} {err[-200:]}")
+            p.record(rc == 0 and counts.get(f"{ns_tag}{r}-{k}") == turns_each,
+                     f"round {r} writer {k}: rc={rc} {err[-200:]}")
     return p
 
 
@@ -249,20 +256,8 @@ _NEW_FILE_WRITER = textwrap.dedent(
 
 def probe_writers_on_new_file(work: Path, rounds: int, width: int) -> Probe:
     """``width`` processes open a store path that does not exist yet at the same moment."""
-    p = Probe("writer processes creating one new file")
-    for r in range(rounds):
-        db, go = work / f"fresh-{r}.sqlite", work / f"fresh-go-{r}"
-        procs = [subprocess.Popen([sys.executable, "-c", _NEW_FILE_WRITER, str(db), f"n{r}-{k}", str(go)],
-                                  env=CHILD_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for k in range(width)]
-        time.sleep(0.5)
-        go.touch()
-        outcomes = [proc.communicate(timeout=300) + (proc.returncode,) for proc in procs]
-        with MemoryStore(db, read_only=True) as s:
-            counts = {ns: s.packet_count(ns) for ns in s.namespaces()}
-        for k, (_out, err, rc) in enumerate(outcomes):
-            p.record(rc == 0 and counts.get(f"n{r}-{k}") == 5, f"round {r} writer {k}: rc={rc} {err[-200:]}")
-    return p
+    return _writer_rounds(Probe("writer processes creating one new file"), work, rounds, width,
+                          _NEW_FILE_WRITER, "fresh", "n", 5)
 
 
 _MEMORY_BESIDE_SERVER = textwrap.dedent(

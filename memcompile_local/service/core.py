@@ -461,15 +461,18 @@ class MemoryService:
                                field="limit")
         return limit
 
-    def forget(self, tenant: str, user_id: str) -> dict:
-        """Erase one user's memory (Memory.forget: deleted, then scrubbed from the file)."""
-        ns = self._existing(tenant, user_id)
-        # Hold the build lease so no build of this user is writing while it is erased.
+    def _wait_for_build_lease(self, ns: str) -> None:
+        """Take ``ns``'s build lease, waiting up to 30 s for a running build; 503 ``busy`` after."""
         deadline = time.monotonic() + 30.0
         while not self.queue.acquire(ns, self.owner, lease_s=60.0):
             if time.monotonic() > deadline:
                 raise ServiceError(503, "busy", "a build of this memory is running; retry", headers={"Retry-After": "2"})
             time.sleep(0.02)
+
+    def forget(self, tenant: str, user_id: str) -> dict:
+        """Erase one user's memory (Memory.forget: deleted, then scrubbed from the file)."""
+        ns = self._existing(tenant, user_id)
+        self._wait_for_build_lease(ns)  # no build of this user writes while it is erased
         try:
             # Views of the other preset Memories are keyed on the store generation, which
             # forget moves, so only the base Memory's and the pending views are dropped here.
@@ -495,11 +498,7 @@ class MemoryService:
         ns = self._existing(tenant, user_id)
         if self.store.get_packet(ns, turn_id) is None:
             raise ServiceError(404, "not_found", f"user {user_id!r} has no turn {turn_id!r}", field="turn_id")
-        deadline = time.monotonic() + 30.0
-        while not self.queue.acquire(ns, self.owner, lease_s=60.0):
-            if time.monotonic() > deadline:
-                raise ServiceError(503, "busy", "a build of this memory is running; retry", headers={"Retry-After": "2"})
-            time.sleep(0.02)
+        self._wait_for_build_lease(ns)
         try:
             with self._view_lock(ns):
                 deleted = self.memory.delete_turn(ns, turn_id)
