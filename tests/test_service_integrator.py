@@ -13,6 +13,7 @@ import datetime as dt
 import os
 import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import httpx
@@ -179,6 +180,10 @@ def test_one_access_log_line_per_request_without_key_or_body(server):
         c.get("/v1/memories/logged/turns", params={"limit": 7})
         c.get("/v1/memories/nobody")
     httpx.get(server.url + "/v1/memories", headers={"Authorization": f"Bearer {BAD}"}, timeout=30)
+    # The server writes a request's line after it has sent the response: wait for the last one.
+    deadline = time.monotonic() + 10
+    while "GET /v1/memories 401 " not in server.log_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
     lines = [ln for ln in server.log_text().splitlines() if " access " in ln]
     assert any("POST /v1/memories/logged/turns 200 " in ln and "tenant=globex" in ln for ln in lines)
     assert any("GET /v1/memories/logged/turns 200 " in ln and "ms tenant=globex" in ln for ln in lines)
