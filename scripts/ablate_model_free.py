@@ -124,8 +124,10 @@ def combine(channels, cfg, n=None) -> np.ndarray:
         if name == "lexical_unnamed":  # read with "lexical" below
             continue
         if name == "lexical" and "lexical_unnamed" in channels:  # the package's name_term_weight
-            w = cfg.name_term_weight
-            values = w * values + (1.0 - w) * channels["lexical_unnamed"]
+            unnamed = channels["lexical_unnamed"]
+            if cfg.name_term_scope == "always" or not unnamed.any():  # "alone": no other term matched
+                w = cfg.name_term_weight
+                values = w * values + (1.0 - w) * unnamed
         if name == "packet" and _knob(cfg, "packet_scale") == "max":
             top_value = float(values.max()) if values.size else 0.0
             values = values / top_value if top_value > 0 else values
@@ -548,6 +550,8 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
         # question names keep this share of their BM25 score (the speaker channel says who).
         ("+ named participant's terms down-weighted in BM25 (name_term_weight)", "plain+q+names",
          [{"name_term_weight": w} for w in (1.0, 0.5, 0.25, 0.0)]),
+        ("+ named participant's terms down-weighted only when no other term matches (name_term_scope alone)",
+         "plain+q+names", [{"name_term_weight": w, "name_term_scope": "alone"} for w in (1.0, 0.5, 0.25, 0.0)]),
         ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows

@@ -96,7 +96,7 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 
 # Query-side FusionConfig fields added after the cached stores were first built: they change
 # no build, so they stay out of the key and the stores already built are reused.
-QUERY_ONLY_FUSION_FIELDS = ("name_term_weight",)
+QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope")
 
 
 def build_key(cfg, fusion=None) -> str:

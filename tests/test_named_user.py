@@ -34,9 +34,9 @@ def _top(cfg: PipelineConfig, k: int = 3) -> dict[str, list[str]]:
                 for q in FIXTURE["questions"]}
 
 
-def _with_name_weight(w: float) -> PipelineConfig:
+def _with_name_weight(w: float, scope: str = "always") -> PipelineConfig:
     cfg = apply_preset("model-free", PipelineConfig())
-    return dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, name_term_weight=w))
+    return dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, name_term_weight=w, name_term_scope=scope))
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +44,11 @@ def full_weight():
     return _top(_with_name_weight(1.0))
 
 
-@pytest.fixture(scope="module")
-def down_weighted():
-    return _top(_with_name_weight(0.0))
+# Down-weighted always, and (the setting that cost nothing on the development corpora) only
+# when no other term of the question matches any turn.
+@pytest.fixture(scope="module", params=[(0.0, "always"), (0.25, "alone")], ids=["always-0", "alone-0.25"])
+def down_weighted(request):
+    return _top(_with_name_weight(*request.param))
 
 
 def _misses(top: dict[str, list[str]], k: int, questions=None) -> list[str]:
@@ -89,3 +91,9 @@ def test_name_term_weight_scales_the_name_share_of_bm25_only():
     both = [fused_scores(index, q, None, dataclasses.replace(full, name_term_weight=w)).channels["lexical"]
             for w in (1.0, 0.0)]
     assert both[0].tolist() == both[1].tolist()
+    # Scope "alone": another term ("play") matches a turn, so the name keeps its full share.
+    alone = dataclasses.replace(full, name_term_weight=0.0, name_term_scope="alone")
+    q = "What does Ilse play?"
+    assert fused_scores(index, q, None, alone).channels["lexical"].tolist() == lex[1.0].tolist()
+    only_name = fused_scores(index, "What is Ilse's job?", None, alone).channels["lexical"]
+    assert not only_name.any()

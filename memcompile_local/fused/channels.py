@@ -9,7 +9,8 @@ very high BM25 score) keeps that confidence. A channel whose weight is 0 is not 
   best score, so it lies in [0, 1]; with ``name_term_weight`` below 1, the terms of the one
   participant the question names count that much (the speaker channel already says who; a
   first-person turn rewritten to "Nora ..." matches "Nora" in every claim, so a question whose
-  other terms match nothing would rank that speaker's shortest turns first);
+  other terms match nothing would rank that speaker's shortest turns first); with
+  ``name_term_scope="alone"`` only when no other term of the question matches any turn;
 - packet: the cosine between the query vector and the packet document z(p); with
   ``dense_neighbor_context`` the larger of that and the cosine with the packet's context
   document, so the dense channel sees the neighbourhood the lexical one does;
@@ -44,6 +45,7 @@ class FusedQuery:
     question: str
     vector: np.ndarray | None
     name_term_weight: float = 1.0  # FusionConfig.name_term_weight
+    name_term_scope: str = "always"  # FusionConfig.name_term_scope
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ def lexical_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
     if not own:
         return _normalized(index.lexical.scores(terms))
     rest = index.lexical.scores([t for t in terms if t not in name_terms])
+    if query.name_term_scope == "alone" and rest.max() > 0:
+        return _normalized(index.lexical.scores(terms))
     name = index.lexical.scores(own)
     # Divided by the best score of all terms at full weight, so a name-only match stays small
     # instead of being scaled back up to 1.
@@ -120,7 +124,7 @@ def channel_weights(cfg: FusionConfig) -> dict[str, float]:
 
 def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig) -> FusedScores:
     """The fused score of every packet (aligned with ``index.packet_ids``) and its channels."""
-    query = FusedQuery(question, query_vec, cfg.name_term_weight)
+    query = FusedQuery(question, query_vec, cfg.name_term_weight, cfg.name_term_scope)
     channels: dict[str, np.ndarray] = {}
     for name, weight in channel_weights(cfg).items():
         if weight:
