@@ -121,6 +121,13 @@ def combine(channels, cfg, n=None) -> np.ndarray:
     weights = channel_weights(cfg)
     total = np.zeros(n if n is not None else len(next(iter(channels.values()))))
     for name, values in channels.items():
+        if name == "lexical_unnamed":  # read with "lexical" below
+            continue
+        if name == "lexical" and "lexical_unnamed" in channels:  # the package's name_term_weight
+            unnamed = channels["lexical_unnamed"]
+            if cfg.name_term_scope == "always" or not unnamed.any():  # "alone": no other term matched
+                w = cfg.name_term_weight
+                values = w * values + (1.0 - w) * unnamed
         if name == "packet" and _knob(cfg, "packet_scale") == "max":
             top_value = float(values.max()) if values.size else 0.0
             values = values / top_value if top_value > 0 else values
@@ -539,6 +546,12 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
         ("dropped: channel weights refit for list questions", "plain+q",
          [{"select": list_weights, "params": {"packet": pw, "speaker": sw}}
           for pw in (1.5, 1.0, 2.0, 3.0) for sw in (0.3, 0.0, 0.6)]),
+        # Questions that name the user (issue 25 item 4): the terms of the one participant a
+        # question names keep this share of their BM25 score (the speaker channel says who).
+        ("+ named participant's terms down-weighted in BM25 (name_term_weight)", "plain+q+names",
+         [{"name_term_weight": w} for w in (1.0, 0.5, 0.25, 0.0)]),
+        ("+ named participant's terms down-weighted only when no other term matches (name_term_scope alone)",
+         "plain+q+names", [{"name_term_weight": w, "name_term_scope": "alone"} for w in (1.0, 0.5, 0.25, 0.0)]),
         ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows

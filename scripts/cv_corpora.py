@@ -43,7 +43,7 @@ from memcompile_local.bench.corpora import split_reachable
 from memcompile_local.bench.coverage import gold_recall
 from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
                                    load_locomo, load_realtalk)
-from memcompile_local.fused.channels import combine
+from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel
 from memcompile_local.fused.index import FusionIndex
 from memcompile_local.fused.retriever import FusedRetriever, select_rows
 from memcompile_local.language.stemming import stem_terms
@@ -94,16 +94,28 @@ def scored_questions(corpus: Corpus, conv: Conversation):
     return out
 
 
-def build_key(cfg) -> str:
-    """What a cached build depends on besides the conversation: config, code versions."""
-    return stable_hash({"config": cfg.to_dict(), "package": __version__,
+# Query-side FusionConfig fields added after the cached stores were first built: they change
+# no build, so they stay out of the key and the stores already built are reused.
+QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope")
+
+
+def build_key(cfg, fusion=None) -> str:
+    """What a cached build depends on besides the conversation: config, code versions.
+
+    ``fusion`` (default ``cfg.fusion``) is the fused config the key reads; the ablation passes
+    its ``AblationFusion``, whose dropped knobs were FusionConfig fields when the cache was first
+    built, so the key of an unchanged build stays the same."""
+    config = cfg.to_dict()
+    fused = dataclasses.asdict(fusion if fusion is not None else cfg.fusion)
+    config["fusion"] = {k: v for k, v in fused.items() if k not in QUERY_ONLY_FUSION_FIELDS}
+    return stable_hash({"config": config, "package": __version__,
                         "rule_extractor": extract_rule.RULE_EXTRACTOR_VERSION})[:12]
 
 
-def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool) -> tuple[dict, dict]:
+def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool, fusion=None) -> tuple[dict, dict]:
     """One built Memory per (corpus, conversation), each in its own store under ``cache``;
     returns the memories and the build seconds of those built now (cached ones: absent)."""
-    key = build_key(cfg)
+    key = build_key(cfg, fusion)
     memories: dict[tuple[str, str], Memory] = {}
     built_s: dict[tuple[str, str], float] = {}
     embedder = None
@@ -138,13 +150,14 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
     channel_cfg = dataclasses.replace(cfg.fusion, time_match_weight=1.0, temporal_weight=1.0,
                                       speaker_weight=1.0, packet_weight=1.0, lexical_weight=1.0)
     burst_cfg = dataclasses.replace(channel_cfg, bursts=True, tolerant_names=True)
-    dense_query = {"plain": "intent", "burst": "intent", "plain+q": "intent+question"}
+    dense_query = {"plain": "intent", "burst": "intent", "plain+q": "intent+question",
+                   "plain+q+names": "intent+question"}
     ns = conv.namespace
     view = mem.view(ns)
     indexes = {"plain": view.fusion,
                "burst": FusionIndex.build(view.packets, view.descriptors_by_packet, burst_cfg,
                                           packet_matrix=view.packet_matrix, context_matrix=view.fusion.context_matrix)}
-    indexes["plain+q"] = indexes["plain"]
+    indexes["plain+q"] = indexes["plain+q+names"] = indexes["plain"]
     retriever = FusedRetriever(view.fusion, cfg.fusion)  # the package's: Memory.compile's query vector
     packets = mem.store.packets(ns)
     raw_dense = _raw_matrix(mem.store, mem.embedder, ns, packets)
@@ -163,6 +176,10 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                 mem.embedder, q.question, intent.lexical_query())
         channels = {name: FusedRetriever(ix, channel_cfg).scores(q.question, qvecs[name]).channels
                     for name, ix in indexes.items()}
+        # The lexical channel without the named participant's terms (name_term_weight 0); the
+        # ablation's sum mixes it with the full one for any weight (the channel is linear in it).
+        channels["plain+q+names"]["lexical_unnamed"] = lexical_channel(
+            indexes["plain+q+names"], FusedQuery(q.question, None, name_term_weight=0.0))
         # The baselines, as eval --baseline dense / bm25 compute them (ties in dialogue order).
         qraw = np.asarray(mem.embedder.embed([q.question]), dtype=np.float32)[0]
         cos = raw_dense @ qraw
@@ -293,7 +310,7 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
     cache = Path(args.cache).expanduser()
     progress = not args.quiet
     t0 = time.perf_counter()
-    memories, built_s = open_memories(corpora, cfg, cache, progress)
+    memories, built_s = open_memories(corpora, cfg, cache, progress, fusion_base)
     for corpus in corpora:
         secs = [s for (c, _), s in built_s.items() if c == corpus.name]
         turns = sum(len(s.turns) for conv in corpus.convs for s in conv.sessions)

@@ -6,7 +6,11 @@ comparable range; ``fused_scores`` adds them up, each times its ``FusionConfig``
 very high BM25 score) keeps that confidence. A channel whose weight is 0 is not computed.
 
 - lexical: BM25 (Snowball-stemmed terms) over the lexical documents, divided by the query's
-  best score, so it lies in [0, 1];
+  best score, so it lies in [0, 1]; with ``name_term_weight`` below 1, the terms of the one
+  participant the question names count that much (the speaker channel already says who; a
+  first-person turn rewritten to "Nora ..." matches "Nora" in every claim, so a question whose
+  other terms match nothing would rank that speaker's shortest turns first); with
+  ``name_term_scope="alone"`` only when no other term of the question matches any turn;
 - packet: the cosine between the query vector and the packet document z(p); with
   ``dense_neighbor_context`` the larger of that and the cosine with the packet's context
   document, so the dense channel sees the neighbourhood the lexical one does;
@@ -29,6 +33,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from ..config import FusionConfig
+from ..language.stemming import stem_terms
 from ..language.timecues import is_temporal_question
 from .documents import named_participants
 from .index import FusionIndex
@@ -42,6 +47,8 @@ class FusedQuery:
     question: str
     vector: np.ndarray | None
     anchor: dt.datetime | None = None
+    name_term_weight: float = 1.0  # FusionConfig.name_term_weight
+    name_term_scope: str = "always"  # FusionConfig.name_term_scope
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,22 @@ def _normalized(s: np.ndarray) -> np.ndarray:
 
 
 def lexical_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
-    return _normalized(index.lexical.scores(index.query_terms(query.question)))
+    terms = index.query_terms(query.question)
+    if query.name_term_weight == 1.0:
+        return _normalized(index.lexical.scores(terms))
+    named = named_participants(query.question, index.participants, tolerant=index.tolerant_names)
+    name_terms = set(stem_terms(named[0])) if len(named) == 1 else set()
+    own = [t for t in terms if t in name_terms]
+    if not own:
+        return _normalized(index.lexical.scores(terms))
+    rest = index.lexical.scores([t for t in terms if t not in name_terms])
+    if query.name_term_scope == "alone" and rest.max() > 0:
+        return _normalized(index.lexical.scores(terms))
+    name = index.lexical.scores(own)
+    # Divided by the best score of all terms at full weight, so a name-only match stays small
+    # instead of being scaled back up to 1.
+    top = float((rest + name).max())
+    return (rest + query.name_term_weight * name) / top if top > 0 else np.zeros(len(rest))
 
 
 def packet_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray | None:
@@ -107,7 +129,7 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
                  anchor: dt.datetime | None = None) -> FusedScores:
     """The fused score of every packet (aligned with ``index.packet_ids``) and its channels;
     ``anchor`` is the date the question is asked (its relative time expressions resolve against it)."""
-    query = FusedQuery(question, query_vec, anchor)
+    query = FusedQuery(question, query_vec, anchor, cfg.name_term_weight, cfg.name_term_scope)
     channels: dict[str, np.ndarray] = {}
     for name, weight in channel_weights(cfg).items():
         if weight:
