@@ -102,3 +102,11 @@ def test_store_check_accepts_the_service_tables(tmp_path):
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'service_%'")}
     assert names == {"service_build_queue", "service_build_leases", "service_sessions"}
     assert cli_main(["check", "--store", str(tmp_path / "m.sqlite")]) == 0
+
+
+def test_the_sqlite_store_is_its_own_build_queue(tmp_path):
+    from memcompile_local.store.base import BuildLeases, RequestCache, Store
+
+    store = MemoryStore(tmp_path / "m.sqlite")
+    assert isinstance(store, Store) and isinstance(store, RequestCache) and isinstance(store, BuildLeases)
+    store.close()

@@ -133,6 +133,8 @@ class BuildLeases(Protocol):
     """The durable build queue of namespaces waiting for a background build, their
     per-namespace build leases, and the session numbering an append gives its sessions."""
 
+    def open_build_queue(self) -> None: ...  # make the queue's storage ready (idempotent)
+
     def enqueue(self, namespace: str, turns: int, *, limit: int | None = None) -> bool: ...
 
     def claim(self, owner: str, *, lease_s: float = 60.0) -> Any: ...  # Job | None
