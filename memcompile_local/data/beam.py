@@ -37,7 +37,6 @@ Conventions (also written down in ``docs/data-formats.md``):
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,8 +45,8 @@ from typing import Any
 from ..errors import DataFormatError
 from ..types import Conversation, QAItem, Session, Turn
 from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, load_json
+from .locomo import warn_unknown_evidence
 
-logger = logging.getLogger(__name__)
 
 BEAM_CATEGORIES: tuple[str, ...] = (
     "abstention",
@@ -154,11 +153,7 @@ def parse_beam(chat_doc: Any, questions_doc: Any, chat_path: str | Path, questio
     if not sessions:
         r.fail("$", "at least one batch with messages", "found none")
     questions = _parse_questions(FieldReader(questions_path, max_turn_chars=max_turn_chars), questions_doc, ns)
-    known = {str(i) for i in seen_ids}
-    dropped = [(q.question_id, e) for q in questions for e in q.evidence if e not in known]
-    if dropped:
-        logger.warning("%s: %d source chat id(s) name no turn (left out of recall), e.g. %s in %s",
-                       ns, len(dropped), dropped[0][1], dropped[0][0])
+    warn_unknown_evidence(ns, questions, {str(i) for i in seen_ids}, what="source chat id(s)")
     return Conversation(namespace=ns, sessions=tuple(sessions), speakers=ROLES, questions=questions,
                         source_path=str(chat_path))
 

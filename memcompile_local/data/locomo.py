@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ def _parse_sample(r: FieldReader, raw: Any, where: str, source: str) -> Conversa
         questions = tuple(
             _parse_qa(r, q, child(qw, k), f"{sample_id}:q{k}") for k, q in enumerate(raw_qa)
         )
-        _warn_unknown_evidence(sample_id, questions, turn_where)
+        warn_unknown_evidence(sample_id, questions, turn_where)
 
     return Conversation(namespace=sample_id, sessions=tuple(sessions), speakers=speakers,
                         questions=questions, source_path=source)
@@ -184,9 +184,11 @@ def _parse_qa(r: FieldReader, raw: Any, where: str, question_id: str) -> QAItem:
                   category=category, evidence=evidence, adversarial_answer=adversarial)
 
 
-def _warn_unknown_evidence(sample_id: str, questions: Sequence[QAItem],
-                           known: dict[str, str]) -> None:
+def warn_unknown_evidence(name: str, questions: Sequence[QAItem], known: Container[str], *,
+                          what: str = "evidence id(s)", level: int = logging.WARNING) -> None:
+    """Log, once per conversation, how many evidence ids of ``questions`` name no turn in ``known``
+    (they are kept as written; the corpora's runners score recall on the reachable ones)."""
     unknown = [(q.question_id, e) for q in questions for e in q.evidence if e not in known]
     if unknown:
-        logger.warning("%s: %d evidence id(s) name no turn, e.g. %s in %s", sample_id,
-                       len(unknown), unknown[0][1], unknown[0][0])
+        logger.log(level, "%s: %d %s name no turn, e.g. %s in %s", name, len(unknown), what,
+                   unknown[0][1], unknown[0][0])

@@ -42,13 +42,13 @@ from typing import Any
 from ..errors import DataFormatError
 from ..types import Conversation, QAItem, Session, Turn
 from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, load_json
+from .locomo import split_evidence, warn_unknown_evidence
 
 logger = logging.getLogger(__name__)
 
 REALTALK_CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain"}
 
 _SESSION_KEY = re.compile(r"session_([0-9]+)\Z")
-_EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
 _TIME_FORMAT = "%d.%m.%Y, %H:%M:%S"
 _CHAT_FILE = re.compile(r"Chat_([0-9]+)(?:_.*)?\.json\Z")
 
@@ -134,10 +134,7 @@ def parse_realtalk(doc: Any, path: str | Path, *, namespace: str | None = None,
     qw = "$.qa"
     raw_qa = r.as_list(r.require(chat, "qa", "$"), qw, "a list of question objects")
     questions = tuple(_parse_qa(r, q, child(qw, k), f"{ns}:q{k}") for k, q in enumerate(raw_qa))
-    dropped = [(q.question_id, e) for q in questions for e in q.evidence if e not in seen]
-    if dropped:
-        logger.info("%s: %d evidence id(s) name no turn (left out of recall), e.g. %s in %s",
-                    ns, len(dropped), dropped[0][1], dropped[0][0])
+    warn_unknown_evidence(ns, questions, seen, level=logging.INFO)
     return Conversation(namespace=ns, sessions=tuple(sessions), speakers=speakers, questions=questions,
                         source_path=str(path))
 
@@ -176,13 +173,8 @@ def split_realtalk_evidence(entries: Iterable[str]) -> tuple[str, ...]:
     >>> split_realtalk_evidence(["D13:4. D14:4", "D2:7", "D13:4"])
     ('D13:4', 'D14:4', 'D2:7')
     """
-    out: list[str] = []
-    for entry in entries:
-        for part in _EVIDENCE_SPLIT.split(entry):
-            part = part.rstrip(".")
-            if part and part not in out:
-                out.append(part)
-    return tuple(out)
+    # LoCoMo's split, then the period that joins two ids ("D13:4. D14:4") comes off each.
+    return tuple(dict.fromkeys(part for part in (p.rstrip(".") for p in split_evidence(entries)) if part))
 
 
 def _parse_qa(r: FieldReader, raw: Any, where: str, question_id: str) -> QAItem:
