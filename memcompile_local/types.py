@@ -7,6 +7,7 @@ that a stage cannot mutate what another stage produced; collections are tuples.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,22 @@ def content_sha256(text: str, image_caption: str | None = None) -> str:
     return h.hexdigest()
 
 
+def canonical_metadata_json(value: object) -> str | None:
+    """The canonical text (sorted keys, no spaces) of ``value``: None, or the text of one JSON
+    object. Equal metadata then compares equal wherever turns are compared. ValueError otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"must be the text of a JSON object or None, got {type(value).__name__}")
+    try:
+        obj = json.loads(value)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"must be a JSON object, got {type(obj).__name__}")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 @dataclass(frozen=True)
 class Turn:
     """One dialogue turn as read from a dataset file, before it enters the store."""
@@ -33,6 +50,8 @@ class Turn:
     image_caption: str | None = None
     image_query: str | None = None
     has_answer: bool | None = None  # LongMemEval turn-level evidence label; never shown to the pipeline
+    agent_id: str | None = None  # the agent that took part (a scope beside the user), if the caller names one
+    metadata_json: str | None = None  # the caller's small JSON object, canonical text (sorted keys)
 
 
 @dataclass(frozen=True)
@@ -92,6 +111,8 @@ class SourcePacket:
     image_caption: str | None
     sha256: str
     image_query: str | None = None
+    agent_id: str | None = None
+    metadata_json: str | None = None  # canonical JSON object text; never part of the content hash
 
 
 @dataclass(frozen=True)

@@ -434,7 +434,7 @@ def test_stats(store):
     store.cache_put("j", namespace=None, stage="judge", identity_json="{}", response=resp("", 2, 1))
     store.ingest(simple_conv("u2", ["z"]))
     st = store.stats()
-    assert st["schema_version"] == SCHEMA_VERSION == 4 and st["file_bytes"] > 0
+    assert st["schema_version"] == SCHEMA_VERSION == 5 and st["file_bytes"] > 0
     assert set(st["namespaces"]) == {"u1", "u2"}
     u1 = st["namespaces"]["u1"]
     assert u1["packets"] == 3 and u1["sessions"] == 2

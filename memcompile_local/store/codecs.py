@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import StoreError
-from ..types import Cell, Descriptor, EventFields, SourcePacket, content_sha256
+from ..types import Cell, Descriptor, EventFields, SourcePacket, canonical_metadata_json, content_sha256
 from .namespace import validate_namespace
 
 IN_CHUNK = 500
@@ -33,6 +33,15 @@ def require_str(value: object, what: str, *, allow_empty: bool = False) -> str:
     if not allow_empty and value == "":
         raise StoreError(f"{what} must not be empty")
     return value
+
+
+def check_metadata_json(value: object, what: str) -> str | None:
+    """``value`` (None, or the text of one JSON object) as its canonical text (see
+    :func:`canonical_metadata_json`), or StoreError naming ``what``."""
+    try:
+        return canonical_metadata_json(value)
+    except ValueError as e:
+        raise StoreError(f"{what} {e}") from None
 
 
 def require_int(value: object, what: str, *, minimum: int | None = None) -> int:
@@ -225,7 +234,7 @@ def descriptor_from_row(r: Sequence[Any], descriptor_set: str = "?") -> Descript
 
 PACKET_COLS = (
     "namespace, packet_id, ordinal, session_index, session_id, session_time, speaker, content, "
-    "image_caption, sha256, image_query"
+    "image_caption, sha256, image_query, agent_id, metadata_json"
 )
 _PACKET_NAMES = tuple(c.strip() for c in PACKET_COLS.split(","))
 
@@ -238,7 +247,7 @@ def packet_from_row(r: Sequence[Any], *, verify: bool = True) -> SourcePacket:
     served as if it were what the user said.
     """
     key = f"{r[0]!r}/{r[1]!r}"
-    _check_types("packets", key, r, _PACKET_NAMES, "ssiissssnsn")
+    _check_types("packets", key, r, _PACKET_NAMES, "ssiissssnsnnn")
     if verify and content_sha256(r[7], r[8]) != r[9]:
         raise row_error("packets", key, "the content does not match its stored sha256")
     return SourcePacket(
@@ -253,6 +262,8 @@ def packet_from_row(r: Sequence[Any], *, verify: bool = True) -> SourcePacket:
         image_caption=r[8],
         sha256=r[9],
         image_query=r[10],
+        agent_id=r[11],
+        metadata_json=r[12],
     )
 
 

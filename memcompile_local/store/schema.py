@@ -14,7 +14,7 @@ import sqlite3
 from ..errors import StoreError
 from .ledger import LEDGER_SCHEMA_SQL, LEDGER_TABLES
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Value of ``PRAGMA user_version`` written by this code; a larger value is refused.
 
 Version 4 added the ``capsules`` table (budgeted pre-query retention, retention/).
@@ -48,6 +48,8 @@ CREATE TABLE packets (
     image_caption  TEXT,
     image_query    TEXT,
     sha256         TEXT NOT NULL,
+    agent_id       TEXT,
+    metadata_json  TEXT,
     PRIMARY KEY (namespace, packet_id),
     UNIQUE (namespace, ordinal)
 );
@@ -255,4 +257,11 @@ def upgrade_schema(c: sqlite3.Connection, version: int) -> None:
         for stmt in _statements(CAPSULE_SCHEMA_SQL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")):
             c.execute(stmt)
         version = 4
+    if version == 4:
+        # Version 5: a turn may name its agent and carry the caller's metadata (both optional).
+        have = {r[1] for r in c.execute("PRAGMA table_info(packets)")}
+        for column in ("agent_id", "metadata_json"):
+            if column not in have:
+                c.execute(f"ALTER TABLE packets ADD COLUMN {column} TEXT")
+        version = 5
     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

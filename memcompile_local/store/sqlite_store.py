@@ -54,6 +54,7 @@ from .codecs import (
     PACKET_COLS,
     cell_from_row,
     cell_row,
+    check_metadata_json,
     chunks,
     descriptor_from_row,
     descriptor_row,
@@ -291,14 +292,17 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                 require_str(turn.text, f"Turn.text ({where})", allow_empty=True),
                 turn.image_caption,
                 turn.image_query,
+                turn.agent_id,
+                check_metadata_json(turn.metadata_json, f"Turn.metadata_json ({where})"),
             )
-            for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query")):
+            for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query"),
+                                (turn.agent_id, "agent_id")):
                 if value is not None and not isinstance(value, str):
                     raise StoreError(f"Turn.{name} ({where}) must be a str or None")
             sha = content_sha256(turn.text, turn.image_caption)
             old = c.execute(
-                "SELECT sha256, session_index, session_id, session_time, speaker, image_query "
-                "FROM packets WHERE namespace = ? AND packet_id = ?",
+                "SELECT sha256, session_index, session_id, session_time, speaker, image_query, "
+                "agent_id, metadata_json FROM packets WHERE namespace = ? AND packet_id = ?",
                 (ns, pid),
             ).fetchone()
             if old is not None:
@@ -306,9 +310,10 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                 if old[0] != sha:
                     diffs.append(f"content sha256 {str(old[0])[:12]}.. -> {sha[:12]}..")
                 for name, was, now in zip(
-                    ("session_index", "session_id", "session_time", "speaker", "image_query"),
+                    ("session_index", "session_id", "session_time", "speaker", "image_query",
+                     "agent_id", "metadata_json"),
                     old[1:],
-                    (new[0], new[1], new[2], new[3], new[6]),
+                    (new[0], new[1], new[2], new[3], new[6], new[7], new[8]),
                 ):
                     if was != now:
                         diffs.append(f"{name} {was!r} -> {now!r}")
@@ -321,8 +326,9 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                 skipped += 1
                 continue
             c.execute(
-                f"INSERT INTO packets ({PACKET_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (ns, pid, next_ordinal, new[0], new[1], new[2], new[3], new[4], new[5], sha, new[6]),
+                f"INSERT INTO packets ({PACKET_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (ns, pid, next_ordinal, new[0], new[1], new[2], new[3], new[4], new[5], sha, new[6],
+                 new[7], new[8]),
             )
             next_ordinal += 1
             added += 1

@@ -37,7 +37,7 @@ from ..build.stages import PLACEMENTS, place_cells
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import IngestResult, Store
 from ..store.group_commit import GroupCommit
-from ..types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
+from ..types import Cell, Conversation, Descriptor, SourcePacket, canonical_metadata_json, content_sha256
 from .cache import ViewCache
 
 log = logging.getLogger(__name__)
@@ -83,12 +83,17 @@ class InPlaceAppend:
         ids = [t.packet_id for _, t in turns]
         if not turns or len(set(ids)) != len(ids) or any(pid in base.packets_by_id for pid in ids):
             return None  # a retry or a changed text: the store decides (skip, or 409)
+        try:
+            metadata = [canonical_metadata_json(t.metadata_json) for _, t in turns]
+        except ValueError:
+            return None  # the store names the bad turn in its typed error
         last = base.packets[-1]
         packets = [
             SourcePacket(namespace=namespace, packet_id=t.packet_id, ordinal=last.ordinal + 1 + i,
                          session_index=s.index, session_id=s.session_id, session_time=s.time, speaker=t.speaker,
                          content=t.text, image_caption=t.image_caption,
-                         sha256=content_sha256(t.text, t.image_caption), image_query=t.image_query)
+                         sha256=content_sha256(t.text, t.image_caption), image_query=t.image_query,
+                         agent_id=t.agent_id, metadata_json=metadata[i])
             for i, (s, t) in enumerate(turns)
         ]
         try:
