@@ -15,7 +15,8 @@ import numpy as np
 
 from memcompile_local.errors import ImmutablePacketError, StalePlanError, StoreError
 from memcompile_local.store.base import ForgetResult, IngestResult
-from memcompile_local.types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
+from memcompile_local.types import (Cell, Conversation, Descriptor, SourcePacket, canonical_metadata_json,
+                                    content_sha256)
 
 
 class DictStore:
@@ -31,6 +32,7 @@ class DictStore:
         self._embeddings: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}  # (ns, model) -> key -> (space, address)
         self._vectors: dict[tuple[str, str], np.ndarray] = {}  # (space, address) -> vector
         self._meta: dict[tuple[str, str], str] = {}
+        self._capsules: dict[str, list[dict]] = {}
         self.closed = False
 
     # -- generations and transactions
@@ -43,7 +45,7 @@ class DictStore:
         with self._lock:
             yield self
 
-    _STATE = ("_counter", "_generation", "_packets", "_descriptors", "_cells", "_embeddings", "_vectors", "_meta")
+    _STATE = ("_counter", "_generation", "_packets", "_descriptors", "_cells", "_embeddings", "_vectors", "_meta", "_capsules")
 
     @contextmanager
     def savepoint(self):
@@ -76,10 +78,12 @@ class DictStore:
                 p = SourcePacket(namespace=ns, packet_id=turn.packet_id, ordinal=ordinal, session_index=session.index,
                                  session_id=session.session_id, session_time=session.time, speaker=turn.speaker,
                                  content=turn.text, image_caption=turn.image_caption,
-                                 sha256=content_sha256(turn.text, turn.image_caption), image_query=turn.image_query)
+                                 sha256=content_sha256(turn.text, turn.image_caption), image_query=turn.image_query,
+                                 agent_id=turn.agent_id, metadata_json=canonical_metadata_json(turn.metadata_json))
                 old = stored.get(p.packet_id)
                 if old is not None:
-                    fields = ("sha256", "session_index", "session_id", "session_time", "speaker", "image_query")
+                    fields = ("sha256", "session_index", "session_id", "session_time", "speaker", "image_query",
+                              "agent_id", "metadata_json")
                     if any(getattr(old, f) != getattr(p, f) for f in fields):
                         raise ImmutablePacketError(f"{self.path}: {p.packet_id!r} is stored with different data")
                     skipped += 1
@@ -177,6 +181,28 @@ class DictStore:
             self._meta[(namespace, key)] = value
             self._bump(namespace)
 
+    # -- capsules and inventory
+    def put_capsules(self, namespace: str, writer: str, budget: int, capsules) -> None:
+        with self._lock:
+            self._capsules[namespace] = sorted(
+                ({**json.loads(json.dumps(dict(c))), "writer": writer, "budget": int(budget)} for c in capsules),
+                key=lambda c: c["capsule_id"])
+            self._bump(namespace)
+
+    def capsules(self, namespace: str) -> list[dict]:
+        with self._lock:
+            return copy.deepcopy(self._capsules.get(namespace, []))
+
+    def inventory(self, namespace: str) -> dict:
+        with self._lock:
+            return {
+                "descriptor_sets": sorted({s for (ns, s), rows in self._descriptors.items() if ns == namespace and rows}),
+                "layouts": sorted({lay for (ns, lay) in self._cells if ns == namespace}),
+                "embeddings": sorted((m, sp, k, a) for (ns, m), rows in self._embeddings.items() if ns == namespace
+                                     for k, (sp, a) in rows.items()),
+                "meta": sorted(k for (ns, k) in self._meta if ns == namespace),
+            }
+
     # -- erasure
     def _drop_unreferenced(self) -> int:
         used = {ref for rows in self._embeddings.values() for ref in rows.values()}
@@ -228,6 +254,7 @@ class DictStore:
             counts["embeddings"] = sum(len(self._embeddings.pop(k))
                                        for k in [k for k in self._embeddings if k[0] == namespace])
             counts["meta"] = sum(1 for k in [k for k in self._meta if k[0] == namespace] if self._meta.pop(k))
+            counts["capsules"] = len(self._capsules.pop(namespace, []))
             counts["vectors"] = self._drop_unreferenced()
             self._generation.pop(namespace, None)
             self._counter += 1

@@ -151,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the full statistics as JSON instead of tables")
     add_store(p)
 
+    p = sub.add_parser("copy", help="copy memories between stores (any two locations: SQLite files or "
+                                    "database URLs), verified row by row and checked on both sides")
+    p.add_argument("--from", dest="source", required=True, help="the store to read (it is only read)")
+    p.add_argument("--to", dest="target", required=True,
+                   help="the store to write (created if absent; a namespace it already has is refused)")
+    p.add_argument("--namespace", action="append", default=None,
+                   help="copy only this namespace (repeatable; default: every namespace of --from)")
+
     sub.add_parser("presets", help="list the named pipeline presets and how they compose",
                    description=COMPOSITION_HELP)
     add_service_commands(sub, add_store=add_store, add_model=add_model)
@@ -328,6 +336,33 @@ def cmd_check(args) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_copy(args) -> int:
+    from tqdm.auto import tqdm
+
+    from ..store.copy import copy_store
+
+    with open_store(args.source, create=False, read_only=True) as src:
+        names = args.namespace or src.namespaces()
+        with open_store(args.target) as dst, tqdm(total=len(names), desc="copy", unit="namespace",
+                                                 disable=len(names) < 2) as bar:
+            def done(r) -> None:
+                bar.update(1)
+                tqdm.write(f"{r.namespace}: {r.packets} turns, {r.descriptors} descriptors in "
+                           f"{r.descriptor_sets} sets, {r.cells} cells, {r.embeddings} vectors, {r.meta} meta, "
+                           f"{r.capsules} capsules")
+
+            reports = copy_store(src, dst, names, on_done=done)
+    ok = True
+    for where in (args.source, args.target):
+        report = check_store(where)
+        ok = ok and report.ok
+        for line in report.lines():
+            print(line)
+    print(f"copied {len(reports)} namespaces, {sum(r.packets for r in reports)} turns; every row compared "
+          f"equal{'' if ok else '; check found damage (above)'}")
+    return 0 if ok else 1
+
+
 def cmd_stats(args) -> int:
     with open_store(args.store, read_only=True) as store:
         if args.namespace is not None and args.namespace not in store.namespaces():
@@ -416,7 +451,7 @@ def cmd_demo(args) -> int:
 
 COMMANDS = {
     "ingest": cmd_ingest, "build": cmd_build, "ask": cmd_ask, "eval": cmd_eval, "compare": cmd_compare, "export": cmd_export,
-    "forget": cmd_forget, "scrub": cmd_scrub, "check": cmd_check, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
+    "forget": cmd_forget, "scrub": cmd_scrub, "check": cmd_check, "copy": cmd_copy, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
     **SERVICE_COMMANDS,
 }
 

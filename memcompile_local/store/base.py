@@ -14,7 +14,7 @@ into one commit; nested use joins the outer transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
 import numpy as np
 
@@ -51,6 +51,16 @@ class IngestResult:
     namespace: str
     added: int
     skipped: int
+
+
+class StoreInventory(TypedDict):
+    """The names under which a namespace's derived rows are stored: what a reader needs in order to
+    ask for all of them through the typed methods (a copy between stores, a comparison)."""
+
+    descriptor_sets: list[str]  # with an extraction marker for at least one packet
+    layouts: list[str]  # cell layout ids
+    embeddings: list[tuple[str, str, str, str]]  # (model_id, space, key, content address), sorted
+    meta: list[str]  # meta keys
 
 
 @runtime_checkable
@@ -98,6 +108,13 @@ class Store(Protocol):
     def set_meta(self, namespace: str, key: str, value: str) -> None: ...
 
     def packet_claims(self, namespace: str, packet_id: str) -> list[str]: ...  # every descriptor set
+
+    def put_capsules(self, namespace: str, writer: str, budget: int,
+                     capsules: Sequence[Mapping[str, Any]]) -> None: ...  # replaces the namespace's
+
+    def capsules(self, namespace: str) -> list[dict[str, Any]]: ...  # with their writer and budget
+
+    def inventory(self, namespace: str) -> dict[str, Any]: ...  # what is stored: see StoreInventory
 
     def delete_rows(self, plan: Any, *, wait_s: float | None = None) -> ForgetResult: ...  # a build.deletion.DeletionPlan
 

@@ -641,6 +641,20 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                           rows)
             self._bump(c, ns)
 
+    def inventory(self, namespace: str) -> dict[str, Any]:
+        """The names of ``namespace``'s derived rows (``base.StoreInventory``), sorted, in one read."""
+        ns = validate_namespace(namespace)
+        with self._read("inventory") as c:
+            sets = [r[0] for r in c.execute(
+                "SELECT DISTINCT descriptor_set FROM extraction_markers WHERE namespace = ? ORDER BY 1", (ns,))]
+            layouts = [r[0] for r in c.execute(
+                "SELECT DISTINCT layout_id FROM cells WHERE namespace = ? ORDER BY 1", (ns,))]
+            embeddings = [tuple(r) for r in c.execute(
+                "SELECT e.model_id, v.space, e.key, v.content FROM embeddings e JOIN vectors v ON v.id = e.vector_id "
+                "WHERE e.namespace = ? ORDER BY e.model_id, e.key", (ns,))]
+            meta = [r[0] for r in c.execute("SELECT key FROM meta WHERE namespace = ? ORDER BY key", (ns,))]
+        return {"descriptor_sets": sets, "layouts": layouts, "embeddings": embeddings, "meta": meta}
+
     def capsules(self, namespace: str) -> list[dict[str, Any]]:
         """The retained capsules of ``namespace`` (``Capsule.to_dict`` rows plus ``writer`` and
         ``budget``), by capsule id; [] when none were written."""
