@@ -1,0 +1,173 @@
+"""Several ``serve`` replicas over one store (issue 22): every replica sees what any other one
+acknowledged, tenants stay apart across replicas, and one user's concurrent appends through
+different replicas are neither lost nor doubled.
+
+The replicas are real processes on their own ports, each with its own view cache; the store
+is whatever ``replica_store`` names (a SQLite file here; the PostgreSQL backend runs the same
+tests through the same fixture).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _service_util import MODEL_FREE, start, write_config, write_keys
+
+pytestmark = pytest.mark.slow
+
+KEYS = {"acme": "mcl_replica-acme-key-0000000", "globex": "mcl_replica-globex-key-111111"}
+USERS = ["alex", "sam", "kim", "lee"]
+TOPICS = ["hiking in the hills", "baking sourdough bread", "a trip to the coast", "learning the violin",
+          "fixing an old bicycle", "planting tomatoes", "a new puppy", "a job interview"]
+TAG = re.compile(r"\(ref (\w+)/(\w+)/(\d+)\)")
+N_REPLICAS = 3
+N_REQUESTS = 1000
+
+
+@pytest.fixture(scope="module")
+def replica_store(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("replicas") / "mem.sqlite")
+
+
+@pytest.fixture(scope="module")
+def replicas(replica_store, tmp_path_factory):
+    d = tmp_path_factory.mktemp("replica-run")
+    keys = write_keys(d / "keys.yaml", {t: [(k, False)] for t, k in KEYS.items()})
+    cfg = write_config(d / "run.yaml", MODEL_FREE)
+    with ExitStack() as stack:
+        servers = []
+        for i in range(N_REPLICAS):
+            srv = start(Path(replica_store), "--keys", str(keys), config=cfg, log=d / f"replica{i}.log")
+            stack.callback(srv.stop)
+            servers.append(srv)
+        yield servers
+
+
+def clients_for(servers, tenant: str) -> list[httpx.Client]:
+    return [httpx.Client(base_url=s.url, headers={"Authorization": f"Bearer {KEYS[tenant]}"}, timeout=60)
+            for s in servers]
+
+
+def owner_of(text: str) -> tuple[str, str]:
+    m = TAG.search(text)
+    assert m, f"every stored text carries its reference tag: {text!r}"
+    return m.group(1), m.group(2)
+
+
+def test_tenants_stay_apart_across_replicas_and_a_forget_changes_no_one_else(replicas):
+    rng = random.Random(4321)
+    clients = {t: clients_for(replicas, t) for t in KEYS}
+    written: dict[tuple[str, str], list[str]] = {}
+    counter = 0
+
+    def search(tenant: str, user: str, query: str, replica: int) -> list[str]:
+        r = clients[tenant][replica].post(f"/v1/memories/{user}/search", json={"query": query, "k": 5})
+        if (tenant, user) not in written:
+            assert r.status_code == 404, r.text
+            return []
+        assert r.status_code == 200, r.text
+        texts = [p["text"] for p in r.json()["packets"]]
+        assert texts, f"replica {replica} found nothing for {tenant}/{user}"
+        for t in texts:
+            assert owner_of(t) == (tenant, user), f"replica {replica}: {tenant}/{user} got {t!r}"
+        return texts
+
+    try:
+        for _ in range(N_REQUESTS):
+            tenant, user = rng.choice(list(KEYS)), rng.choice(USERS)
+            replica = rng.randrange(N_REPLICAS)
+            c = clients[tenant][replica]
+            op = rng.choices(["append", "search", "turns", "forget"], [45, 42, 10, 3])[0]
+            if op == "append":
+                turns = []
+                for _ in range(rng.randint(1, 3)):
+                    counter += 1
+                    turns.append({"speaker": user.title(), "time": f"2024-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}",
+                                  "text": f"I told you about {rng.choice(TOPICS)} (ref {tenant}/{user}/{counter})"})
+                r = c.post(f"/v1/memories/{user}/turns", json={"turns": turns})
+                assert r.status_code == 200, r.text
+                written.setdefault((tenant, user), []).extend(t["text"] for t in turns)
+            elif op == "search":
+                search(tenant, user, f"what about {rng.choice(TOPICS)}?", replica)
+            elif op == "turns":
+                r = c.get(f"/v1/memories/{user}/turns", params={"limit": 500})
+                if (tenant, user) in written:
+                    assert [t["text"] for t in r.json()["turns"]] == written[(tenant, user)]
+                else:
+                    assert r.status_code == 404
+            elif op == "forget" and (tenant, user) in written:
+                probe = "what about a new puppy?"
+                others = [key for key in written if key != (tenant, user)]
+                before = {(key, i): search(*key, probe, i) for key in others for i in range(N_REPLICAS)}
+                assert c.delete(f"/v1/memories/{user}").status_code == 200
+                del written[(tenant, user)]
+                for i in range(N_REPLICAS):  # gone on every replica at once, not only the one that forgot
+                    assert clients[tenant][i].post(f"/v1/memories/{user}/search",
+                                                   json={"query": probe}).status_code == 404
+                after = {(key, i): search(*key, probe, i) for key in others for i in range(N_REPLICAS)}
+                assert after == before, "forgetting one user changed another user's results on some replica"
+        for key in written:
+            for i in range(N_REPLICAS):
+                search(*key, "tell me about the trip", i)
+    finally:
+        for cs in clients.values():
+            for c in cs:
+                c.close()
+    assert len(written) >= 4
+
+
+def test_every_acknowledged_append_is_found_by_a_search_on_every_replica(replicas):
+    clients = clients_for(replicas, "acme")
+    try:
+        for n in range(12):
+            origin = n % N_REPLICAS
+            text = f"My locker code is number {n} of the gym list (ref acme/echo/{n})"
+            r = clients[origin].post("/v1/memories/echo/turns", json={"speaker": "Echo", "text": text})
+            assert r.status_code == 200, r.text
+            for i in range(N_REPLICAS):
+                got = [p["text"] for p in clients[i].post(
+                    "/v1/memories/echo/search", json={"query": f"locker code number {n}", "k": 20}).json()["packets"]]
+                assert text in got, f"replica {i} did not find what replica {origin} acknowledged"
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_concurrent_appends_of_one_user_on_different_replicas_neither_lose_nor_double(replicas):
+    clients = clients_for(replicas, "globex")
+    per_thread, threads = 15, 6
+    acked: list[str] = []
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def writer(w: int) -> None:
+        c = clients[w % N_REPLICAS]
+        for j in range(per_thread):
+            text = f"Note {j} from writer {w} (ref globex/crowd/{w * 100 + j})"
+            r = c.post("/v1/memories/crowd/turns", json={"speaker": "Crowd", "text": text})
+            if r.status_code == 200:
+                with lock:
+                    acked.append(text)
+            else:
+                errors.append(f"{r.status_code} {r.text[:200]}")
+
+    try:
+        pool = [threading.Thread(target=writer, args=(w,)) for w in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        assert not errors, errors[:3]
+        for c in clients:
+            stored = [t["text"] for t in c.get("/v1/memories/crowd/turns", params={"limit": 500}).json()["turns"]]
+            assert sorted(stored) == sorted(acked) and len(stored) == per_thread * threads
+    finally:
+        for c in clients:
+            c.close()
