@@ -295,20 +295,20 @@ class Memory:
             given = given_ids
         if given is None:
             return _with_ids(self._ingest(conversation, in_place), conversation)
-        for attempt in range(3):
-            # A view held for the store's current generation holds exactly the stored packets:
-            # then an agent's one-turn add does not read the whole namespace.
-            held = self.cached_view(namespace, generation=self.store.generation(namespace)) if attempt == 0 else None
-            stored = held[0].packets if held is not None else self.store.packets(namespace)
-            stable = assign_stable_ids(conversation, given, stored)
-            try:
-                return _with_ids(self._ingest(stable, in_place and attempt == 0), stable)
-            except ImmutablePacketError:
-                # Another writer took the ids we picked between our read and our write:
-                # pick again against what it stored (explicit ids that clash fail each time).
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        # A view held for the store's current generation holds exactly the stored packets:
+        # then an agent's one-turn add does not read the whole namespace.
+        held = self.cached_view(namespace, generation=self.store.generation(namespace))
+        stored = held[0].packets if held is not None else self.store.packets(namespace)
+        stable = assign_stable_ids(conversation, given, stored)
+        try:
+            return _with_ids(self._ingest(stable, in_place), stable)
+        except ImmutablePacketError:
+            # Another writer took the ids we picked between our read and our write: pick again
+            # against what it stored, reading and writing in one store transaction (explicit
+            # ids that clash fail again, and are reported).
+            with self.store.transaction():
+                stable = assign_stable_ids(conversation, given, self.store.packets(namespace))
+                return _with_ids(self._ingest(stable, False), stable)
 
     def _ingest(self, conversation: Conversation, in_place: bool) -> IngestResult:
         """Store ``conversation``; in place (built, view extended) when that applies."""

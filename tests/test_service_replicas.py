@@ -55,6 +55,17 @@ def clients_for(servers, tenant: str) -> list[httpx.Client]:
             for s in servers]
 
 
+def all_turns(c: httpx.Client, user: str) -> list[str]:
+    out: list[str] = []
+    offset = 0
+    while offset is not None:
+        r = c.get(f"/v1/memories/{user}/turns", params={"limit": 500, "offset": offset})
+        assert r.status_code == 200, r.text
+        out += [t["text"] for t in r.json()["turns"]]
+        offset = r.json().get("next_offset")
+    return out
+
+
 def owner_of(text: str) -> tuple[str, str]:
     m = TAG.search(text)
     assert m, f"every stored text carries its reference tag: {text!r}"
@@ -142,7 +153,7 @@ def test_every_acknowledged_append_is_found_by_a_search_on_every_replica(replica
 
 def test_concurrent_appends_of_one_user_on_different_replicas_neither_lose_nor_double(replicas):
     clients = clients_for(replicas, "globex")
-    per_thread, threads = 15, 6
+    per_thread, threads = 20, 9
     acked: list[str] = []
     lock = threading.Lock()
     errors: list[str] = []
@@ -166,8 +177,62 @@ def test_concurrent_appends_of_one_user_on_different_replicas_neither_lose_nor_d
             t.join()
         assert not errors, errors[:3]
         for c in clients:
-            stored = [t["text"] for t in c.get("/v1/memories/crowd/turns", params={"limit": 500}).json()["turns"]]
+            stored = all_turns(c, "crowd")
             assert sorted(stored) == sorted(acked) and len(stored) == per_thread * threads
     finally:
         for c in clients:
             c.close()
+
+
+def test_a_replica_killed_during_appends_loses_no_acknowledged_turn_and_halves_no_batch(replicas, replica_store,
+                                                                                       tmp_path):
+    keys = write_keys(tmp_path / "keys.yaml", {t: [(k, False)] for t, k in KEYS.items()})
+    victim = start(Path(replica_store), "--keys", str(keys), config=write_config(tmp_path / "run.yaml", MODEL_FREE),
+                   log=tmp_path / "victim.log")
+    survivor = clients_for(replicas[:1], "acme")[0]
+    doomed = httpx.Client(base_url=victim.url, headers={"Authorization": f"Bearer {KEYS['acme']}"}, timeout=30)
+    acked: list[list[str]] = []
+    sent: list[list[str]] = []
+    stop = threading.Event()
+
+    def writer(c: httpx.Client, w: int) -> None:
+        n = 0
+        while not stop.is_set():
+            batch = [f"Batch {w}.{n} line {i} of the move plan (ref acme/mover/{w * 10000 + n * 10 + i})"
+                     for i in range(3)]
+            n += 1
+            sent.append(batch)
+            try:
+                r = c.post("/v1/memories/mover/turns", json={"turns": [{"speaker": "Mo", "text": t} for t in batch]})
+            except httpx.HTTPError:
+                if c is doomed:
+                    return  # the victim is gone
+                raise
+            if r.status_code == 200:
+                acked.append(batch)
+
+    pool = [threading.Thread(target=writer, args=(doomed, 0)), threading.Thread(target=writer, args=(survivor, 1))]
+    try:
+        for t in pool:
+            t.start()
+        deadline = threading.Event()
+        while len(acked) < 20 and not deadline.wait(0.05):
+            pass
+        victim.kill()  # SIGKILL: no shutdown hook runs
+        deadline.wait(1.0)
+        stop.set()
+        for t in pool:
+            t.join(30)
+        stored = all_turns(survivor, "mover")
+        have = set(stored)
+        assert len(have) == len(stored), "a turn was stored twice"
+        missing = [line for batch in acked for line in batch if line not in have]
+        assert not missing, f"{len(missing)} acknowledged turns lost, e.g. {missing[0]!r}"
+        for batch in sent:  # each append is one transaction: all of its turns or none
+            assert sum(line in have for line in batch) in (0, len(batch)), f"half-written batch {batch[0]!r}"
+        assert any(b[0].startswith("Batch 0.") for b in acked), "the victim acknowledged nothing before it died"
+    finally:
+        stop.set()
+        victim.kill()
+        survivor.close()
+        doomed.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import random
 import threading
 import time
 import uuid
@@ -37,6 +38,9 @@ from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .errors import ServiceError
 from .limits import Limits
 from .validate import TurnInput, check_id, check_k, check_text, check_time, parse_append
+
+# Tries at picking a user's next turn ids when other server processes append to the same user.
+_ID_ATTEMPTS = 6
 
 log = logging.getLogger(__name__)
 
@@ -140,23 +144,32 @@ class MemoryService:
                                    f"the build queue holds {self.limits.max_queue_turns - room} turns "
                                    f"(limit {self.limits.max_queue_turns}); retry later",
                                    headers={"Retry-After": "5"})
-        for attempt in range(3):
+        for attempt in range(_ID_ATTEMPTS):
             try:
                 # Ids are picked and stored under the user's lock, so two appends of this process
                 # never pick the same next id; another process's append is met by the retry.
                 with self._view_lock(ns):
-                    conv = self._conversation(ns, turns, fresh_read=attempt > 0)
-                    ids = [turn.packet_id for s in conv.sessions for turn in s.turns]
-                    done = self.appender.add(ns, conv) if self.inline_build else None
-                    # The plain path: the service's own appender (with its lease check) has
-                    # declined or does not apply, so Memory.add must not try one of its own.
-                    stored = self.memory.add(ns, conv, in_place=False) if done is None else None
+                    if attempt == 0:
+                        conv = self._conversation(ns, turns)
+                        ids = [turn.packet_id for s in conv.sessions for turn in s.turns]
+                        done = self.appender.add(ns, conv) if self.inline_build else None
+                        # The plain path: the service's own appender (with its lease check) has
+                        # declined or does not apply, so Memory.add must not try one of its own.
+                        stored = self.memory.add(ns, conv, in_place=False) if done is None else None
+                    else:
+                        # Read and write in one store transaction: on SQLite no other process
+                        # commits in between, so this pick cannot collide again.
+                        with self.store.transaction():
+                            conv = self._conversation(ns, turns, fresh_read=True)
+                            ids = [turn.packet_id for s in conv.sessions for turn in s.turns]
+                            done, stored = None, self.memory.add(ns, conv, in_place=False)
                 break
             except ImmutablePacketError:
                 # Another writer took the ids picked here between the read and the write: pick
                 # again against what it stored (explicit ids that clash fail each time).
-                if attempt == 2 or all(t.turn_id is not None for t in turns):
+                if attempt == _ID_ATTEMPTS - 1 or all(t.turn_id is not None for t in turns):
                     raise
+                time.sleep(random.uniform(0.0, 0.01 * attempt))  # writers that met do not meet again
         if done is not None:
             return {"user_id": user_id, "ids": ids, "added": done.added, "skipped": done.skipped,
                     "built": True, "pending_turns": 0}
