@@ -75,9 +75,11 @@ def test_the_document_describes_every_operation(doc):
         assert "Retry-After" in op["responses"]["429"]["headers"]
     params = {p: [q["name"] for q in item["get"].get("parameters", []) if q["in"] == "query"]
               for p, item in doc["paths"].items() if "get" in item}
-    assert params["/v1/memories"] == ["offset", "limit"] == params["/v1/memories/{user_id}/turns"]
+    assert params["/v1/memories"] == ["offset", "limit"]
+    filters = ["speaker", "session_id", "agent_id", "metadata", "from", "to"]
+    assert params["/v1/memories/{user_id}/turns"] == ["offset", "limit", *filters]
     query = doc["components"]["schemas"]["Query"]["properties"]
-    assert set(query) == {"query", "k", "preset", "question_date"}
+    assert set(query) == {"query", "k", "preset", "question_date", *filters}
 
 
 def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(server, doc):
@@ -94,23 +96,28 @@ def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(
                       event_hooks=hooks) as c, \
             httpx.Client(base_url=server.url, timeout=30, event_hooks=hooks) as anon:
         # Every field of every append form.
-        turn = {k: "2024-05-08 13:56" if k == "time" else ("s1" if k == "session_id" else
-                                                          ("t-1" if k == "id" else "words"))
-                for k in schemas["Turn"]["properties"]}
+        special = {"time": "2024-05-08 13:56", "session_id": "s1", "id": "t-1", "agent_id": "helper",
+                   "metadata": {"topic": "words"}}
+        turn = {k: special.get(k, "words") for k in schemas["Turn"]["properties"]}
         assert c.post("/v1/memories/api/turns", json=turn).status_code == 200
-        sess_turn = {k: ("t-2" if k == "id" else "more words") for k in schemas["SessionTurn"]["properties"]}
+        sess_turn = {k: {**special, "id": "t-2"}.get(k, "more words") for k in schemas["SessionTurn"]["properties"]}
         session = {"time": "2024-05-09", "id": "s2", "turns": [sess_turn]}
         assert set(session) == set(schemas["Session"]["properties"])
         assert c.post("/v1/memories/api/turns", json={"sessions": [session]}).status_code == 200
         assert c.post("/v1/memories/api/turns", json={"turns": [{**turn, "id": "t-3"}]}).status_code == 200
         # Every field of a query, on both query routes (answer has no model here: 503 is fine).
-        query = {"query": "what words?", "k": 2, "preset": "view-raw", "question_date": "2024-06-01"}
+        filters = {"speaker": "words", "session_id": "s1", "agent_id": "helper", "metadata": {"topic": "words"},
+                   "from": "2024-05-01", "to": "2024-05-31"}
+        query = {"query": "what words?", "k": 2, "preset": "view-raw", "question_date": "2024-06-01", **filters}
         assert set(query) == set(schemas["Query"]["properties"])
-        assert c.post("/v1/memories/api/search", json=query).status_code == 200
+        found = c.post("/v1/memories/api/search", json=query)
+        assert found.status_code == 200 and sorted(p["id"] for p in found.json()["packets"]) == ["t-1", "t-3"]
         assert c.post("/v1/memories/api/answer", json=query).status_code == 503
         # The list routes' query parameters.
         assert c.get("/v1/memories", params={"offset": 0, "limit": 5}).status_code == 200
         assert c.get("/v1/memories/api/turns", params={"offset": 1, "limit": 1}).status_code == 200
+        listed = c.get("/v1/memories/api/turns", params={**filters, "metadata": '{"topic": "words"}'})
+        assert listed.status_code == 200 and listed.json()["total"] == 2
         assert c.get("/v1/memories/api").status_code == 200
         # Errors: 400, 404, 409, 413, 401, 403, 429, 503.
         c.post("/v1/memories/api/turns", json={"speaker": "A", "text": ""})

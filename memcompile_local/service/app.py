@@ -233,7 +233,13 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             raise ServiceError(400, "bad_request", "query is required", field="query")
         return body
 
-    query_fields = {"query", "k", "preset", "question_date"}
+    filter_fields = {"speaker", "session_id", "agent_id", "metadata", "from", "to"}
+    query_fields = {"query", "k", "preset", "question_date"} | filter_fields
+
+    def body_filters(body: dict):
+        return service.filters(speaker=body.get("speaker"), session_id=body.get("session_id"),
+                               agent_id=body.get("agent_id"), metadata=body.get("metadata"),
+                               time_from=body.get("from"), time_to=body.get("to"))
 
     @app.post("/v1/memories/{user_id}/search", openapi_extra=body_doc("Query"), tags=["memories"],
               operation_id="search", summary="Compiled evidence for a query")
@@ -241,7 +247,8 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         p = principal(request)
         body = await query_body(request, query_fields)
         return await run(service.search, p.tenant, user_id, body["query"], k=body.get("k"),
-                         preset=body.get("preset"), question_date=body.get("question_date"))
+                         preset=body.get("preset"), question_date=body.get("question_date"),
+                         filters=body_filters(body))
 
     @app.post("/v1/memories/{user_id}/answer", openapi_extra=body_doc("Query"), tags=["memories"],
               operation_id="answer", summary="Compile the evidence and answer with the configured model")
@@ -249,7 +256,8 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         p = principal(request)
         body = await query_body(request, query_fields)
         return await run(service.answer, p.tenant, user_id, body["query"], k=body.get("k"),
-                         preset=body.get("preset"), question_date=body.get("question_date"))
+                         preset=body.get("preset"), question_date=body.get("question_date"),
+                         filters=body_filters(body))
 
     def _int_param(request: Request, name: str, default: int) -> int:
         value = request.query_params.get(name)
@@ -284,9 +292,20 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
              summary="Stored turns (paginated)")
     async def turns(user_id: str, request: Request):
         p = principal(request)
-        _no_other_params(request, {"offset", "limit"})
+        _no_other_params(request, {"offset", "limit"} | filter_fields)
+        q = request.query_params
+        metadata = q.get("metadata")
+        if metadata is not None:
+            try:
+                metadata = json.loads(metadata)
+            except (ValueError, RecursionError):
+                raise ServiceError(400, "invalid_metadata", "metadata must be a JSON object (URL-encoded JSON text)",
+                                   field="metadata") from None
+        filters = service.filters(speaker=q.get("speaker"), session_id=q.get("session_id"),
+                                  agent_id=q.get("agent_id"), metadata=metadata, time_from=q.get("from"),
+                                  time_to=q.get("to"))
         return await run(service.list_turns, p.tenant, user_id, offset=_int_param(request, "offset", 0),
-                         limit=_int_param(request, "limit", 100))
+                         limit=_int_param(request, "limit", 100), filters=filters)
 
     @app.delete("/v1/memories/{user_id}/turns/{turn_id}", tags=["memories"], operation_id="delete_turn",
                 summary="Erase one turn (an update is a delete, then an append)")

@@ -14,6 +14,7 @@ the background worker (``worker.py``) extracts, and until then searches use the 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -36,7 +37,9 @@ from ..views.record import MemoryView
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .errors import ServiceError
 from .limits import Limits
-from .validate import TurnInput, check_id, check_k, check_text, check_time, parse_append
+from ..views.filters import TurnFilter, time_bound
+from .validate import (TurnInput, check_id, check_k, check_label, check_metadata, check_text, check_time,
+                       parse_append)
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +202,8 @@ class MemoryService:
                 sessions.append(Session(index=index.get(t.session_id, 0) if t.session_id else 0,
                                         session_id=t.session_id or f"unnamed_{si}", time=t.time,
                                         turns=tuple(Turn(packet_id=r.turn_id or f"new_{si}_{j}", speaker=r.speaker,
-                                                         text=r.text, image_caption=r.image_caption)
+                                                         text=r.text, image_caption=r.image_caption,
+                                                         agent_id=r.agent_id, metadata_json=r.metadata_json)
                                                     for j, r in enumerate(run))))
                 given_sessions.append(t.session_id is not None)
                 given_turns.append(tuple(r.turn_id is not None for r in run))
@@ -323,19 +327,48 @@ class MemoryService:
             question_date = check_time(question_date, "question_date")
         return query, k, preset, question_date
 
+    def filters(self, *, speaker: Any = None, session_id: Any = None, agent_id: Any = None, metadata: Any = None,
+                time_from: Any = None, time_to: Any = None, names: tuple[str, str] = ("from", "to")) -> TurnFilter | None:
+        """The ``TurnFilter`` of a request's filter fields (400 naming the field), None when none is set.
+
+        The user is the tenant's isolation boundary (the namespace); ``agent_id`` and
+        ``session_id`` scope within one user's memory, as filters. ``names``: how the request
+        spells the two time bounds (REST ``from``/``to``, MCP ``time_from``/``time_to``).
+        """
+        if speaker is not None:
+            speaker = check_label(speaker, "speaker")
+        if session_id is not None:
+            session_id = check_label(session_id, "session_id")
+        if agent_id is not None:
+            agent_id = check_id(agent_id, "agent_id")
+        if metadata is not None:
+            check_metadata(metadata, "metadata", self.limits)
+        bounds = []
+        for value, name, end in ((time_from, names[0], False), (time_to, names[1], True)):
+            bounds.append(None if value is None else time_bound(check_time(value, name), end=end))
+        if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+            raise ServiceError(400, "invalid_time", f"the time range ends ({names[1]}) before it starts "
+                               f"({names[0]})", field=names[1])
+        f = TurnFilter.make(speaker=speaker, session_id=session_id, agent_id=agent_id, metadata=metadata,
+                            time_from=bounds[0], time_to=bounds[1])
+        return None if f.empty else f
+
     def search(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
-               question_date: Any = None) -> dict:
+               question_date: Any = None, filters: TurnFilter | None = None) -> dict:
         """The compiled evidence for ``query`` (Memory.compile over built + pending turns), each
         packet with its ``rank`` and ``score`` as ``Memory.search`` gives them.
 
         ``question_date``: when the question is asked; relative times in it ("last month")
-        are matched against the turns' dates from that day (as ``Memory.search`` does)."""
+        are matched against the turns' dates from that day (as ``Memory.search`` does).
+        ``filters`` (see ``filters``): evidence only from matching turns, k of them when k match."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
         ns = self._existing(tenant, user_id)
-        selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date)
+        selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date,
+                                               filters=filters)
         return self._context_json(user_id, selected, behind)
 
-    def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None):
+    def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None,
+                 filters: TurnFilter | None = None):
         mem = self.memory_for(preset)
         # A view held for the store's current generation is complete (only built namespaces
         # are cached there): serve it without the build checks below.
@@ -351,7 +384,7 @@ class MemoryService:
                 view, behind = current_view(mem, self.pending if mem is self.memory else mem.partial_views(), ns,
                                             allow_build=self.inline_build)
         try:
-            ctx = mem.compile_view(view, query, k=k, question_date=question_date)
+            ctx = mem.compile_view(view, query, k=k, question_date=question_date, filters=filters)
         except TransportError:
             self.backend_down_since = self.backend_down_since or time.time()
             raise
@@ -368,9 +401,7 @@ class MemoryService:
             "user_id": user_id,
             "query": ctx.question,
             "packets": [
-                {"id": p.packet_id, "rank": rank, "score": scores.get(p.packet_id), "speaker": p.speaker,
-                 "time": p.session_time, "session_id": p.session_id, "text": p.content,
-                 **({"image_caption": p.image_caption} if p.image_caption else {})}
+                {"id": p.packet_id, "rank": rank, "score": scores.get(p.packet_id), **turn_fields(p)}
                 for rank, p in enumerate(packets, start=1)
             ],
             "packet_ids": list(ctx.packet_ids),
@@ -380,12 +411,13 @@ class MemoryService:
         }
 
     def answer(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
-               question_date: Any = None) -> dict:
-        """Compile, then answer with the configured model (503 when it is unavailable)."""
+               question_date: Any = None, filters: TurnFilter | None = None) -> dict:
+        """Compile (as ``search``, ``filters`` included), then answer with the configured model
+        (503 when it is unavailable)."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
         ns = self._existing(tenant, user_id)
         (ctx, packets, scores), behind, mem = self._compile(ns, query, k=k, preset=preset,
-                                                            question_date=question_date)
+                                                            question_date=question_date, filters=filters)
         try:
             client = mem.client  # loads the answer backend on first use
         except Exception as exc:  # a missing extra, model file or server: no answer model to use
@@ -439,19 +471,22 @@ class MemoryService:
             raise ServiceError(400, "bad_request", "offset must be a non-negative integer", field="offset")
         return offset
 
-    def list_turns(self, tenant: str, user_id: str, *, offset: Any = 0, limit: Any = 100) -> dict:
-        """Stored turns in dialogue order, ``limit`` from ``offset``."""
+    def list_turns(self, tenant: str, user_id: str, *, offset: Any = 0, limit: Any = 100,
+                   filters: TurnFilter | None = None) -> dict:
+        """Stored turns in dialogue order, ``limit`` from ``offset``; with ``filters`` only the
+        matching turns, paged among themselves (``total`` counts them)."""
         limit = self._page_size(limit)
         offset = self._offset(offset)
         ns = self._existing(tenant, user_id)
         packets = self.store.packets(ns)
+        if filters is not None:
+            packets = filters.select(packets)
         page = packets[offset: offset + limit]
         return {
             "user_id": user_id,
             "total": len(packets),
             "offset": offset,
-            "turns": [{"id": p.packet_id, "speaker": p.speaker, "time": p.session_time, "session_id": p.session_id,
-                       "text": p.content, "ordinal": p.ordinal} for p in page],
+            "turns": [{"id": p.packet_id, **turn_fields(p), "ordinal": p.ordinal} for p in page],
             "next_offset": offset + limit if offset + limit < len(packets) else None,
         }
 
@@ -523,6 +558,15 @@ class MemoryService:
         return {"status": "ok", "queue": self.queue.depth(),
                 "backend": "down" if self.backend_down_since else "ok",
                 "inline_build": self.inline_build}
+
+
+def turn_fields(p) -> dict:
+    """What a response shows of a stored turn besides its id (search hits and listed turns alike)."""
+    out = {"speaker": p.speaker, "time": p.session_time, "session_id": p.session_id, "text": p.content,
+           "agent_id": p.agent_id, "metadata": json.loads(p.metadata_json) if p.metadata_json else None}
+    if p.image_caption:
+        out["image_caption"] = p.image_caption
+    return out
 
 
 def current_view(mem: Memory, partial: PartialViews, namespace: str, *, allow_build: bool) -> tuple[MemoryView, int]:

@@ -24,6 +24,7 @@ from fastapi.openapi.utils import get_openapi
 
 from .auth import USER_ID_RE
 from .limits import Limits
+from ..data.metadata import MAX_METADATA_DEPTH
 from .validate import TURN_ID_CHARS
 
 _REF = "#/components/schemas/"
@@ -48,10 +49,15 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
     text = {"type": "string", "minLength": 1, "maxLength": limits.max_text_chars,
             "description": "at least one non-space character; no control character except TAB, LF, CR"}
     label = {"type": "string", "minLength": 1, "maxLength": 200, "description": "one line, no control character"}
+    metadata = {"type": "object", "description": f"a small JSON object of your own, stored with the turn (at most "
+                f"{limits.max_metadata_bytes} bytes as JSON, {MAX_METADATA_DEPTH} levels deep)",
+                "examples": [{"topic": "travel", "source": "chat"}]}
+    agent = {**_TURN_ID, "description": "the agent that took part in the turn (a scope within the user)"}
     session_turn = {
         "type": "object", "additionalProperties": False, "required": ["speaker", "text"],
         "properties": {"speaker": label, "text": text, "image_caption": text,
-                       "id": {**_TURN_ID, "description": "turn id; default: the next S<session>:<n>"}},
+                       "id": {**_TURN_ID, "description": "turn id; default: the next S<session>:<n>"},
+                       "agent_id": agent, "metadata": metadata},
     }
     turn = copy.deepcopy(session_turn)
     turn["properties"].update({
@@ -59,12 +65,24 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
                                          "is then always stored as a new turn"},
         "session_id": {**_TURN_ID, "description": "the session the turn belongs to; default 'default'"},
     })
+    stored_fields = {"speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR, "image_caption": _STR,
+                     "agent_id": {"type": ["string", "null"]}, "metadata": {"type": ["object", "null"]}}
     packet = {
-        "type": "object", "required": ["id", "rank", "score", "speaker", "time", "session_id", "text"],
+        "type": "object",
+        "required": ["id", "rank", "score", "speaker", "time", "session_id", "text", "agent_id", "metadata"],
         "properties": {"id": _STR, "rank": {"type": "integer", "minimum": 1},
                        "score": {"type": ["number", "null"],
                                  "description": "the selector's score (orders packets within one search)"},
-                       "speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR, "image_caption": _STR},
+                       **stored_fields},
+    }
+    filters = {
+        "speaker": {**label, "description": "only turns of this speaker"},
+        "session_id": {**label, "description": "only turns of this session"},
+        "agent_id": {**_TURN_ID, "description": "only turns of this agent"},
+        "metadata": {"type": "object", "description": "only turns whose metadata has every one of these top-level "
+                     "keys with exactly this value"},
+        "from": {**_TIME, "description": "only turns said at or after this time"},
+        "to": {**_TIME, "description": "only turns said at or before this time (a bare date: until its end)"},
     }
     search = {
         "type": "object",
@@ -117,7 +135,8 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
             "properties": {"query": text, "k": {"type": "integer", "minimum": 1, "maximum": limits.max_k},
                            "preset": {**_STR, "description": "a model-free preset such as 'view-raw'"},
                            "question_date": {**_TIME, "description": "when the question is asked: relative times "
-                                             "in it ('last month') are resolved from this date"}},
+                                             "in it ('last month') are resolved from this date"},
+                           **filters},
         },
         "Packet": packet,
         "SearchResult": search,
@@ -140,9 +159,9 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
                            "next_offset": _NULLABLE_INT},
         },
         "StoredTurn": {
-            "type": "object", "required": ["id", "speaker", "time", "session_id", "text", "ordinal"],
-            "properties": {"id": _STR, "speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR,
-                           "ordinal": _INT},
+            "type": "object",
+            "required": ["id", "speaker", "time", "session_id", "text", "agent_id", "metadata", "ordinal"],
+            "properties": {"id": _STR, **stored_fields, "ordinal": _INT},
         },
         "TurnPage": {
             "type": "object", "required": ["user_id", "turns", "total", "offset", "next_offset"],
@@ -205,6 +224,26 @@ def _page_params(limits: Limits) -> list[dict]:
     ]
 
 
+def _filter_params() -> list[dict]:
+    """The list-turns filters, the same as a search's (``metadata`` as JSON text)."""
+    time_ = {"type": "string", "examples": ["2024-05-08"]}
+    return [
+        {"name": "speaker", "in": "query", "required": False, "description": "only turns of this speaker",
+         "schema": _STR},
+        {"name": "session_id", "in": "query", "required": False, "description": "only turns of this session",
+         "schema": _STR},
+        {"name": "agent_id", "in": "query", "required": False, "description": "only turns of this agent",
+         "schema": _TURN_ID},
+        {"name": "metadata", "in": "query", "required": False, "schema": _STR,
+         "description": "a JSON object (URL-encoded): only turns whose metadata has each of its top-level keys "
+                        "with exactly that value"},
+        {"name": "from", "in": "query", "required": False, "description": "only turns said at or after this time",
+         "schema": time_},
+        {"name": "to", "in": "query", "required": False,
+         "description": "only turns said at or before this time (a bare date: until its end)", "schema": time_},
+    ]
+
+
 def _error(status: int) -> dict:
     out: dict[str, Any] = {"description": _ERRORS[status],
                            "content": {"application/json": {"schema": ref("Error")}}}
@@ -243,6 +282,8 @@ def build_document(app: FastAPI, *, keyed: bool, metrics_auth: bool, limits: Lim
                     op["security"] = security
                 if path in ("/v1/memories", "/v1/memories/{user_id}/turns") and method == "get":
                     op["parameters"] = [*op.get("parameters", []), *_page_params(limits)]
+                if path == "/v1/memories/{user_id}/turns" and method == "get":
+                    op["parameters"] = [*op["parameters"], *_filter_params()]
             elif path == "/healthz":
                 op["responses"] = {"200": {"description": "OK", "content": {"application/json": {
                     "schema": ref("Health")}}}, "500": _error(500), "503": _error(503)}
