@@ -27,14 +27,16 @@ from typing import Any, Sequence
 from ..config import PipelineConfig, config_needs_llm
 from ..data.plain import GivenIds
 from ..data.turn_ids import assign_stable_ids
-from ..errors import ImmutablePacketError, MissingExtraError, TransportError
+from ..errors import ConfigError, ImmutablePacketError, MissingExtraError, TransportError
 from ..memory import Memory, selection_scores
 from ..pipeline.presets import PRESETS, apply_presets
 from ..store import open_store
 from ..types import Conversation, Session, Turn
 from ..views.pending import PartialViews, pending_turns
 from ..views.record import MemoryView
+from ..llm.registry import embedder_kwargs, load_embedder
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
+from .embed_batch import DEFAULT_WINDOW_S, BatchedQueryEmbedder
 from .errors import ServiceError
 from .limits import Limits
 from ..views.filters import TurnFilter, time_bound
@@ -68,9 +70,18 @@ class MemoryService:
     """
 
     def __init__(self, store_path: str, config: PipelineConfig | None = None, *, limits: Limits | None = None,
-                 backend: Any = None, embedder: Any = None):
+                 backend: Any = None, embedder: Any = None, query_batch_ms: float = DEFAULT_WINDOW_S * 1000):
         self.config = config or PipelineConfig()
         self.limits = limits or Limits()
+        if query_batch_ms < 0:
+            raise ConfigError(f"query_batch_ms must be >= 0, got {query_batch_ms}")
+        if query_batch_ms > 0:
+            # Concurrent searches share one query-embedding call (embed_batch.py). The model is
+            # loaded here, at start, instead of in the first search.
+            if embedder is None:
+                embedder = load_embedder(self.config.model.embedder, **embedder_kwargs(self.config.model))
+            embedder = BatchedQueryEmbedder(embedder, window_s=query_batch_ms / 1000)
+        self.query_embedder = embedder if isinstance(embedder, BatchedQueryEmbedder) else None
         self.store = open_store(store_path)
         # A second, read-only connection for the per-search checks (does the user exist, which
         # generation is current): the main connection is locked while an append's transaction

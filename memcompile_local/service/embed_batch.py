@@ -1,0 +1,125 @@
+"""Query embeddings of concurrent searches, computed in one embedder call.
+
+Under concurrent searches a transformer embedder (MiniLM) is the bottleneck: every search embeds
+one or two short query texts, each call pays the model's fixed cost, and calls from many
+request threads contend for the same cores. ``BatchedQueryEmbedder`` wraps the server's
+embedder: a search that needs a query vector joins the batch being collected; the first one in
+waits ``window_s`` for others, then one ``embed_query`` call embeds every text of the batch and
+each caller gets its own rows back. At most one batch runs in the model at a time; searches
+that arrive meanwhile make up the next batch, so under load batches grow by themselves and a
+lone search waits only the window.
+
+The rows are the ones an unbatched call gives: the ONNX encoder pads each batch on the right
+under an attention mask, so a text's vector does not depend on its batch (``adapters/embed_onnx``),
+and the hash embedder embeds each text alone. Document embeddings (``embed``, view loads and
+builds) pass through unbatched. ``window_s`` 0 turns batching off.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+DEFAULT_WINDOW_S = 0.002
+
+
+@dataclass
+class _Request:
+    texts: list[str]
+    done: threading.Event = field(default_factory=threading.Event)
+    rows: np.ndarray | None = None
+    error: BaseException | None = None
+
+
+class BatchedQueryEmbedder:
+    """``inner`` with its ``embed_query`` calls merged across threads (see the module doc).
+
+    ``max_batch`` bounds the texts of one model call. Every other attribute (``embed``,
+    ``dim``, ``identity``, ...) is the inner embedder's, so views and build keys are unchanged.
+    ``batches`` and ``batched_texts`` count the model calls and texts (for tests and metrics).
+    """
+
+    def __init__(self, inner: Any, *, window_s: float = DEFAULT_WINDOW_S, max_batch: int = 64):
+        if window_s < 0:
+            raise ValueError(f"window_s must be >= 0, got {window_s}")
+        self.inner = inner
+        self.window_s = window_s
+        self.max_batch = max_batch
+        self._embed = getattr(inner, "embed_query", None) or inner.embed
+        self._lock = threading.Lock()  # guards _pending and _collecting
+        self._pending: list[_Request] = []
+        self._collecting = False
+        self._running = threading.Lock()  # one batch in the model at a time
+        self.batches = 0
+        self.batched_texts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this class does not define.
+        return getattr(self.inner, name)
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """The query embeddings of ``texts`` (rows in order), computed in a shared batch."""
+        req = _Request(list(texts))
+        if self.window_s <= 0 or not req.texts:
+            return np.asarray(self._embed(req.texts), dtype=np.float32)
+        with self._lock:
+            self._pending.append(req)
+            lead = not self._collecting
+            if lead:
+                self._collecting = True
+        if lead:
+            self._lead()
+        req.done.wait()
+        if req.error is not None:
+            raise req.error
+        assert req.rows is not None
+        return req.rows
+
+    def _lead(self) -> None:
+        """Wait the window, then embed batches (each once the model is free) until none is left.
+
+        The leader's own request is the first of the first batch; while ``_collecting`` is set
+        no other caller leads, so requests past ``max_batch`` or arriving during a batch are
+        taken in the next round of this loop or, once it has ended, by a new leader."""
+        threading.Event().wait(self.window_s)
+        while True:
+            with self._running:
+                with self._lock:
+                    batch, self._pending = self._take(self._pending)
+                    more = bool(self._pending)
+                    if not more:
+                        self._collecting = False
+                self._run(batch)
+            if not more:
+                return
+
+    def _take(self, pending: list[_Request]) -> tuple[list[_Request], list[_Request]]:
+        batch, size = [], 0
+        for n, req in enumerate(pending):
+            if batch and size + len(req.texts) > self.max_batch:
+                return batch, pending[n:]
+            batch.append(req)
+            size += len(req.texts)
+        return batch, []
+
+    def _run(self, batch: list[_Request]) -> None:
+        texts = [t for req in batch for t in req.texts]
+        try:
+            rows = np.asarray(self._embed(texts), dtype=np.float32)
+            if rows.shape[0] != len(texts):
+                raise RuntimeError(f"the embedder returned {rows.shape[0]} rows for {len(texts)} texts")
+        except BaseException as exc:  # every caller of the batch gets the error
+            for req in batch:
+                req.error = exc
+                req.done.set()
+            return
+        self.batches += 1
+        self.batched_texts += len(texts)
+        start = 0
+        for req in batch:
+            req.rows = rows[start: start + len(req.texts)]
+            start += len(req.texts)
+            req.done.set()
