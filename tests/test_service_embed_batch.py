@@ -90,6 +90,25 @@ def test_sixteen_concurrent_callers_get_the_serial_rows_in_fewer_calls(make):
     assert batched.identity() == inner.identity() and batched.dim == inner.dim
 
 
+@pytest.mark.parametrize("make", [lambda: HashEmbedder(dim=64), minilm], ids=["hash", "minilm"])
+def test_small_document_calls_are_merged_too_and_large_ones_go_alone(make):
+    inner = make()
+    docs = [[f"Mara: I keep the item {i} in the shed", f"context of item {i}", "Time: 2024-01-01"][: 1 + i % 3]
+            for i in range(12)]
+    serial = [np.asarray(inner.embed(d), dtype=np.float32) for d in docs]
+    counted = Counting(inner)
+    calls = []
+    counted.embed = lambda texts: calls.append(len(texts)) or inner.embed(texts)
+    batched = BatchedQueryEmbedder(counted, window_s=0.02, small_docs=3)
+    got = concurrent(type("Docs", (), {"embed_query": staticmethod(batched.embed)})(), docs)
+    for rows, want in zip(got, serial):
+        np.testing.assert_array_equal(rows, want)
+    assert len(calls) < len(docs)
+    calls.clear()
+    batched.embed([f"doc {i}" for i in range(10)])  # past small_docs: one call of its own
+    assert calls == [10]
+
+
 def test_window_zero_calls_the_model_once_per_caller_and_errors_reach_every_caller():
     inner = Counting(HashEmbedder(dim=16))
     off = BatchedQueryEmbedder(inner, window_s=0)

@@ -7,7 +7,9 @@ schema the document gives for that operation and status.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 
 import httpx
 import jsonschema
@@ -65,12 +67,13 @@ def test_the_document_describes_every_operation(doc):
     assert "422" not in str({p: {m: op["responses"] for m, op in item.items()} for p, item in doc["paths"].items()})
     assert set(doc["components"]["securitySchemes"]) == {"bearer", "apiKey"}
     v1 = [(m, p, op) for m, _, p, op in _operations(doc) if p.startswith("/v1/")]
-    assert len(v1) == 8
+    assert len(v1) == 10
     for method, path, op in v1:
         statuses = set(op["responses"])
-        assert {"200", "400", "401", "403", "429", "500", "503"} <= statuses, (method, path)
+        ok = "202" if path.endswith("/imports") else "200"
+        assert {ok, "400", "401", "403", "429", "500", "503"} <= statuses, (method, path)
         assert op["security"] == [{"bearer": []}, {"apiKey": []}]
-        assert "$ref" in op["responses"]["200"]["content"]["application/json"]["schema"]
+        assert "$ref" in op["responses"][ok]["content"]["application/json"]["schema"]
         assert "WWW-Authenticate" in op["responses"]["401"]["headers"]
         assert "Retry-After" in op["responses"]["429"]["headers"]
     params = {p: [q["name"] for q in item["get"].get("parameters", []) if q["in"] == "query"]
@@ -78,6 +81,9 @@ def test_the_document_describes_every_operation(doc):
     assert params["/v1/memories"] == ["offset", "limit"]
     filters = ["speaker", "session_id", "agent_id", "metadata", "from", "to"]
     assert params["/v1/memories/{user_id}/turns"] == ["offset", "limit", *filters]
+    imports = [q["name"] for q in doc["paths"]["/v1/memories/{user_id}/imports"]["post"]["parameters"]
+               if q["in"] == "query"]
+    assert imports == ["format", "conversation"]
     query = doc["components"]["schemas"]["Query"]["properties"]
     assert set(query) == {"query", "k", "preset", "question_date", *filters}
 
@@ -119,6 +125,19 @@ def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(
         listed = c.get("/v1/memories/api/turns", params={**filters, "metadata": '{"topic": "words"}'})
         assert listed.status_code == 200 and listed.json()["total"] == 2
         assert c.get("/v1/memories/api").status_code == 200
+        # An import with both of its query parameters, and its status.
+        history = {"sessions": [{"time": "2024-05-10", "turns": [{"speaker": "A", "text": "imported words"}]}]}
+        started = c.post("/v1/memories/api/imports", params={"format": "plain", "conversation": 0},
+                         content=json.dumps(history).encode())
+        assert started.status_code == 202, started.text
+        for _ in range(200):
+            job = c.get(f"/v1/memories/api/imports/{started.json()['id']}").json()
+            if job["state"] in ("done", "failed"):
+                break
+            time.sleep(0.05)
+        assert job["state"] == "done", job
+        c.get("/v1/memories/api/imports/" + "0" * 32)  # 404
+        c.post("/v1/memories/api/imports", content=b"[nope", params={"format": "turns"})  # 400
         # Errors: 400, 404, 409, 413, 401, 403, 429, 503.
         c.post("/v1/memories/api/turns", json={"speaker": "A", "text": ""})
         c.post("/v1/memories/api/search", json={"query": "x", "k": 0})
@@ -145,7 +164,7 @@ def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(
         assert c.get("/v1/memories").status_code == 200
 
     statuses = {r.status_code for r in seen}
-    assert {200, 400, 401, 403, 404, 409, 413, 429, 503} <= statuses, statuses
+    assert {200, 202, 400, 401, 403, 404, 409, 413, 429, 503} <= statuses, statuses
     for r in seen:
         path = r.request.url.path
         match = [(p, op) for m, pattern, p, op in ops if m == r.request.method and pattern.match(path)]

@@ -70,6 +70,9 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
                    help="estimated MiB of the users held loaded (default 1024)")
     g.add_argument("--max-text-chars", type=int,
                    help=f"most characters of one turn's text or a query (default {Limits().max_text_chars:,})")
+    g.add_argument("--max-import-mb", type=int, help=f"largest import upload in MiB (default {Limits().max_import_mb})")
+    g.add_argument("--max-metadata-bytes", type=int,
+                   help=f"largest metadata object of one turn, as JSON (default {Limits().max_metadata_bytes})")
     g.add_argument("--query-batch-ms", type=float, default=DEFAULT_WINDOW_S * 1000,
                    help="how long a search waits for concurrent ones to share its query-embedding call "
                         "(default %(default)s; 0: no batching)")
@@ -78,7 +81,7 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 def _limits(args) -> Limits:
     return Limits.from_dict({name: getattr(args, name) for name in
                              ("max_body_bytes", "max_turns_per_request", "max_queue_turns", "max_k",
-                              "max_text_chars", "max_views", "max_view_mb")
+                              "max_text_chars", "max_views", "max_view_mb", "max_import_mb", "max_metadata_bytes")
                              if getattr(args, name, None) is not None})
 
 

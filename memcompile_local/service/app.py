@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ from .errors import ServiceError, from_exception
 from .limits import ServeOptions
 from .mcp_server import build_mcp
 from .metrics import CONTENT_TYPE, Metrics
-from .openapi import body_doc, install_openapi
+from .openapi import body_doc, import_body_doc, install_openapi
 from .ratelimit import FailedKeyThrottle, TenantRateLimit
 from .worker import BuildWorker
 
@@ -37,6 +38,7 @@ access_log = logging.getLogger("memcompile_local.service.access")
 """One line per request: method, path, status, duration, tenant (never a key, a query string or a body)."""
 
 _ACCESS_KEY = "memcompile.access"  # the ASGI scope entry where a route leaves the request's tenant
+_IMPORT_PATH = re.compile(r"^/v1/memories/[^/]+/imports/?$")  # uploads bounded by max_import_mb instead
 
 def error_response(err: ServiceError, *, paths: tuple[str, ...] = ()) -> JSONResponse:
     """The JSON of ``err``, with the server's file paths and internal namespaces taken out."""
@@ -129,6 +131,16 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             raise ServiceError(400, "bad_json", "request body nests arrays or objects too deeply to read",
                                field="$") from None
 
+    async def capped_body(request: Request, cap: int) -> bytes:
+        """The raw body, refused with 413 as soon as it passes ``cap`` bytes (chunked uploads too)."""
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise ServiceError(413, "body_too_large", f"request body has more than {cap} bytes; at most {cap}")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def run(fn, *args, **kw):
         # Package errors become typed ServiceErrors here, inside the app's exception middleware
         # (an exception that escaped to the server-error middleware would drop the connection).
@@ -171,9 +183,9 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             path = scope.get("path", "")
             length = headers.get("content-length")
             rejected: ServiceError | None = None
-            if length is not None and length.isdigit() and int(length) > service.limits.max_body_bytes:
-                rejected = ServiceError(413, "body_too_large",
-                                        f"request body has {length} bytes; at most {service.limits.max_body_bytes}")
+            cap = service.limits.max_import_bytes if _IMPORT_PATH.match(path) else service.limits.max_body_bytes
+            if length is not None and length.isdigit() and int(length) > cap:
+                rejected = ServiceError(413, "body_too_large", f"request body has {length} bytes; at most {cap}")
             elif path.startswith("/mcp"):
                 try:
                     admit(headers, scope)
@@ -273,6 +285,27 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         if unknown:
             raise ServiceError(400, "bad_request", f"unexpected query parameters {unknown}; expected some of "
                                f"{sorted(allowed)}", field=unknown[0])
+
+    @app.post("/v1/memories/{user_id}/imports", tags=["memories"], operation_id="start_import",
+              openapi_extra=import_body_doc(), status_code=202,
+              summary="Import a large history in the background (a conversation file or a list of turns)")
+    async def start_import(user_id: str, request: Request):
+        p = principal(request)
+        _no_other_params(request, {"format", "conversation"})
+        raw = await capped_body(request, service.limits.max_import_bytes)
+        conversation = request.query_params.get("conversation")
+        conv = None if conversation is None else _int_param(request, "conversation", 0)
+        fmt = request.query_params.get("format", "auto")
+        out = await run(service.start_import, p.tenant, user_id, raw, fmt=fmt, conversation=conv)
+        out.status_code = 202
+        out.headers["Location"] = f"/v1/memories/{user_id}/imports/{json.loads(out.body)['id']}"
+        return out
+
+    @app.get("/v1/memories/{user_id}/imports/{job_id}", tags=["memories"], operation_id="import_status",
+             summary="Progress and outcome of an import")
+    async def import_status(user_id: str, job_id: str, request: Request):
+        p = principal(request)
+        return await run(service.import_status, p.tenant, user_id, job_id)
 
     @app.get("/v1/memories", tags=["memories"], operation_id="list_users",
              summary="The tenant's user ids (paginated)")

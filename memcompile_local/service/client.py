@@ -28,6 +28,9 @@ name another route. Errors are typed, never raw ``httpx`` exceptions:
 from __future__ import annotations
 
 import json
+import os
+import time
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote
 
@@ -145,6 +148,22 @@ class _Routes:
         return "POST", f"/v1/memories/{_user(user_id)}/answer", {"json": body}
 
     @staticmethod
+    def start_import(user_id, data, format, conversation):
+        params = _given(format=format, conversation=conversation)
+        if isinstance(data, (bytes, bytearray)):
+            content = bytes(data)
+        elif isinstance(data, (str, os.PathLike)):
+            content = Path(data).read_bytes()
+        else:  # turns (or sessions) as Python objects
+            content = json.dumps(data, ensure_ascii=False).encode("utf-8")
+        return "POST", f"/v1/memories/{_user(user_id)}/imports", {
+            "content": content, "params": params, "headers": {"Content-Type": "application/octet-stream"}}
+
+    @staticmethod
+    def import_status(user_id, job_id):
+        return "GET", f"/v1/memories/{_user(user_id)}/imports/{_turn(job_id)}", {}
+
+    @staticmethod
     def stats(user_id):
         return "GET", f"/v1/memories/{_user(user_id)}", {}
 
@@ -218,6 +237,29 @@ class MemoryClient:
         method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters))
         return self._call(method, path, **kw)
 
+    def import_history(self, user_id: str, data: Any, *, format: str | None = None,
+                       conversation: int | None = None) -> dict:
+        """Start a background import: ``data`` is a file path, the file's bytes, or turns as a
+        list of turn dicts (or an append body). Returns the job's status (``id``, ``state``);
+        follow it with ``import_status`` or ``wait_import``."""
+        method, path, kw = _Routes.start_import(user_id, data, format, conversation)
+        return self._call(method, path, **kw)
+
+    def import_status(self, user_id: str, job_id: str) -> dict:
+        method, path, kw = _Routes.import_status(user_id, job_id)
+        return self._call(method, path, **kw)
+
+    def wait_import(self, user_id: str, job_id: str, *, timeout: float = 600.0, poll_s: float = 0.5) -> dict:
+        """Poll an import until it is ``done`` or ``failed`` (its last status), or TimeoutError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.import_status(user_id, job_id)
+            if job["state"] in ("done", "failed"):
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"import {job_id} still {job['state']} after {timeout}s")
+            time.sleep(poll_s)
+
     def stats(self, user_id: str) -> dict:
         method, path, kw = _Routes.stats(user_id)
         return self._call(method, path, **kw)
@@ -286,6 +328,27 @@ class AsyncMemoryClient:
                      question_date: str | None = None, **filters: Any) -> dict:
         method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters))
         return await self._call(method, path, **kw)
+
+    async def import_history(self, user_id: str, data: Any, *, format: str | None = None,
+                             conversation: int | None = None) -> dict:
+        method, path, kw = _Routes.start_import(user_id, data, format, conversation)
+        return await self._call(method, path, **kw)
+
+    async def import_status(self, user_id: str, job_id: str) -> dict:
+        method, path, kw = _Routes.import_status(user_id, job_id)
+        return await self._call(method, path, **kw)
+
+    async def wait_import(self, user_id: str, job_id: str, *, timeout: float = 600.0, poll_s: float = 0.5) -> dict:
+        import asyncio
+
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self.import_status(user_id, job_id)
+            if job["state"] in ("done", "failed"):
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"import {job_id} still {job['state']} after {timeout}s")
+            await asyncio.sleep(poll_s)
 
     async def stats(self, user_id: str) -> dict:
         method, path, kw = _Routes.stats(user_id)

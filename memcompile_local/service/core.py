@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Sequence
 
 from ..config import PipelineConfig, config_needs_llm
@@ -37,6 +38,7 @@ from ..views.record import MemoryView
 from ..llm.registry import embedder_kwargs, load_embedder
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .embed_batch import DEFAULT_WINDOW_S, BatchedQueryEmbedder
+from .imports import Importer
 from .errors import ServiceError
 from .limits import Limits
 from ..views.filters import TurnFilter, time_bound
@@ -109,8 +111,12 @@ class MemoryService:
         self._warm_waiting: set[str] = set()
         self._warm_thread = threading.Thread(target=self._warm_views, name="memcompile-view-warmer", daemon=True)
         self._warm_thread.start()
+        # Batch imports (imports.py): job status files beside a local store file.
+        local = str(store_path) != ":memory:" and "://" not in str(store_path)
+        self.importer = Importer(self, Path(f"{store_path}.imports") if local else None, owner_alive)
 
     def close(self) -> None:
+        self.importer.close()
         if self._probe is not self.store:
             self._probe.close()
         self.store.close()
@@ -290,6 +296,29 @@ class MemoryService:
     def wait_warm(self) -> None:
         """Block until every scheduled view load has finished (tests and benchmarks)."""
         self._warm_queue.join()
+
+    # ------------------------------------------------------------------ imports
+    def start_import(self, tenant: str, user_id: str, raw: bytes, *, fmt: Any = "auto", conversation: Any = None) -> dict:
+        """Validate an uploaded history and queue its import (``imports.py``); the job's first status."""
+        ns = self.namespace(tenant, user_id)
+        if not isinstance(fmt, str):
+            raise ServiceError(400, "bad_request", "format must be a string", field="format")
+        parts = self.importer.parse(ns, raw, fmt, conversation)
+        return self.importer.submit(tenant, user_id, ns, parts, fmt)
+
+    def import_status(self, tenant: str, user_id: str, job_id: str) -> dict:
+        """The status of one import job of this tenant's user (404 for any other)."""
+        validate_user_id(user_id)
+        return self.importer.get(tenant, user_id, job_id)
+
+    def turns_conversation(self, ns: str, turns: Sequence[TurnInput]) -> Conversation:
+        """Validated turns as a Conversation with the ids an append would give them (call under
+        ``view_lock(ns)``)."""
+        return self._conversation(ns, turns)
+
+    def view_lock(self, ns: str) -> threading.Lock:
+        """The per-user lock under which writes pick ids and views load."""
+        return self._view_lock(ns)
 
     # ------------------------------------------------------------------ read side
     def _view_lock(self, ns: str) -> threading.Lock:

@@ -11,15 +11,16 @@ lone search waits only the window.
 
 The rows are the ones an unbatched call gives: the ONNX encoder pads each batch on the right
 under an attention mask, so a text's vector does not depend on its batch (``adapters/embed_onnx``),
-and the hash embedder embeds each text alone. Document embeddings (``embed``, view loads and
-builds) pass through unbatched. ``window_s`` 0 turns batching off.
+and the hash embedder embeds each text alone. The small document calls of appends (a new
+turn's documents) are merged the same way; the large ones of view loads and builds pass
+through. ``window_s`` 0 turns batching off.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -34,37 +35,25 @@ class _Request:
     error: BaseException | None = None
 
 
-class BatchedQueryEmbedder:
-    """``inner`` with its ``embed_query`` calls merged across threads (see the module doc).
+class _Merger:
+    """Merges the calls of one embedder function that arrive together (see the module doc).
 
-    ``max_batch`` bounds the texts of one model call. Every other attribute (``embed``,
-    ``dim``, ``identity``, ...) is the inner embedder's, so views and build keys are unchanged.
-    ``batches`` and ``batched_texts`` count the model calls and texts (for tests and metrics).
+    ``running`` is shared by the mergers of one embedder: one model call at a time in all.
     """
 
-    def __init__(self, inner: Any, *, window_s: float = DEFAULT_WINDOW_S, max_batch: int = 64):
-        if window_s < 0:
-            raise ValueError(f"window_s must be >= 0, got {window_s}")
-        self.inner = inner
+    def __init__(self, fn: Callable[[list[str]], Any], window_s: float, max_batch: int, running: threading.Lock):
+        self.fn = fn
         self.window_s = window_s
         self.max_batch = max_batch
-        self._embed = getattr(inner, "embed_query", None) or inner.embed
+        self._running = running
         self._lock = threading.Lock()  # guards _pending and _collecting
         self._pending: list[_Request] = []
         self._collecting = False
-        self._running = threading.Lock()  # one batch in the model at a time
         self.batches = 0
-        self.batched_texts = 0
+        self.texts = 0
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for names this class does not define.
-        return getattr(self.inner, name)
-
-    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
-        """The query embeddings of ``texts`` (rows in order), computed in a shared batch."""
-        req = _Request(list(texts))
-        if self.window_s <= 0 or not req.texts:
-            return np.asarray(self._embed(req.texts), dtype=np.float32)
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        req = _Request(texts)
         with self._lock:
             self._pending.append(req)
             lead = not self._collecting
@@ -108,7 +97,7 @@ class BatchedQueryEmbedder:
     def _run(self, batch: list[_Request]) -> None:
         texts = [t for req in batch for t in req.texts]
         try:
-            rows = np.asarray(self._embed(texts), dtype=np.float32)
+            rows = np.asarray(self.fn(texts), dtype=np.float32)
             if rows.shape[0] != len(texts):
                 raise RuntimeError(f"the embedder returned {rows.shape[0]} rows for {len(texts)} texts")
         except BaseException as exc:  # every caller of the batch gets the error
@@ -117,9 +106,57 @@ class BatchedQueryEmbedder:
                 req.done.set()
             return
         self.batches += 1
-        self.batched_texts += len(texts)
+        self.texts += len(texts)
         start = 0
         for req in batch:
             req.rows = rows[start: start + len(req.texts)]
             start += len(req.texts)
             req.done.set()
+
+
+class BatchedQueryEmbedder:
+    """``inner`` with its small calls merged across threads (see the module doc).
+
+    ``embed_query`` calls are merged, and so are ``embed`` calls of at most ``small_docs``
+    texts (an append's new turn and its neighbours' context documents); larger ``embed`` calls
+    (a view load, a build) go to the model directly. ``max_batch`` bounds the texts of one
+    merged call. Every other attribute (``dim``, ``identity``, ...) is the inner embedder's, so
+    views and build keys are unchanged. ``batches`` and ``batched_texts`` count the merged
+    query calls and their texts (tests, metrics).
+    """
+
+    def __init__(self, inner: Any, *, window_s: float = DEFAULT_WINDOW_S, max_batch: int = 64, small_docs: int = 8):
+        if window_s < 0:
+            raise ValueError(f"window_s must be >= 0, got {window_s}")
+        self.inner = inner
+        self.window_s = window_s
+        self.small_docs = small_docs
+        running = threading.Lock()
+        self._queries = _Merger(getattr(inner, "embed_query", None) or inner.embed, window_s, max_batch, running)
+        self._docs = _Merger(inner.embed, window_s, max_batch, running)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names this class does not define.
+        return getattr(self.inner, name)
+
+    @property
+    def batches(self) -> int:
+        return self._queries.batches
+
+    @property
+    def batched_texts(self) -> int:
+        return self._queries.texts
+
+    def embed_query(self, texts: Sequence[str]) -> np.ndarray:
+        """The query embeddings of ``texts`` (rows in order), computed in a shared batch."""
+        texts = list(texts)
+        if self.window_s <= 0 or not texts:
+            return np.asarray(self._queries.fn(texts), dtype=np.float32)
+        return self._queries(texts)
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Document embeddings: a small call shares a batch, a large one goes to the model alone."""
+        texts = list(texts)
+        if self.window_s <= 0 or not texts or len(texts) > self.small_docs:
+            return self.inner.embed(texts)
+        return self._docs(texts)

@@ -173,7 +173,36 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
         "TurnDeleted": {"type": "object", "required": ["user_id", "turn_id", "deleted"],
                         "properties": {"user_id": _STR, "turn_id": _STR, "deleted": deleted}},
         "Health": {"type": "object", "required": ["status"], "properties": {"status": _STR}},
+        "ImportJob": {
+            "type": "object",
+            "required": ["id", "user_id", "state", "format", "turns_total", "turns_written", "turns_skipped",
+                         "conversations_total", "conversations_done", "built", "error", "created_at",
+                         "started_at", "finished_at"],
+            "properties": {
+                "id": {**_STR, "description": "the job id (GET .../imports/{job_id})"}, "user_id": _STR,
+                "state": {"enum": ["queued", "running", "done", "failed"]},
+                "format": _STR, "turns_total": _INT,
+                "turns_written": {**_INT, "description": "turns stored so far (each conversation is written whole)"},
+                "turns_skipped": {**_INT, "description": "turns already stored"},
+                "conversations_total": _INT, "conversations_done": _INT,
+                "built": {"type": "boolean", "description": "the memory was built in the job (else queued)"},
+                "error": {"type": ["object", "null"], "required": ["status", "code", "message"],
+                          "description": "why the job failed (the shape of Error.error), null otherwise",
+                          "properties": {"status": _INT, "code": _STR, "message": _STR, "field": _STR}},
+                "created_at": _STR, "started_at": {"type": ["string", "null"]},
+                "finished_at": {"type": ["string", "null"]},
+            },
+        },
     }
+
+
+def import_body_doc() -> dict:
+    """``openapi_extra`` of the import route: the uploaded file as the raw body."""
+    return {"requestBody": {"required": True, "description": "a conversation file as the CLI's ingest reads it "
+                            "(plain JSON or JSONL, LoCoMo, LongMemEval) or a JSON list of turns",
+                            "content": {"application/json": {"schema": {}},
+                                        "application/octet-stream": {"schema": {"type": "string",
+                                                                                "format": "binary"}}}}}
 
 
 def body_doc(schema: str) -> dict:
@@ -196,6 +225,8 @@ _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying"
 
 # (method, path) -> (success schema, extra error statuses beyond those every keyed route has)
 _OPERATIONS: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {
+    ("post", "/v1/memories/{user_id}/imports"): ("ImportJob", (413,)),
+    ("get", "/v1/memories/{user_id}/imports/{job_id}"): ("ImportJob", (404,)),
     ("post", "/v1/memories/{user_id}/turns"): ("AppendResult", (409, 413)),
     ("post", "/v1/memories/{user_id}/search"): ("SearchResult", (404, 413)),
     ("post", "/v1/memories/{user_id}/answer"): ("AnswerResult", (404, 413)),
@@ -212,7 +243,9 @@ _PATH_PARAMS = {
     "user_id": {"type": "string", "pattern": f"^{USER_ID_RE.pattern}$",
                 "description": "whose memory (within the key's tenant)"},
     "turn_id": {**_TURN_ID, "description": "a turn id as returned by append or list_turns"},
+    "job_id": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "an import job id"},
 }
+_ACCEPTED = {("post", "/v1/memories/{user_id}/imports")}  # answered 202, not 200
 
 
 def _page_params(limits: Limits) -> list[dict]:
@@ -241,6 +274,17 @@ def _filter_params() -> list[dict]:
          "schema": time_},
         {"name": "to", "in": "query", "required": False,
          "description": "only turns said at or before this time (a bare date: until its end)", "schema": time_},
+    ]
+
+
+def _import_params() -> list[dict]:
+    return [
+        {"name": "format", "in": "query", "required": False,
+         "description": "how to read the upload (auto: by its shape)",
+         "schema": {"enum": ["auto", "plain", "locomo", "longmemeval", "turns"], "default": "auto"}},
+        {"name": "conversation", "in": "query", "required": False,
+         "description": "import only this conversation of a file that has several (0-based)",
+         "schema": {"type": "integer", "minimum": 0}},
     ]
 
 
@@ -275,8 +319,9 @@ def build_document(app: FastAPI, *, keyed: bool, metrics_auth: bool, limits: Lim
             if known is not None:
                 success, extra = known
                 statuses = sorted(set((_KEYED if keyed else _LOCAL) + extra))
-                op["responses"] = {"200": {"description": "OK",
-                                           "content": {"application/json": {"schema": ref(success)}}},
+                ok = "202" if (method, path) in _ACCEPTED else "200"
+                op["responses"] = {ok: {"description": "Accepted: the job is queued" if ok == "202" else "OK",
+                                        "content": {"application/json": {"schema": ref(success)}}},
                                    **{str(s): _error(s) for s in statuses}}
                 if keyed:
                     op["security"] = security
@@ -284,6 +329,8 @@ def build_document(app: FastAPI, *, keyed: bool, metrics_auth: bool, limits: Lim
                     op["parameters"] = [*op.get("parameters", []), *_page_params(limits)]
                 if path == "/v1/memories/{user_id}/turns" and method == "get":
                     op["parameters"] = [*op["parameters"], *_filter_params()]
+                if (method, path) in _ACCEPTED:
+                    op["parameters"] = [*op.get("parameters", []), *_import_params()]
             elif path == "/healthz":
                 op["responses"] = {"200": {"description": "OK", "content": {"application/json": {
                     "schema": ref("Health")}}}, "500": _error(500), "503": _error(503)}
