@@ -171,3 +171,14 @@ def test_concurrent_searches_over_http_equal_serial_ones_with_minilm(tmp_path):
             with ThreadPoolExecutor(16) as pool:
                 together = list(pool.map(at_once, QUERIES))
     assert together == serial
+
+
+def test_a_lone_caller_does_not_wait_for_the_window():
+    import time
+
+    batched = BatchedQueryEmbedder(HashEmbedder(dim=16), window_s=0.5)
+    t0 = time.perf_counter()
+    for q in QUERIES[:4]:
+        batched.embed_query([q])
+    assert time.perf_counter() - t0 < 0.5  # four waits of the window would take 2 s
+    assert batched.batches == 4

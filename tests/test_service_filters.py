@@ -165,7 +165,7 @@ def test_bad_metadata_or_agent_is_a_typed_400_naming_the_field_and_writes_nothin
     ({"from": "2024-13-45"}, "from", "invalid_time"),
     ({"from": "2024-05-02", "to": "2024-05-01"}, "to", "invalid_time"),
     ({"metadata": "food"}, "metadata", "invalid_metadata"),
-    ({"agent_id": "a b"}, "agent_id", "invalid_id"),
+    ({"agent_id": "a\nb"}, "agent_id", "control_character"),
     ({"speaker": "A\tB"}, "speaker", "control_character"),
 ])
 def test_bad_filters_are_typed_400s(server, body, field, code):

@@ -379,8 +379,8 @@ class MemoryService:
             speaker = check_label(speaker, "speaker")
         if session_id is not None:
             session_id = check_label(session_id, "session_id")
-        if agent_id is not None:
-            agent_id = check_id(agent_id, "agent_id")
+        if agent_id is not None:  # a label, as the plain format (and so an import) may store one
+            agent_id = check_label(agent_id, "agent_id")
         if metadata is not None:
             check_metadata(metadata, "metadata", self.limits)
         bounds = []

@@ -6,8 +6,9 @@ request threads contend for the same cores. ``BatchedQueryEmbedder`` wraps the s
 embedder: a search that needs a query vector joins the batch being collected; the first one in
 waits ``window_s`` for others, then one ``embed_query`` call embeds every text of the batch and
 each caller gets its own rows back. At most one batch runs in the model at a time; searches
-that arrive meanwhile make up the next batch, so under load batches grow by themselves and a
-lone search waits only the window.
+that arrive meanwhile make up the next batch, so under load batches grow by themselves. A
+search that finds no other embedding call in flight does not wait at all: a lone client pays
+nothing for the batching.
 
 The rows are the ones an unbatched call gives: the ONNX encoder pads each batch on the right
 under an attention mask, so a text's vector does not depend on its batch (``adapters/embed_onnx``),
@@ -41,8 +42,10 @@ class _Merger:
     ``running`` is shared by the mergers of one embedder: one model call at a time in all.
     """
 
-    def __init__(self, fn: Callable[[list[str]], Any], window_s: float, max_batch: int, running: threading.Lock):
+    def __init__(self, fn: Callable[[list[str]], Any], window_s: float, max_batch: int, running: threading.Lock,
+                 others_in_flight: Callable[[], bool] = lambda: True):
         self.fn = fn
+        self.others_in_flight = others_in_flight
         self.window_s = window_s
         self.max_batch = max_batch
         self._running = running
@@ -73,7 +76,8 @@ class _Merger:
         The leader's own request is the first of the first batch; while ``_collecting`` is set
         no other caller leads, so requests past ``max_batch`` or arriving during a batch are
         taken in the next round of this loop or, once it has ended, by a new leader."""
-        threading.Event().wait(self.window_s)
+        if self.others_in_flight():
+            threading.Event().wait(self.window_s)
         while True:
             with self._running:
                 with self._lock:
@@ -132,8 +136,12 @@ class BatchedQueryEmbedder:
         self.window_s = window_s
         self.small_docs = small_docs
         running = threading.Lock()
-        self._queries = _Merger(getattr(inner, "embed_query", None) or inner.embed, window_s, max_batch, running)
-        self._docs = _Merger(inner.embed, window_s, max_batch, running)
+        self._count_lock = threading.Lock()
+        self._in_flight = 0  # callers inside embed_query or a merged embed, this one included
+        busy = lambda: self._in_flight > 1  # noqa: E731
+        self._queries = _Merger(getattr(inner, "embed_query", None) or inner.embed, window_s, max_batch, running,
+                                busy)
+        self._docs = _Merger(inner.embed, window_s, max_batch, running, busy)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for names this class does not define.
@@ -152,11 +160,20 @@ class BatchedQueryEmbedder:
         texts = list(texts)
         if self.window_s <= 0 or not texts:
             return np.asarray(self._queries.fn(texts), dtype=np.float32)
-        return self._queries(texts)
+        return self._counted(self._queries, texts)
+
+    def _counted(self, merger: _Merger, texts: list[str]) -> np.ndarray:
+        with self._count_lock:
+            self._in_flight += 1
+        try:
+            return merger(texts)
+        finally:
+            with self._count_lock:
+                self._in_flight -= 1
 
     def embed(self, texts: Sequence[str]) -> Any:
         """Document embeddings: a small call shares a batch, a large one goes to the model alone."""
         texts = list(texts)
         if self.window_s <= 0 or not texts or len(texts) > self.small_docs:
             return self.inner.embed(texts)
-        return self._docs(texts)
+        return self._counted(self._docs, texts)

@@ -78,7 +78,7 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
     filters = {
         "speaker": {**label, "description": "only turns of this speaker"},
         "session_id": {**label, "description": "only turns of this session"},
-        "agent_id": {**_TURN_ID, "description": "only turns of this agent"},
+        "agent_id": {**label, "description": "only turns of this agent"},
         "metadata": {"type": "object", "description": "only turns whose metadata has every one of these top-level "
                      "keys with exactly this value"},
         "from": {**_TIME, "description": "only turns said at or after this time"},
@@ -266,7 +266,7 @@ def _filter_params() -> list[dict]:
         {"name": "session_id", "in": "query", "required": False, "description": "only turns of this session",
          "schema": _STR},
         {"name": "agent_id", "in": "query", "required": False, "description": "only turns of this agent",
-         "schema": _TURN_ID},
+         "schema": _STR},
         {"name": "metadata", "in": "query", "required": False, "schema": _STR,
          "description": "a JSON object (URL-encoded): only turns whose metadata has each of its top-level keys "
                         "with exactly that value"},
