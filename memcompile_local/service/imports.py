@@ -34,7 +34,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..data import load_any
 from ..data.plain import GivenIds, load_plain_given_ids
@@ -42,9 +42,6 @@ from ..errors import ConfigError, DataFormatError, NamespaceError
 from ..types import Conversation
 from .errors import ServiceError, from_exception
 from .validate import TurnInput, parse_append
-
-if TYPE_CHECKING:
-    from .core import MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +117,8 @@ class ImportStatus:
 class Importer:
     """Parses uploads and runs import jobs for one ``MemoryService`` (see the module doc)."""
 
-    def __init__(self, service: "MemoryService", folder: Path | None, owner_alive: Callable[[str], bool]):
+    def __init__(self, service: Any, folder: Path | None, owner_alive: Callable[[str], bool]):
+        # ``service``: the MemoryService (core.py) this importer writes through.
         self.service = service
         self.status = ImportStatus(folder)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcompile-import")
