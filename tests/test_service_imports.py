@@ -198,3 +198,21 @@ def test_a_job_status_outlasts_a_restart(server, tmp_path):
             again = c.get(f"/v1/memories/keep/imports/{job['id']}").json()
             assert again["state"] == "done" and again["turns_written"] == 4
             assert c.get("/v1/memories/keep").json()["turns"] == 4
+
+
+def test_a_job_left_running_by_a_dead_process_reads_failed_after_a_restart(server, tmp_path):
+    store = tmp_path / "m.sqlite"
+    folder = Path(f"{store}.imports")
+    folder.mkdir()
+    job_id = "ab" * 16
+    # What a server killed mid-import leaves: a running job owned by a process that is gone.
+    (folder / f"{job_id}.json").write_text(json.dumps({
+        "id": job_id, "user_id": "gone", "tenant": "acme", "owner": "999999999-dead", "state": "running",
+        "format": "auto", "turns_total": 10, "turns_written": 0, "turns_skipped": 0, "conversations_total": 2,
+        "conversations_done": 1, "built": False, "error": None, "created_at": "2026-01-01T00:00:00Z",
+        "started_at": "2026-01-01T00:00:01Z", "finished_at": None}), encoding="utf-8")
+    with running(store, *server.args, config=server.cfg) as srv:
+        with client(srv) as c:
+            job = c.get(f"/v1/memories/gone/imports/{job_id}").json()
+    assert job["state"] == "failed" and job["error"]["code"] == "interrupted" and job["conversations_done"] == 1
+    assert "tenant" not in job and "owner" not in job
