@@ -326,8 +326,11 @@ def compile_context(
     """Compile the reader context for one question over one built memory.
 
     ``allowed``: the packet ids a caller's filter lets through (``views.filters``), or None for
-    all. Every candidate list (K_q's pool U_q, D_q, the fused ranking) is restricted to them
-    before its cut, so K0 packets come back whenever K0 of them match.
+    all. The fused ranking and D_q rank every allowed packet before their cut, so on the fused
+    path (the service's model-free default) K0 packets come back whenever K0 of them match. U_q
+    is the Address Plane's bounded candidate set with the others taken out, so a selector that
+    reads U_q alone may return fewer; packets a MERA round or a frontier adds outside the filter
+    are dropped.
 
     ``question_date`` (a session-time string, e.g. ``2024-06-01``): when the question is
     asked; the fused selector resolves the question's relative times ("last month") against it.
