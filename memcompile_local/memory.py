@@ -33,6 +33,7 @@ from .data.turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
 from .views.append import InPlaceAppend
 from .views.cache import DEFAULT_MAX_VIEW_BYTES, ViewCache
+from .views.filters import TurnFilter
 from .views.pending import PartialViews
 from .views.record import MemoryView
 
@@ -392,14 +393,19 @@ class Memory:
                     raise
         raise AssertionError("unreachable")
 
-    def get_all(self, namespace: str, *, offset: int = 0, limit: int = 100) -> PacketPage:
+    def get_all(self, namespace: str, *, offset: int = 0, limit: int = 100,
+                filters: TurnFilter | None = None) -> PacketPage:
         """Up to ``limit`` packets of ``namespace`` from ``offset`` on, in dialogue order.
 
-        ``page.next_offset`` is the offset of the next page (None after the last).
+        ``filters`` (``views.filters.TurnFilter``): only the matching packets, paged among
+        themselves (``total`` counts them). ``page.next_offset`` is the offset of the next page
+        (None after the last).
         """
         if offset < 0 or limit < 1:
             raise ConfigError(f"get_all needs offset >= 0 and limit >= 1, got offset={offset}, limit={limit}")
         packets = self.store.packets(namespace)
+        if filters is not None and not filters.empty:
+            packets = filters.select(packets)
         return PacketPage(tuple(packets[offset: offset + limit]), offset, len(packets))
 
     # -- read side ----------------------------------------------------------------------------
@@ -462,42 +468,49 @@ class Memory:
         return self.views.load(self.spec, self.store, self.embedder, namespace)
 
     def compile(self, namespace: str, question: str, *, client: Any = None,
-                address_trace: bool = False, build: bool = True, question_date: str | None = None) -> Context:
+                address_trace: bool = False, build: bool = True, question_date: str | None = None,
+                filters: TurnFilter | None = None) -> Context:
         """Select and render the evidence for ``question`` (ids, rendered text, per-stage trace).
 
         ``question_date``: when the question is asked (a date string); relative times in it
-        ("last month") are matched against turns' dates from there.
+        ("last month") are matched against turns' dates from there. ``filters``: evidence only
+        from the turns that match (``views.filters.TurnFilter``: speaker, session, agent,
+        metadata, time range), chosen among them before the cut to K0.
 
         ``address_trace=True`` fills ``Context.address``/``pool`` on the fused path too (see
         ``pipeline.compile_context``). ``build=False``: fail instead of building a namespace
         that is not built (see ``view``).
         """
         return self.compile_view(self.view(namespace, build=build), question, client=client,
-                                 address_trace=address_trace, question_date=question_date)
+                                 address_trace=address_trace, question_date=question_date, filters=filters)
 
     def compile_view(self, view: MemoryView, question: str, *, k: int | None = None, client: Any = None,
-                     address_trace: bool = False, question_date: str | None = None) -> Context:
+                     address_trace: bool = False, question_date: str | None = None,
+                     filters: TurnFilter | None = None) -> Context:
         """``compile`` over a given view (one of ``view``, or the service's partial view); ``k``
-        overrides the configured K0; ``question_date`` as in ``compile``. The one place a
-        question is compiled."""
+        overrides the configured K0; ``question_date`` and ``filters`` as in ``compile``. The
+        one place a question is compiled."""
         cfg = self.config if k is None else self.config.replace(evidence={"k0": int(k)})
         if client is None and config_needs_llm(cfg):
             client = self.client
+        allowed = filters.allowed_ids(view.packets) if filters is not None else None
         return compile_context(question, view, cfg, client=client, embedder=self.embedder,
-                               address_trace=address_trace, question_date=question_date)
+                               address_trace=address_trace, question_date=question_date, allowed=allowed)
 
     def search(self, namespace: str, query: str, k: int | None = None, *, client: Any = None,
-               build: bool = True, question_date: str | None = None) -> list[SearchHit]:
+               build: bool = True, question_date: str | None = None,
+               filters: TurnFilter | None = None) -> list[SearchHit]:
         """The packets the configured pipeline selects for ``query``, best first, with scores.
 
         The same selection ``compile`` makes, without rendering it; ``k`` (default: the
-        configured K0) bounds the anchors and the returned list. See ``SearchHit`` for what
-        the score is on each path.
+        configured K0) bounds the anchors and the returned list. ``filters``: only matching
+        turns, k of them when k match (see ``compile``). See ``SearchHit`` for what the score
+        is on each path.
         """
         if k is not None and k < 1:
             raise ConfigError(f"search needs k >= 1, got {k}")
         view = self.view(namespace, build=build)
-        ctx = self.compile_view(view, query, k=k, client=client, question_date=question_date)
+        ctx = self.compile_view(view, query, k=k, client=client, question_date=question_date, filters=filters)
         ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
         scores = selection_scores(ctx, ids)
         return [SearchHit(view.packets_by_id[pid], scores.get(pid), rank)

@@ -12,6 +12,11 @@ header line gives the load average, since the figures move with whatever else th
 
     .venv/bin/python scripts/bench_service.py                  # hash embedder, 10 x 600 turns
     .venv/bin/python scripts/bench_service.py --embedder sentence-transformers
+    .venv/bin/python scripts/bench_service.py --embedder sentence-transformers --query-batch-ms 0,2
+
+``--query-batch-ms 0,2`` runs the clients against one server per value (0: query embeddings
+unbatched; 2: concurrent searches share an embedding call within 2 ms) and prints each row
+with its value, then the p50 at N clients over the p50 at one client, per value.
 
 The texts are generated here (templates over names, places and topics), not taken from a
 benchmark. Figures depend on the machine: say how many cores it had.
@@ -151,6 +156,64 @@ def run_clients(url: str, users: list[tuple[str, str]], n_clients: int, per_clie
     return {"lat": lat, "wall": wall, "error_samples": error_samples[:5], **stats}
 
 
+def run_server(args, tmp: Path, store: Path, users: list[tuple[str, str]], window: float, rows: list,
+               *, paced: bool) -> list[float]:
+    """Start a server with query batching window ``window`` ms, run every client count (rows
+    get ``(window, clients, result)``), stop it; returns the paced run's latencies when ``paced``."""
+    do_paced = paced
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    log = open(tmp / f"server-{window:g}.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "memcompile_local", "serve", "--store", str(store), "--port",
+                             str(port), "--keys", str(tmp / "keys.yaml"), "--config", str(tmp / "run.yaml"),
+                             "--workers", str(args.workers), "--query-batch-ms", str(window)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
+    url = f"http://127.0.0.1:{port}"
+    paced: list[float] = []
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                tail = (tmp / f"server-{window:g}.log").read_text(encoding="utf-8", errors="replace")[-2000:]
+                raise SystemExit(f"the server did not come up:\n{tail}")
+            try:
+                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        # warm every user's view once (first search of a memory loads and indexes it)
+        for tenant, user in users:
+            httpx.post(f"{url}/v1/memories/{user}/search", json={"query": "warm up"},
+                       headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=120).raise_for_status()
+        # An agent's rhythm: append a turn, answer the user for a while, search before the next
+        # answer. The server loads the new view during the pause.
+        tenant, user = users[0]
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=60) as c:
+            for i in range(args.paced if do_paced else 0):
+                word = f"pz{i}x{args.seed}"
+                c.post(f"/v1/memories/{user}/turns", json={"speaker": "Mara", "text": f"I left the {word} at home "
+                                                                                       f"[{tenant}/{user}#paced]"}
+                       ).raise_for_status()
+                time.sleep(args.pause)
+                t = time.perf_counter()
+                r = c.post(f"/v1/memories/{user}/search", json={"query": f"where is the {word}?"})
+                paced.append(time.perf_counter() - t)
+                assert any(word in p["text"] for p in r.json()["packets"]), "the paced turn was not found"
+        for n in [int(x) for x in args.clients.split(",")]:
+            per_client = max(2, args.requests // (3 * n))
+            res = run_clients(url, users, n, per_client, args.seed + n)
+            rows.append((window, n, res))
+            print(f"  window {window:g} ms, {n} clients done: {res['requests']} requests in {res['wall']:.1f}s",
+                  flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+    return paced
+
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--users", type=int, default=10, help="users in all, split over two tenants")
@@ -165,7 +228,10 @@ def main() -> int:
     ap.add_argument("--pause", type=float, default=1.0, help="seconds between an append and its search (paced run)")
     ap.add_argument("--paced", type=int, default=20, help="appends of the paced run")
     ap.add_argument("--workers", type=int, default=1, help="server processes (serve --workers N)")
+    ap.add_argument("--query-batch-ms", default="2",
+                    help="serve --query-batch-ms values to compare, one server each (e.g. 0,2: batching off, on)")
     args = ap.parse_args()
+    windows = [float(x) for x in args.query_batch_ms.split(",")]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_service_"))
     store = Path(args.store) if args.store else tmp / "mem.sqlite"
@@ -190,55 +256,11 @@ def main() -> int:
     print(f"seeded {len(users)} users x {args.turns} turns ({args.embedder} embedder) in "
           f"{time.perf_counter() - t0:.1f}s: {store}", flush=True)
 
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    log = open(tmp / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "memcompile_local", "serve", "--store", str(store), "--port",
-                             str(port), "--keys", str(tmp / "keys.yaml"), "--config", str(tmp / "run.yaml"),
-                             "--workers", str(args.workers)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
-    url = f"http://127.0.0.1:{port}"
     rows = []
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                tail = (tmp / "server.log").read_text(encoding="utf-8", errors="replace")[-2000:]
-                raise SystemExit(f"the server did not come up:\n{tail}")
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        # warm every user's view once (first search of a memory loads and indexes it)
-        for tenant, user in users:
-            httpx.post(f"{url}/v1/memories/{user}/search", json={"query": "warm up"},
-                       headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=120).raise_for_status()
-        # An agent's rhythm: append a turn, answer the user for a while, search before the next
-        # answer. The server loads the new view during the pause.
-        paced: list[float] = []
-        tenant, user = users[0]
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=60) as c:
-            for i in range(args.paced):
-                word = f"pz{i}x{args.seed}"
-                c.post(f"/v1/memories/{user}/turns", json={"speaker": "Mara", "text": f"I left the {word} at home "
-                                                                                       f"[{tenant}/{user}#paced]"}
-                       ).raise_for_status()
-                time.sleep(args.pause)
-                t = time.perf_counter()
-                r = c.post(f"/v1/memories/{user}/search", json={"query": f"where is the {word}?"})
-                paced.append(time.perf_counter() - t)
-                assert any(word in p["text"] for p in r.json()["packets"]), "the paced turn was not found"
-        for n in [int(x) for x in args.clients.split(",")]:
-            per_client = max(2, args.requests // (3 * n))
-            res = run_clients(url, users, n, per_client, args.seed + n)
-            rows.append((n, res))
-            print(f"  {n} clients done: {res['requests']} requests in {res['wall']:.1f}s", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+    paced: list[float] = []
+    for window in windows:
+        paced_here = run_server(args, tmp, store, users, window, rows, paced=not paced)
+        paced = paced or paced_here
 
     # The same searches in-process, on the same store (after the HTTP runs added their turns).
     inproc = []
@@ -261,11 +283,11 @@ def main() -> int:
     print("search: a question on a memory whose view is loaded; fresh: the search right after an append "
           "(on the view the append extended in place, or one loaded when it could not); searchable: append + "
           "fresh search, i.e. one new turn to its first hit (ms)")
-    print("clients | req/s  | search p50    p95    p99 | append p50    p95    p99 | fresh p50   p95 | "
+    print("batch ms | clients | req/s  | search p50    p95    p99 | append p50    p95    p99 | fresh p50   p95 | "
           "searchable p50  p95 | errors cross missed")
-    for n, r in rows:
+    for window, n, r in rows:
         s, a, f, w = r["lat"]["search"], r["lat"]["append"], r["lat"]["fresh"], r["lat"]["searchable"]
-        print(f"{n:7d} | {r['requests'] / r['wall']:6.1f} | {ms(pct(s, 50))} {ms(pct(s, 95))} {ms(pct(s, 99))} | "
+        print(f"{window:8g} | {n:7d} | {r['requests'] / r['wall']:6.1f} | {ms(pct(s, 50))} {ms(pct(s, 95))} {ms(pct(s, 99))} | "
               f"{ms(pct(a, 50))} {ms(pct(a, 95))} {ms(pct(a, 99))} | {ms(pct(f, 50))} {ms(pct(f, 95))} | "
               f"{ms(pct(w, 50))} {ms(pct(w, 95))} | {r['errors']:6d} {r['cross']:5d} {r['missed']:6d}")
         for e in r["error_samples"]:
@@ -275,9 +297,16 @@ def main() -> int:
     p50 = pct(inproc, 50)
     print(f"in-process Memory.compile on a loaded view: p50 {ms(p50)} ms, p95 {ms(pct(inproc, 95))} ms "
           f"(mean {1000 * statistics.fmean(inproc):.1f} ms)")
-    for n, r in rows:
-        print(f"  HTTP search p50 / in-process p50 at {n} clients: {pct(r['lat']['search'], 50) / p50:.2f}x")
-    bad = sum(r["errors"] + r["cross"] for _n, r in rows)
+    for window, n, r in rows:
+        print(f"  batch {window:g} ms: HTTP search p50 / in-process p50 at {n} clients: "
+              f"{pct(r['lat']['search'], 50) / p50:.2f}x")
+    for window in windows:
+        one = [pct(r["lat"]["search"], 50) for w, n, r in rows if w == window and n == 1]
+        for w, n, r in rows:
+            if w == window and n > 1 and one:
+                print(f"  batch {window:g} ms: search p50 at {n} clients / at 1 client: "
+                      f"{pct(r['lat']['search'], 50) / one[0]:.2f}x")
+    bad = sum(r["errors"] + r["cross"] for _w, _n, r in rows)
     return 1 if bad else 0
 
 

@@ -88,7 +88,7 @@ def test_append_is_idempotent_and_search_returns_the_turns(server):
         first = hit["packets"][0]
         assert first.pop("rank") == 1 and isinstance(first.pop("score"), float)
         assert first == {"id": "t1", "speaker": "Ana", "time": "2023-05-08 13:56", "session_id": "s1",
-                         "text": "I adopted a beagle named Pepper yesterday."}
+                         "text": "I adopted a beagle named Pepper yesterday.", "agent_id": None, "metadata": None}
         assert "Pepper" in hit["context"] and set(hit["timings_ms"]) >= {"anchors", "render"}
         s = c.get("/v1/memories/ana").json()
         assert (s["turns"], s["sessions"], s["pending_turns"], s["build"]["state"]) == (2, 1, 0, "built")

@@ -7,7 +7,9 @@ schema the document gives for that operation and status.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 
 import httpx
 import jsonschema
@@ -65,19 +67,25 @@ def test_the_document_describes_every_operation(doc):
     assert "422" not in str({p: {m: op["responses"] for m, op in item.items()} for p, item in doc["paths"].items()})
     assert set(doc["components"]["securitySchemes"]) == {"bearer", "apiKey"}
     v1 = [(m, p, op) for m, _, p, op in _operations(doc) if p.startswith("/v1/")]
-    assert len(v1) == 8
+    assert len(v1) == 10
     for method, path, op in v1:
         statuses = set(op["responses"])
-        assert {"200", "400", "401", "403", "429", "500", "503"} <= statuses, (method, path)
+        ok = "202" if path.endswith("/imports") else "200"
+        assert {ok, "400", "401", "403", "429", "500", "503"} <= statuses, (method, path)
         assert op["security"] == [{"bearer": []}, {"apiKey": []}]
-        assert "$ref" in op["responses"]["200"]["content"]["application/json"]["schema"]
+        assert "$ref" in op["responses"][ok]["content"]["application/json"]["schema"]
         assert "WWW-Authenticate" in op["responses"]["401"]["headers"]
         assert "Retry-After" in op["responses"]["429"]["headers"]
     params = {p: [q["name"] for q in item["get"].get("parameters", []) if q["in"] == "query"]
               for p, item in doc["paths"].items() if "get" in item}
-    assert params["/v1/memories"] == ["offset", "limit"] == params["/v1/memories/{user_id}/turns"]
+    assert params["/v1/memories"] == ["offset", "limit"]
+    filters = ["speaker", "session_id", "agent_id", "metadata", "from", "to"]
+    assert params["/v1/memories/{user_id}/turns"] == ["offset", "limit", *filters]
+    imports = [q["name"] for q in doc["paths"]["/v1/memories/{user_id}/imports"]["post"]["parameters"]
+               if q["in"] == "query"]
+    assert imports == ["format", "conversation"]
     query = doc["components"]["schemas"]["Query"]["properties"]
-    assert set(query) == {"query", "k", "preset", "question_date"}
+    assert set(query) == {"query", "k", "preset", "question_date", *filters}
 
 
 def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(server, doc):
@@ -94,24 +102,42 @@ def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(
                       event_hooks=hooks) as c, \
             httpx.Client(base_url=server.url, timeout=30, event_hooks=hooks) as anon:
         # Every field of every append form.
-        turn = {k: "2024-05-08 13:56" if k == "time" else ("s1" if k == "session_id" else
-                                                          ("t-1" if k == "id" else "words"))
-                for k in schemas["Turn"]["properties"]}
+        special = {"time": "2024-05-08 13:56", "session_id": "s1", "id": "t-1", "agent_id": "helper",
+                   "metadata": {"topic": "words"}}
+        turn = {k: special.get(k, "words") for k in schemas["Turn"]["properties"]}
         assert c.post("/v1/memories/api/turns", json=turn).status_code == 200
-        sess_turn = {k: ("t-2" if k == "id" else "more words") for k in schemas["SessionTurn"]["properties"]}
+        sess_turn = {k: {**special, "id": "t-2"}.get(k, "more words") for k in schemas["SessionTurn"]["properties"]}
         session = {"time": "2024-05-09", "id": "s2", "turns": [sess_turn]}
         assert set(session) == set(schemas["Session"]["properties"])
         assert c.post("/v1/memories/api/turns", json={"sessions": [session]}).status_code == 200
         assert c.post("/v1/memories/api/turns", json={"turns": [{**turn, "id": "t-3"}]}).status_code == 200
         # Every field of a query, on both query routes (answer has no model here: 503 is fine).
-        query = {"query": "what words?", "k": 2, "preset": "view-raw", "question_date": "2024-06-01"}
+        filters = {"speaker": "words", "session_id": "s1", "agent_id": "helper", "metadata": {"topic": "words"},
+                   "from": "2024-05-01", "to": "2024-05-31"}
+        query = {"query": "what words?", "k": 2, "preset": "view-raw", "question_date": "2024-06-01", **filters}
         assert set(query) == set(schemas["Query"]["properties"])
-        assert c.post("/v1/memories/api/search", json=query).status_code == 200
+        found = c.post("/v1/memories/api/search", json=query)
+        assert found.status_code == 200 and sorted(p["id"] for p in found.json()["packets"]) == ["t-1", "t-3"]
         assert c.post("/v1/memories/api/answer", json=query).status_code == 503
         # The list routes' query parameters.
         assert c.get("/v1/memories", params={"offset": 0, "limit": 5}).status_code == 200
         assert c.get("/v1/memories/api/turns", params={"offset": 1, "limit": 1}).status_code == 200
+        listed = c.get("/v1/memories/api/turns", params={**filters, "metadata": '{"topic": "words"}'})
+        assert listed.status_code == 200 and listed.json()["total"] == 2
         assert c.get("/v1/memories/api").status_code == 200
+        # An import with both of its query parameters, and its status.
+        history = {"sessions": [{"time": "2024-05-10", "turns": [{"speaker": "A", "text": "imported words"}]}]}
+        started = c.post("/v1/memories/api/imports", params={"format": "plain", "conversation": 0},
+                         content=json.dumps(history).encode())
+        assert started.status_code == 202, started.text
+        for _ in range(200):
+            job = c.get(f"/v1/memories/api/imports/{started.json()['id']}").json()
+            if job["state"] in ("done", "failed"):
+                break
+            time.sleep(0.05)
+        assert job["state"] == "done", job
+        c.get("/v1/memories/api/imports/" + "0" * 32)  # 404
+        c.post("/v1/memories/api/imports", content=b"[nope", params={"format": "turns"})  # 400
         # Errors: 400, 404, 409, 413, 401, 403, 429, 503.
         c.post("/v1/memories/api/turns", json={"speaker": "A", "text": ""})
         c.post("/v1/memories/api/search", json={"query": "x", "k": 0})
@@ -138,7 +164,7 @@ def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(
         assert c.get("/v1/memories").status_code == 200
 
     statuses = {r.status_code for r in seen}
-    assert {200, 400, 401, 403, 404, 409, 413, 429, 503} <= statuses, statuses
+    assert {200, 202, 400, 401, 403, 404, 409, 413, 429, 503} <= statuses, statuses
     for r in seen:
         path = r.request.url.path
         match = [(p, op) for m, pattern, p, op in ops if m == r.request.method and pattern.match(path)]

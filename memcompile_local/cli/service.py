@@ -18,6 +18,7 @@ from typing import Any, Callable
 from ..errors import ConfigError, MissingExtraError
 from .args import config_from_args
 from ..service.auth import TENANT_RE, KeyRing, generate_key, hash_key
+from ..service.embed_batch import DEFAULT_WINDOW_S
 from ..service.limits import Limits, ServeOptions
 
 log = logging.getLogger(__name__)
@@ -69,12 +70,18 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
                    help="estimated MiB of the users held loaded (default 1024)")
     g.add_argument("--max-text-chars", type=int,
                    help=f"most characters of one turn's text or a query (default {Limits().max_text_chars:,})")
+    g.add_argument("--max-import-mb", type=int, help=f"largest import upload in MiB (default {Limits().max_import_mb})")
+    g.add_argument("--max-metadata-bytes", type=int,
+                   help=f"largest metadata object of one turn, as JSON (default {Limits().max_metadata_bytes})")
+    g.add_argument("--query-batch-ms", type=float, default=DEFAULT_WINDOW_S * 1000,
+                   help="how long a search waits for concurrent ones to share its query-embedding call "
+                        "(default %(default)s; 0: no batching)")
 
 
 def _limits(args) -> Limits:
     return Limits.from_dict({name: getattr(args, name) for name in
                              ("max_body_bytes", "max_turns_per_request", "max_queue_turns", "max_k",
-                              "max_text_chars", "max_views", "max_view_mb")
+                              "max_text_chars", "max_views", "max_view_mb", "max_import_mb", "max_metadata_bytes")
                              if getattr(args, name, None) is not None})
 
 
@@ -130,7 +137,8 @@ def build_app_from_args(args, *, keyring=None):
     if keyring is None and getattr(args, "keys", None):
         keyring = KeyRing(args.keys)
     options = _options(args)
-    service = MemoryService(args.store, config_from_args(args), limits=_limits(args))
+    service = MemoryService(args.store, config_from_args(args), limits=_limits(args),
+                            query_batch_ms=getattr(args, "query_batch_ms", DEFAULT_WINDOW_S * 1000))
     if options.access_log:
         enable_access_log()
     return create_app(service, keyring, host=args.host, options=options)
@@ -186,7 +194,7 @@ def cmd_mcp(args) -> int:
     from ..service.mcp_server import build_mcp
     from ..service.worker import BuildWorker
 
-    service = MemoryService(args.store, config_from_args(args), limits=_limits(args))
+    service = MemoryService(args.store, config_from_args(args), limits=_limits(args), query_batch_ms=0)
     worker = BuildWorker(service)
     worker.start()
     try:

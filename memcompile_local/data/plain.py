@@ -8,13 +8,16 @@ JSON::
     {"namespace": "me", "speakers": ["Ana", "Ben"],
      "sessions": [{"time": "2024-05-01 10:00", "id": "s1",
                    "turns": [{"speaker": "Ana", "text": "...", "id": "t1",
-                              "image_caption": "..."}]}]}
+                              "image_caption": "...", "agent_id": "planner",
+                              "metadata": {"topic": "travel"}}]}]}
 
 (a bare list of session objects is also accepted), or JSONL with one session object
 per line, optionally preceded by a header line ``{"namespace": ..., "speakers": [...]}``.
 
 Only ``sessions[].time``, ``sessions[].turns``, ``turns[].speaker`` and ``turns[].text``
-are required. Defaults: session ids ``session_N`` and turn ids ``SN:M`` where N is the
+are required. ``agent_id`` names the agent that took part in a turn and ``metadata`` is a small
+JSON object of the caller's (``data.metadata``); both are stored with the turn.
+Defaults: session ids ``session_N`` and turn ids ``SN:M`` where N is the
 1-based position of the session in the file and M the 1-based position of the turn.
 Sessions with no turns are skipped (but still count for N, so ids do not move when a
 session is emptied). When ``speakers`` is given every turn's speaker must be one of
@@ -38,6 +41,7 @@ from ..errors import DataFormatError, NamespaceError
 from ..store.namespace import validate_namespace
 from ..types import Conversation, Session, Turn
 from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, iter_jsonl, load_json, read_text
+from .metadata import metadata_json
 
 _HEADER_KEYS = ("namespace", "speakers")
 
@@ -232,10 +236,17 @@ def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
                        "a turn id that is unique in the conversation",
                        f"{turn_id!r} is also used at {seen_turns[turn_id]}")
             seen_turns[turn_id] = w
+            agent = turn.get("agent_id")
+            try:
+                meta = metadata_json(turn.get("metadata"))
+            except ValueError as exc:
+                r.fail(child(w, "metadata"), "a small JSON object", str(exc))
             turns.append(Turn(packet_id=turn_id, speaker=speaker,
                               text=r.str_field(turn, "text", w),
                               image_caption=r.opt_str_field(turn, "image_caption", w),
-                              image_query=r.opt_str_field(turn, "image_query", w)))
+                              image_query=r.opt_str_field(turn, "image_query", w),
+                              agent_id=None if agent is None else r.as_label(agent, child(w, "agent_id")),
+                              metadata_json=meta))
         if turns:
             sessions.append(Session(index=len(sessions) + 1, session_id=session_id,
                                     time=time, turns=tuple(turns)))

@@ -11,8 +11,8 @@ a caller leaves out are given against what the namespace already stores:
   nothing is new: it gets the next session index after the namespace's highest and the id
   ``session_<index>``.
 * **Turns.** An incoming turn with an ``id`` keeps it. One without is the stored turn of its
-  session with the same speaker, text, image caption and image query, if there is one not yet
-  matched in this call (identical turns match in dialogue order). Otherwise it is new and is
+  session with the same speaker, text, image caption, image query, agent and metadata, if
+  there is one not yet matched in this call (identical turns match in dialogue order). Otherwise it is new and is
   numbered ``S<session index>:<n>``, continuing after the highest number the session has.
 
 So re-sending a session (whole or in part) adds nothing, sending a session with more turns
@@ -34,12 +34,15 @@ from ..types import Conversation, Session, SourcePacket, Turn
 __all__ = ["assign_stable_ids"]
 
 
-def _turn_content(speaker: str, text: str, caption: str | None, query: str | None) -> tuple:
-    return (speaker, text, caption, query)
+def _turn_content(speaker: str, text: str, caption: str | None, query: str | None,
+                  agent_id: str | None = None, metadata_json: str | None = None) -> tuple:
+    # The agent and the metadata are part of what a turn is: the same words from another agent,
+    # or with other metadata, are another turn (a stored turn's fields never change).
+    return (speaker, text, caption, query, agent_id, metadata_json)
 
 
 def _packet_content(p: SourcePacket) -> tuple:
-    return _turn_content(p.speaker, p.content, p.image_caption, p.image_query)
+    return _turn_content(p.speaker, p.content, p.image_caption, p.image_query, p.agent_id, p.metadata_json)
 
 
 class _StoredSession:
@@ -67,11 +70,13 @@ class _StoredSession:
 
     def overlap(self, turns: Sequence[Turn]) -> int:
         have = Counter(_packet_content(p) for p in self.packets)
-        want = Counter(_turn_content(t.speaker, t.text, t.image_caption, t.image_query) for t in turns)
+        want = Counter(_turn_content(t.speaker, t.text, t.image_caption, t.image_query, t.agent_id, t.metadata_json)
+                       for t in turns)
         return sum((have & want).values())
 
     def match(self, turn: Turn, time: str | None = None) -> str | None:
-        content = _turn_content(turn.speaker, turn.text, turn.image_caption, turn.image_query)
+        content = _turn_content(turn.speaker, turn.text, turn.image_caption, turn.image_query, turn.agent_id,
+                                 turn.metadata_json)
         for p in self.packets:
             if p.packet_id not in self.used and _packet_content(p) == content and time in (None, p.session_time):
                 self.used.add(p.packet_id)

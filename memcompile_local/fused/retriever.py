@@ -101,9 +101,14 @@ COMPLEMENTS: dict[str, Complement] = {"none": _score_order_rows, "pursuit": purs
 
 
 def select_rows(index: FusionIndex, question: str, total: np.ndarray, query_vec: np.ndarray | None,
-                cfg: FusionConfig, k: int) -> list[int]:
-    """The ``k`` rows the fused selector keeps for fused scores ``total`` (see module docstring)."""
+                cfg: FusionConfig, k: int, allowed: np.ndarray | None = None) -> list[int]:
+    """The ``k`` rows the fused selector keeps for fused scores ``total`` (see module docstring).
+
+    ``allowed`` (a boolean mask over the rows): only those rows are candidates, so the k are
+    chosen among them (a caller's filter restricts the pool before the cut, not after)."""
     order = score_order(total)
+    if allowed is not None:
+        order = order[allowed[order]]
     mode = cfg.complement if is_list_question(question) else "none"
     return COMPLEMENTS[mode](index, total, order, query_vec, cfg, k)
 
@@ -145,18 +150,22 @@ class FusedRetriever:
         return fused_scores(self.index, question, query_vec, self.cfg, anchor=anchor)
 
     def retrieve(self, question: str, query_vec: np.ndarray | None, k: int, *,
-                 anchor: dt.datetime | None = None) -> Retrieval:
+                 anchor: dt.datetime | None = None, allowed: np.ndarray | None = None) -> Retrieval:
         """The ``k`` packets the fused selector keeps, best first, with every packet's scores
-        (scored once; ``anchor``: see ``scores``)."""
+        (scored once; ``anchor``: see ``scores``; ``allowed``: see ``select_rows``)."""
         scores = self.scores(question, query_vec, anchor=anchor)
-        rows = select_rows(self.index, question, scores.total, query_vec, self.cfg, k)
+        rows = select_rows(self.index, question, scores.total, query_vec, self.cfg, k, allowed)
         return Retrieval(tuple(self.index.packet_ids[i] for i in rows), scores, self.index.row_of)
 
     def ranking(self, question: str, query_vec: np.ndarray | None, n: int, *,
-                anchor: dt.datetime | None = None) -> list[str]:
-        """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler)."""
+                anchor: dt.datetime | None = None, allowed: np.ndarray | None = None) -> list[str]:
+        """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler),
+        among the ``allowed`` rows when a mask is given."""
         total = self.scores(question, query_vec, anchor=anchor).total
-        return [self.index.packet_ids[i] for i in score_order(total)[:n]]
+        order = score_order(total)
+        if allowed is not None:
+            order = order[allowed[order]]
+        return [self.index.packet_ids[i] for i in order[:n]]
 
 
 def select_fused(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,

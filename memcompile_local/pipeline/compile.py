@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import AbstractSet, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -103,9 +103,15 @@ def normalize_pool(address: AddressResult, view: MemoryView) -> tuple[PacketCand
     return tuple(normalize_to_packets(address.candidates, view.index.packet_ordinal))
 
 
-def dense_candidates(query_vec: np.ndarray | None, view: MemoryView, cfg: PipelineConfig) -> DenseProposals:
-    """D_q: the K_D packets closest to the embedded q+ (Algorithm 1, line 15); () without an embedder."""
-    return dense_proposals(view.index.dense, query_vec, cfg.evidence.k_dense)
+def dense_candidates(query_vec: np.ndarray | None, view: MemoryView, cfg: PipelineConfig,
+                     allowed: AbstractSet[str] | None = None) -> DenseProposals:
+    """D_q: the K_D packets closest to the embedded q+ (Algorithm 1, line 15); () without an embedder.
+
+    ``allowed``: the K_D are taken among these packets only."""
+    if allowed is None:
+        return dense_proposals(view.index.dense, query_vec, cfg.evidence.k_dense)
+    ranked = dense_proposals(view.index.dense, query_vec, len(view.packets))
+    return tuple((pid, s) for pid, s in ranked if pid in allowed)[: cfg.evidence.k_dense]
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,7 @@ class AnchorQuery:
     query_vec: np.ndarray | None
     retriever: FusedRetriever | None  # the fused retriever of the view, when it has a fused index
     anchor: dt.datetime | None = None  # when the question is asked, for the fused time match
+    allowed_rows: np.ndarray | None = None  # the fused index rows a caller's filter lets through
 
 
 # An anchor selector: query -> (A0, trace info, the fused retrieval when it ran).
@@ -147,7 +154,8 @@ def _llm_anchors(q: AnchorQuery):
     if q.cfg.fusion.schedule_pool == "fused":  # A0-fused-pool: the scheduler sees the fused top-N
         if q.retriever is None:
             raise ConfigError("schedule_pool='fused' needs the fused index; build the memory with it set")
-        pool_ids = q.retriever.ranking(q.question, q.query_vec, q.cfg.fusion.schedule_pool_size, anchor=q.anchor)
+        pool_ids = q.retriever.ranking(q.question, q.query_vec, q.cfg.fusion.schedule_pool_size, anchor=q.anchor,
+                                       allowed=q.allowed_rows)
     ids, info = _llm_ordering(q.question, pool_ids, q.cfg.evidence.k0, "schedule", q.view, q.cfg, q.client)
     return tuple(ids), info, None
 
@@ -155,7 +163,8 @@ def _llm_anchors(q: AnchorQuery):
 def _fused_anchors(q: AnchorQuery):
     if q.retriever is None:
         raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
-    found = q.retriever.retrieve(q.question, q.query_vec, q.cfg.evidence.k0, anchor=q.anchor)
+    found = q.retriever.retrieve(q.question, q.query_vec, q.cfg.evidence.k0, anchor=q.anchor,
+                                 allowed=q.allowed_rows)
     return found.packet_ids, {}, found
 
 
@@ -188,17 +197,24 @@ def select_anchors(
     query_vec: np.ndarray | None,
     retriever: FusedRetriever | None = None,
     anchor: dt.datetime | None = None,
+    allowed: AbstractSet[str] | None = None,
 ) -> tuple[tuple[str, ...], dict[str, Any], Retrieval | None]:
     """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14);
     with the fused retrieval (ids and every packet's scores) when the fused selector chose.
 
-    ``anchor``: the date the question is asked, for the fused scores' time match."""
+    ``anchor``: the date the question is asked, for the fused scores' time match. ``allowed``:
+    the packets a caller's filter lets through; the fused selector chooses among them (the
+    other selectors read U_q and D_q, which the caller restricted already)."""
     choose = ANCHOR_SELECTORS.get(selector)
     if choose is None:
         raise ConfigError(f"unknown anchor selector {selector!r}; known: {', '.join(ANCHOR_SELECTORS)}")
     if retriever is None and view.fusion is not None:
         retriever = FusedRetriever(view.fusion, cfg.fusion)
-    return choose(AnchorQuery(question, pool, address, dense, view, cfg, client, query_vec, retriever, anchor))
+    rows = None
+    if allowed is not None and retriever is not None:
+        ids = retriever.index.packet_ids
+        rows = np.fromiter((pid in allowed for pid in ids), dtype=bool, count=len(ids))
+    return choose(AnchorQuery(question, pool, address, dense, view, cfg, client, query_vec, retriever, anchor, rows))
 
 
 def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, view: MemoryView,
@@ -305,8 +321,16 @@ def compile_context(
     embedder: Embedder | None = None,
     address_trace: bool = False,
     question_date: str | None = None,
+    allowed: AbstractSet[str] | None = None,
 ) -> Context:
     """Compile the reader context for one question over one built memory.
+
+    ``allowed``: the packet ids a caller's filter lets through (``views.filters``), or None for
+    all. The fused ranking and D_q rank every allowed packet before their cut, so on the fused
+    path (the service's model-free default) K0 packets come back whenever K0 of them match. U_q
+    is the Address Plane's bounded candidate set with the others taken out, so a selector that
+    reads U_q alone may return fewer; packets a MERA round or a frontier adds outside the filter
+    are dropped.
 
     ``question_date`` (a session-time string, e.g. ``2024-06-01``): when the question is
     asked; the fused selector resolves the question's relative times ("last month") against it.
@@ -342,15 +366,18 @@ def compile_context(
         address = address_candidates(intent, view, cfg)
         lap("address")
         pool = normalize_pool(address, view)
+        if allowed is not None:
+            pool = tuple(pc for pc in pool if pc.packet_id in allowed)
         lap("normalization")
     dense: DenseProposals = ()
     if run_dense:
-        dense = dense_candidates(query_vec, view, cfg)
+        dense = dense_candidates(query_vec, view, cfg, allowed)
         lap("dense")
     anchors, a_info, retrieval = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool,
                                                 address=address, dense=dense, view=view, cfg=cfg, client=client,
                                                 query_vec=query_vec, retriever=retriever,
-                                                anchor=parse_session_time(question_date) if question_date else None)
+                                                anchor=parse_session_time(question_date) if question_date else None,
+                                                allowed=allowed)
     lap("anchors")
     if cfg.mera.enabled:  # MERA's rounds refine A0 within its size (pipeline/mera.py)
         anchors, m_info = mera_anchors(question, anchors, view, cfg, client=client, embedder=embedder)
@@ -360,6 +387,9 @@ def compile_context(
                                  view=view, cfg=cfg, client=client, query_vec=query_vec)
     if cfg.evidence.frontier != "none":
         lap("frontier")
+    if allowed is not None:  # MERA's rounds and an LLM's ordering read the whole view
+        anchors = tuple(pid for pid in anchors if pid in allowed)
+        added = tuple(pid for pid in added if pid in allowed)
     final = tuple(anchors) + tuple(added)
     text = render(cfg.evidence.view, final, view, pool, cfg.evidence.max_block_chars)
     lap("render")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -28,7 +29,7 @@ from .errors import ServiceError, from_exception
 from .limits import ServeOptions
 from .mcp_server import build_mcp
 from .metrics import CONTENT_TYPE, Metrics
-from .openapi import body_doc, install_openapi
+from .openapi import body_doc, import_body_doc, install_openapi
 from .ratelimit import FailedKeyThrottle, TenantRateLimit
 from .worker import BuildWorker
 
@@ -37,6 +38,7 @@ access_log = logging.getLogger("memcompile_local.service.access")
 """One line per request: method, path, status, duration, tenant (never a key, a query string or a body)."""
 
 _ACCESS_KEY = "memcompile.access"  # the ASGI scope entry where a route leaves the request's tenant
+_IMPORT_PATH = re.compile(r"^/v1/memories/[^/]+/imports/?$")  # uploads bounded by max_import_mb instead
 
 def error_response(err: ServiceError, *, paths: tuple[str, ...] = ()) -> JSONResponse:
     """The JSON of ``err``, with the server's file paths and internal namespaces taken out."""
@@ -129,6 +131,16 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             raise ServiceError(400, "bad_json", "request body nests arrays or objects too deeply to read",
                                field="$") from None
 
+    async def capped_body(request: Request, cap: int) -> bytes:
+        """The raw body, refused with 413 as soon as it passes ``cap`` bytes (chunked uploads too)."""
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise ServiceError(413, "body_too_large", f"request body has more than {cap} bytes; at most {cap}")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def run(fn, *args, **kw):
         # Package errors become typed ServiceErrors here, inside the app's exception middleware
         # (an exception that escaped to the server-error middleware would drop the connection).
@@ -171,9 +183,9 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             path = scope.get("path", "")
             length = headers.get("content-length")
             rejected: ServiceError | None = None
-            if length is not None and length.isdigit() and int(length) > service.limits.max_body_bytes:
-                rejected = ServiceError(413, "body_too_large",
-                                        f"request body has {length} bytes; at most {service.limits.max_body_bytes}")
+            cap = service.limits.max_import_bytes if _IMPORT_PATH.match(path) else service.limits.max_body_bytes
+            if length is not None and length.isdigit() and int(length) > cap:
+                rejected = ServiceError(413, "body_too_large", f"request body has {length} bytes; at most {cap}")
             elif path.startswith("/mcp"):
                 try:
                     admit(headers, scope)
@@ -233,7 +245,13 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             raise ServiceError(400, "bad_request", "query is required", field="query")
         return body
 
-    query_fields = {"query", "k", "preset", "question_date"}
+    filter_fields = {"speaker", "session_id", "agent_id", "metadata", "from", "to"}
+    query_fields = {"query", "k", "preset", "question_date"} | filter_fields
+
+    def body_filters(body: dict):
+        return service.filters(speaker=body.get("speaker"), session_id=body.get("session_id"),
+                               agent_id=body.get("agent_id"), metadata=body.get("metadata"),
+                               time_from=body.get("from"), time_to=body.get("to"))
 
     @app.post("/v1/memories/{user_id}/search", openapi_extra=body_doc("Query"), tags=["memories"],
               operation_id="search", summary="Compiled evidence for a query")
@@ -241,7 +259,8 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         p = principal(request)
         body = await query_body(request, query_fields)
         return await run(service.search, p.tenant, user_id, body["query"], k=body.get("k"),
-                         preset=body.get("preset"), question_date=body.get("question_date"))
+                         preset=body.get("preset"), question_date=body.get("question_date"),
+                         filters=body_filters(body))
 
     @app.post("/v1/memories/{user_id}/answer", openapi_extra=body_doc("Query"), tags=["memories"],
               operation_id="answer", summary="Compile the evidence and answer with the configured model")
@@ -249,7 +268,8 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         p = principal(request)
         body = await query_body(request, query_fields)
         return await run(service.answer, p.tenant, user_id, body["query"], k=body.get("k"),
-                         preset=body.get("preset"), question_date=body.get("question_date"))
+                         preset=body.get("preset"), question_date=body.get("question_date"),
+                         filters=body_filters(body))
 
     def _int_param(request: Request, name: str, default: int) -> int:
         value = request.query_params.get(name)
@@ -265,6 +285,27 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         if unknown:
             raise ServiceError(400, "bad_request", f"unexpected query parameters {unknown}; expected some of "
                                f"{sorted(allowed)}", field=unknown[0])
+
+    @app.post("/v1/memories/{user_id}/imports", tags=["memories"], operation_id="start_import",
+              openapi_extra=import_body_doc(), status_code=202,
+              summary="Import a large history in the background (a conversation file or a list of turns)")
+    async def start_import(user_id: str, request: Request):
+        p = principal(request)
+        _no_other_params(request, {"format", "conversation"})
+        raw = await capped_body(request, service.limits.max_import_bytes)
+        conversation = request.query_params.get("conversation")
+        conv = None if conversation is None else _int_param(request, "conversation", 0)
+        fmt = request.query_params.get("format", "auto")
+        out = await run(service.start_import, p.tenant, user_id, raw, fmt=fmt, conversation=conv)
+        out.status_code = 202
+        out.headers["Location"] = f"/v1/memories/{user_id}/imports/{json.loads(out.body)['id']}"
+        return out
+
+    @app.get("/v1/memories/{user_id}/imports/{job_id}", tags=["memories"], operation_id="import_status",
+             summary="Progress and outcome of an import")
+    async def import_status(user_id: str, job_id: str, request: Request):
+        p = principal(request)
+        return await run(service.import_status, p.tenant, user_id, job_id)
 
     @app.get("/v1/memories", tags=["memories"], operation_id="list_users",
              summary="The tenant's user ids (paginated)")
@@ -284,9 +325,20 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
              summary="Stored turns (paginated)")
     async def turns(user_id: str, request: Request):
         p = principal(request)
-        _no_other_params(request, {"offset", "limit"})
+        _no_other_params(request, {"offset", "limit"} | filter_fields)
+        q = request.query_params
+        metadata = q.get("metadata")
+        if metadata is not None:
+            try:
+                metadata = json.loads(metadata)
+            except (ValueError, RecursionError):
+                raise ServiceError(400, "invalid_metadata", "metadata must be a JSON object (URL-encoded JSON text)",
+                                   field="metadata") from None
+        filters = service.filters(speaker=q.get("speaker"), session_id=q.get("session_id"),
+                                  agent_id=q.get("agent_id"), metadata=metadata, time_from=q.get("from"),
+                                  time_to=q.get("to"))
         return await run(service.list_turns, p.tenant, user_id, offset=_int_param(request, "offset", 0),
-                         limit=_int_param(request, "limit", 100))
+                         limit=_int_param(request, "limit", 100), filters=filters)
 
     @app.delete("/v1/memories/{user_id}/turns/{turn_id}", tags=["memories"], operation_id="delete_turn",
                 summary="Erase one turn (an update is a delete, then an append)")

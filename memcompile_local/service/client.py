@@ -11,6 +11,10 @@ A thin layer on ``httpx`` (part of the ``serve`` extra)::
     async with AsyncMemoryClient("http://127.0.0.1:8765", api_key="mcl_...") as mem:
         hits = await mem.search("alice", "Where does Alice live?")
 
+A turn dict may carry ``agent_id`` and a small ``metadata`` object; ``search``, ``answer`` and
+``turns`` take the filters ``speaker``, ``session_id``, ``agent_id``, ``metadata``,
+``time_from`` and ``time_to`` as keywords (``hits = mem.search("alice", "trips?", agent_id="planner")``).
+
 Where ``Memory`` takes a namespace, the clients take a user id (the server maps it into the
 tenant of the API key); it is percent-encoded in every URL, dots included, so no user id can
 name another route. Errors are typed, never raw ``httpx`` exceptions:
@@ -23,6 +27,10 @@ name another route. Errors are typed, never raw ``httpx`` exceptions:
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import quote
 
@@ -83,6 +91,12 @@ def _append_body(turns: Iterable[Mapping[str, Any]] | Mapping[str, Any], session
     return {"turns": list(turns)}
 
 
+def _filters(speaker, session_id, agent_id, metadata, time_from, time_to) -> dict[str, Any]:
+    """The filter fields of a search or listing as the REST API spells them."""
+    return _given(speaker=speaker, session_id=session_id, agent_id=agent_id, metadata=metadata,
+                  **{"from": time_from, "to": time_to})
+
+
 def _raise_for(r: Any) -> None:
     if r.status_code < 400:
         return
@@ -105,6 +119,17 @@ def _httpx():
     return httpx
 
 
+FILTERS = ("speaker", "session_id", "agent_id", "metadata", "time_from", "time_to")
+
+
+def _filter_args(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` keyword filters checked by name (a misspelt one is a TypeError, not ignored)."""
+    unknown = sorted(set(given) - set(FILTERS))
+    if unknown:
+        raise TypeError(f"unknown filter {unknown[0]!r}; the filters are {', '.join(FILTERS)}")
+    return {name: given.get(name) for name in FILTERS}
+
+
 class _Routes:
     """The requests of every method: (HTTP method, path, keyword arguments of ``httpx``)."""
 
@@ -113,14 +138,30 @@ class _Routes:
         return "POST", f"/v1/memories/{_user(user_id)}/turns", {"json": _append_body(turns, sessions)}
 
     @staticmethod
-    def search(user_id, query, k, preset, question_date):
-        body = {"query": query, **_given(k=k, preset=preset, question_date=question_date)}
+    def search(user_id, query, k, preset, question_date, filters):
+        body = {"query": query, **_given(k=k, preset=preset, question_date=question_date), **_filters(**filters)}
         return "POST", f"/v1/memories/{_user(user_id)}/search", {"json": body}
 
     @staticmethod
-    def answer(user_id, query, k, preset, question_date):
-        body = {"query": query, **_given(k=k, preset=preset, question_date=question_date)}
+    def answer(user_id, query, k, preset, question_date, filters):
+        body = {"query": query, **_given(k=k, preset=preset, question_date=question_date), **_filters(**filters)}
         return "POST", f"/v1/memories/{_user(user_id)}/answer", {"json": body}
+
+    @staticmethod
+    def start_import(user_id, data, format, conversation):
+        params = _given(format=format, conversation=conversation)
+        if isinstance(data, (bytes, bytearray)):
+            content = bytes(data)
+        elif isinstance(data, (str, os.PathLike)):
+            content = Path(data).read_bytes()
+        else:  # turns (or sessions) as Python objects
+            content = json.dumps(data, ensure_ascii=False).encode("utf-8")
+        return "POST", f"/v1/memories/{_user(user_id)}/imports", {
+            "content": content, "params": params, "headers": {"Content-Type": "application/octet-stream"}}
+
+    @staticmethod
+    def import_status(user_id, job_id):
+        return "GET", f"/v1/memories/{_user(user_id)}/imports/{_turn(job_id)}", {}
 
     @staticmethod
     def stats(user_id):
@@ -131,8 +172,11 @@ class _Routes:
         return "GET", "/v1/memories", {"params": {"offset": offset, "limit": limit}}
 
     @staticmethod
-    def turns(user_id, offset, limit):
-        return "GET", f"/v1/memories/{_user(user_id)}/turns", {"params": {"offset": offset, "limit": limit}}
+    def turns(user_id, offset, limit, filters):
+        params = {"offset": offset, "limit": limit, **_filters(**filters)}
+        if "metadata" in params:
+            params["metadata"] = json.dumps(params["metadata"], ensure_ascii=False)
+        return "GET", f"/v1/memories/{_user(user_id)}/turns", {"params": params}
 
     @staticmethod
     def delete_turn(user_id, turn_id):
@@ -177,17 +221,44 @@ class MemoryClient:
         return self._call(method, path, **kw)
 
     def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-                question_date: str | None = None) -> dict:
-        """The compiled evidence (ranked, scored packets, rendered context, timings) for ``query``."""
-        method, path, kw = _Routes.search(user_id, query, k, preset, question_date)
+                question_date: str | None = None, **filters: Any) -> dict:
+        """The compiled evidence (ranked, scored packets, rendered context, timings) for ``query``.
+
+        ``filters``: any of ``speaker``, ``session_id``, ``agent_id``, ``metadata`` (a dict of
+        top-level keys and the exact values wanted), ``time_from`` and ``time_to``; the evidence
+        then comes from the matching turns only."""
+        method, path, kw = _Routes.search(user_id, query, k, preset, question_date, _filter_args(filters))
         return self._call(method, path, **kw)
 
     search = compile
 
     def answer(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-               question_date: str | None = None) -> dict:
-        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date)
+               question_date: str | None = None, **filters: Any) -> dict:
+        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters))
         return self._call(method, path, **kw)
+
+    def import_history(self, user_id: str, data: Any, *, format: str | None = None,
+                       conversation: int | None = None) -> dict:
+        """Start a background import: ``data`` is a file path, the file's bytes, or turns as a
+        list of turn dicts (or an append body). Returns the job's status (``id``, ``state``);
+        follow it with ``import_status`` or ``wait_import``."""
+        method, path, kw = _Routes.start_import(user_id, data, format, conversation)
+        return self._call(method, path, **kw)
+
+    def import_status(self, user_id: str, job_id: str) -> dict:
+        method, path, kw = _Routes.import_status(user_id, job_id)
+        return self._call(method, path, **kw)
+
+    def wait_import(self, user_id: str, job_id: str, *, timeout: float = 600.0, poll_s: float = 0.5) -> dict:
+        """Poll an import until it is ``done`` or ``failed`` (its last status), or TimeoutError."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.import_status(user_id, job_id)
+            if job["state"] in ("done", "failed"):
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"import {job_id} still {job['state']} after {timeout}s")
+            time.sleep(poll_s)
 
     def stats(self, user_id: str) -> dict:
         method, path, kw = _Routes.stats(user_id)
@@ -197,8 +268,9 @@ class MemoryClient:
         method, path, kw = _Routes.users(offset, limit)
         return self._call(method, path, **kw)
 
-    def turns(self, user_id: str, *, offset: int = 0, limit: int = 100) -> dict:
-        method, path, kw = _Routes.turns(user_id, offset, limit)
+    def turns(self, user_id: str, *, offset: int = 0, limit: int = 100, **filters: Any) -> dict:
+        """A page of stored turns; ``filters`` as in ``search``."""
+        method, path, kw = _Routes.turns(user_id, offset, limit, _filter_args(filters))
         return self._call(method, path, **kw)
 
     def delete_turn(self, user_id: str, turn_id: str) -> dict:
@@ -246,16 +318,37 @@ class AsyncMemoryClient:
         return await self._call(method, path, **kw)
 
     async def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-                      question_date: str | None = None) -> dict:
-        method, path, kw = _Routes.search(user_id, query, k, preset, question_date)
+                      question_date: str | None = None, **filters: Any) -> dict:
+        method, path, kw = _Routes.search(user_id, query, k, preset, question_date, _filter_args(filters))
         return await self._call(method, path, **kw)
 
     search = compile
 
     async def answer(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-                     question_date: str | None = None) -> dict:
-        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date)
+                     question_date: str | None = None, **filters: Any) -> dict:
+        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters))
         return await self._call(method, path, **kw)
+
+    async def import_history(self, user_id: str, data: Any, *, format: str | None = None,
+                             conversation: int | None = None) -> dict:
+        method, path, kw = _Routes.start_import(user_id, data, format, conversation)
+        return await self._call(method, path, **kw)
+
+    async def import_status(self, user_id: str, job_id: str) -> dict:
+        method, path, kw = _Routes.import_status(user_id, job_id)
+        return await self._call(method, path, **kw)
+
+    async def wait_import(self, user_id: str, job_id: str, *, timeout: float = 600.0, poll_s: float = 0.5) -> dict:
+        import asyncio
+
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self.import_status(user_id, job_id)
+            if job["state"] in ("done", "failed"):
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"import {job_id} still {job['state']} after {timeout}s")
+            await asyncio.sleep(poll_s)
 
     async def stats(self, user_id: str) -> dict:
         method, path, kw = _Routes.stats(user_id)
@@ -265,8 +358,8 @@ class AsyncMemoryClient:
         method, path, kw = _Routes.users(offset, limit)
         return await self._call(method, path, **kw)
 
-    async def turns(self, user_id: str, *, offset: int = 0, limit: int = 100) -> dict:
-        method, path, kw = _Routes.turns(user_id, offset, limit)
+    async def turns(self, user_id: str, *, offset: int = 0, limit: int = 100, **filters: Any) -> dict:
+        method, path, kw = _Routes.turns(user_id, offset, limit, _filter_args(filters))
         return await self._call(method, path, **kw)
 
     async def delete_turn(self, user_id: str, turn_id: str) -> dict:

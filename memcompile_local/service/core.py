@@ -14,6 +14,7 @@ the background worker (``worker.py``) extracts, and until then searches use the 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -22,22 +23,28 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Sequence
 
 from ..config import PipelineConfig, config_needs_llm
 from ..data.plain import GivenIds
 from ..data.turn_ids import assign_stable_ids
-from ..errors import ImmutablePacketError, MissingExtraError, TransportError
+from ..errors import ConfigError, ImmutablePacketError, MissingExtraError, TransportError
 from ..memory import Memory, selection_scores
 from ..pipeline.presets import PRESETS, apply_presets
 from ..store import open_store
 from ..types import Conversation, Session, Turn
 from ..views.pending import PartialViews, pending_turns
 from ..views.record import MemoryView
+from ..llm.registry import embedder_kwargs, load_embedder
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
+from .embed_batch import DEFAULT_WINDOW_S, BatchedQueryEmbedder
+from .imports import Importer
 from .errors import ServiceError
 from .limits import Limits
-from .validate import TurnInput, check_id, check_k, check_text, check_time, parse_append
+from ..views.filters import TurnFilter, time_bound
+from .validate import (TurnInput, check_id, check_k, check_label, check_metadata, check_text, check_time,
+                       parse_append)
 
 # Tries at picking a user's next turn ids when other server processes append to the same user.
 _ID_ATTEMPTS = 6
@@ -69,9 +76,18 @@ class MemoryService:
     """
 
     def __init__(self, store_path: str, config: PipelineConfig | None = None, *, limits: Limits | None = None,
-                 backend: Any = None, embedder: Any = None):
+                 backend: Any = None, embedder: Any = None, query_batch_ms: float = DEFAULT_WINDOW_S * 1000):
         self.config = config or PipelineConfig()
         self.limits = limits or Limits()
+        if query_batch_ms < 0:
+            raise ConfigError(f"query_batch_ms must be >= 0, got {query_batch_ms}")
+        if query_batch_ms > 0:
+            # Concurrent searches share one query-embedding call (embed_batch.py). The model is
+            # loaded here, at start, instead of in the first search.
+            if embedder is None:
+                embedder = load_embedder(self.config.model.embedder, **embedder_kwargs(self.config.model))
+            embedder = BatchedQueryEmbedder(embedder, window_s=query_batch_ms / 1000)
+        self.query_embedder = embedder if isinstance(embedder, BatchedQueryEmbedder) else None
         self.store = open_store(store_path)
         # A second, read-only connection for the per-search checks (does the user exist, which
         # generation is current): the main connection is locked while an append's transaction
@@ -99,8 +115,12 @@ class MemoryService:
         self._warm_waiting: set[str] = set()
         self._warm_thread = threading.Thread(target=self._warm_views, name="memcompile-view-warmer", daemon=True)
         self._warm_thread.start()
+        # Batch imports (imports.py): job status files beside a local store file.
+        local = str(store_path) != ":memory:" and "://" not in str(store_path)
+        self.importer = Importer(self, Path(f"{store_path}.imports") if local else None, owner_alive)
 
     def close(self) -> None:
+        self.importer.close()
         if self._probe is not self.store:
             self._probe.close()
         self.store.close()
@@ -212,7 +232,8 @@ class MemoryService:
                 sessions.append(Session(index=index.get(t.session_id, 0) if t.session_id else 0,
                                         session_id=t.session_id or f"unnamed_{si}", time=t.time,
                                         turns=tuple(Turn(packet_id=r.turn_id or f"new_{si}_{j}", speaker=r.speaker,
-                                                         text=r.text, image_caption=r.image_caption)
+                                                         text=r.text, image_caption=r.image_caption,
+                                                         agent_id=r.agent_id, metadata_json=r.metadata_json)
                                                     for j, r in enumerate(run))))
                 given_sessions.append(t.session_id is not None)
                 given_turns.append(tuple(r.turn_id is not None for r in run))
@@ -289,6 +310,29 @@ class MemoryService:
         """Block until every scheduled view load has finished (tests and benchmarks)."""
         self._warm_queue.join()
 
+    # ------------------------------------------------------------------ imports
+    def start_import(self, tenant: str, user_id: str, raw: bytes, *, fmt: Any = "auto", conversation: Any = None) -> dict:
+        """Validate an uploaded history and queue its import (``imports.py``); the job's first status."""
+        ns = self.namespace(tenant, user_id)
+        if not isinstance(fmt, str):
+            raise ServiceError(400, "bad_request", "format must be a string", field="format")
+        parts = self.importer.parse(ns, raw, fmt, conversation)
+        return self.importer.submit(tenant, user_id, ns, parts, fmt)
+
+    def import_status(self, tenant: str, user_id: str, job_id: str) -> dict:
+        """The status of one import job of this tenant's user (404 for any other)."""
+        validate_user_id(user_id)
+        return self.importer.get(tenant, user_id, job_id)
+
+    def turns_conversation(self, ns: str, turns: Sequence[TurnInput]) -> Conversation:
+        """Validated turns as a Conversation with the ids an append would give them (call under
+        ``view_lock(ns)``)."""
+        return self._conversation(ns, turns)
+
+    def view_lock(self, ns: str) -> threading.Lock:
+        """The per-user lock under which writes pick ids and views load."""
+        return self._view_lock(ns)
+
     # ------------------------------------------------------------------ read side
     def _view_lock(self, ns: str) -> threading.Lock:
         with self._presets_lock:
@@ -336,19 +380,48 @@ class MemoryService:
             question_date = check_time(question_date, "question_date")
         return query, k, preset, question_date
 
+    def filters(self, *, speaker: Any = None, session_id: Any = None, agent_id: Any = None, metadata: Any = None,
+                time_from: Any = None, time_to: Any = None, names: tuple[str, str] = ("from", "to")) -> TurnFilter | None:
+        """The ``TurnFilter`` of a request's filter fields (400 naming the field), None when none is set.
+
+        The user is the tenant's isolation boundary (the namespace); ``agent_id`` and
+        ``session_id`` scope within one user's memory, as filters. ``names``: how the request
+        spells the two time bounds (REST ``from``/``to``, MCP ``time_from``/``time_to``).
+        """
+        if speaker is not None:
+            speaker = check_label(speaker, "speaker")
+        if session_id is not None:
+            session_id = check_label(session_id, "session_id")
+        if agent_id is not None:  # a label, as the plain format (and so an import) may store one
+            agent_id = check_label(agent_id, "agent_id")
+        if metadata is not None:
+            check_metadata(metadata, "metadata", self.limits)
+        bounds = []
+        for value, name, end in ((time_from, names[0], False), (time_to, names[1], True)):
+            bounds.append(None if value is None else time_bound(check_time(value, name), end=end))
+        if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+            raise ServiceError(400, "invalid_time", f"the time range ends ({names[1]}) before it starts "
+                               f"({names[0]})", field=names[1])
+        f = TurnFilter.make(speaker=speaker, session_id=session_id, agent_id=agent_id, metadata=metadata,
+                            time_from=bounds[0], time_to=bounds[1])
+        return None if f.empty else f
+
     def search(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
-               question_date: Any = None) -> dict:
+               question_date: Any = None, filters: TurnFilter | None = None) -> dict:
         """The compiled evidence for ``query`` (Memory.compile over built + pending turns), each
         packet with its ``rank`` and ``score`` as ``Memory.search`` gives them.
 
         ``question_date``: when the question is asked; relative times in it ("last month")
-        are matched against the turns' dates from that day (as ``Memory.search`` does)."""
+        are matched against the turns' dates from that day (as ``Memory.search`` does).
+        ``filters`` (see ``filters``): evidence only from matching turns, k of them when k match."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
         ns = self._existing(tenant, user_id)
-        selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date)
+        selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date,
+                                               filters=filters)
         return self._context_json(user_id, selected, behind)
 
-    def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None):
+    def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None,
+                 filters: TurnFilter | None = None):
         mem = self.memory_for(preset)
         # A view held for the store's current generation is complete (only built namespaces
         # are cached there): serve it without the build checks below.
@@ -364,7 +437,7 @@ class MemoryService:
                 view, behind = current_view(mem, self.pending if mem is self.memory else mem.partial_views(), ns,
                                             allow_build=self.inline_build)
         try:
-            ctx = mem.compile_view(view, query, k=k, question_date=question_date)
+            ctx = mem.compile_view(view, query, k=k, question_date=question_date, filters=filters)
         except TransportError:
             self.backend_down_since = self.backend_down_since or time.time()
             raise
@@ -381,9 +454,7 @@ class MemoryService:
             "user_id": user_id,
             "query": ctx.question,
             "packets": [
-                {"id": p.packet_id, "rank": rank, "score": scores.get(p.packet_id), "speaker": p.speaker,
-                 "time": p.session_time, "session_id": p.session_id, "text": p.content,
-                 **({"image_caption": p.image_caption} if p.image_caption else {})}
+                {"id": p.packet_id, "rank": rank, "score": scores.get(p.packet_id), **turn_fields(p)}
                 for rank, p in enumerate(packets, start=1)
             ],
             "packet_ids": list(ctx.packet_ids),
@@ -393,12 +464,13 @@ class MemoryService:
         }
 
     def answer(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
-               question_date: Any = None) -> dict:
-        """Compile, then answer with the configured model (503 when it is unavailable)."""
+               question_date: Any = None, filters: TurnFilter | None = None) -> dict:
+        """Compile (as ``search``, ``filters`` included), then answer with the configured model
+        (503 when it is unavailable)."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
         ns = self._existing(tenant, user_id)
         (ctx, packets, scores), behind, mem = self._compile(ns, query, k=k, preset=preset,
-                                                            question_date=question_date)
+                                                            question_date=question_date, filters=filters)
         try:
             client = mem.client  # loads the answer backend on first use
         except Exception as exc:  # a missing extra, model file or server: no answer model to use
@@ -452,19 +524,22 @@ class MemoryService:
             raise ServiceError(400, "bad_request", "offset must be a non-negative integer", field="offset")
         return offset
 
-    def list_turns(self, tenant: str, user_id: str, *, offset: Any = 0, limit: Any = 100) -> dict:
-        """Stored turns in dialogue order, ``limit`` from ``offset``."""
+    def list_turns(self, tenant: str, user_id: str, *, offset: Any = 0, limit: Any = 100,
+                   filters: TurnFilter | None = None) -> dict:
+        """Stored turns in dialogue order, ``limit`` from ``offset``; with ``filters`` only the
+        matching turns, paged among themselves (``total`` counts them)."""
         limit = self._page_size(limit)
         offset = self._offset(offset)
         ns = self._existing(tenant, user_id)
         packets = self.store.packets(ns)
+        if filters is not None:
+            packets = filters.select(packets)
         page = packets[offset: offset + limit]
         return {
             "user_id": user_id,
             "total": len(packets),
             "offset": offset,
-            "turns": [{"id": p.packet_id, "speaker": p.speaker, "time": p.session_time, "session_id": p.session_id,
-                       "text": p.content, "ordinal": p.ordinal} for p in page],
+            "turns": [{"id": p.packet_id, **turn_fields(p), "ordinal": p.ordinal} for p in page],
             "next_offset": offset + limit if offset + limit < len(packets) else None,
         }
 
@@ -536,6 +611,15 @@ class MemoryService:
         return {"status": "ok", "queue": self.queue.depth(),
                 "backend": "down" if self.backend_down_since else "ok",
                 "inline_build": self.inline_build}
+
+
+def turn_fields(p) -> dict:
+    """What a response shows of a stored turn besides its id (search hits and listed turns alike)."""
+    out = {"speaker": p.speaker, "time": p.session_time, "session_id": p.session_id, "text": p.content,
+           "agent_id": p.agent_id, "metadata": json.loads(p.metadata_json) if p.metadata_json else None}
+    if p.image_caption:
+        out["image_caption"] = p.image_caption
+    return out
 
 
 def current_view(mem: Memory, partial: PartialViews, namespace: str, *, allow_build: bool) -> tuple[MemoryView, int]:

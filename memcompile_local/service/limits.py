@@ -14,7 +14,9 @@ class Limits:
 
     ``max_body_bytes``: request body size (413 past it). ``max_turns_per_request``: turns in one
     append (413). ``max_text_chars``: characters of one turn's text or of a query (400).
-    ``max_k``: the largest ``k`` (evidence packets) a search may ask for (400). ``max_page``: the
+    ``max_k``: the largest ``k`` (evidence packets) a search may ask for (400).
+    ``max_metadata_bytes``: a turn's metadata object as JSON text (400). ``max_import_mb``: an
+    uploaded import file, in MiB (413 past it). ``max_page``: the
     largest page size of the list routes. ``max_queue_turns``: turns waiting for a background
     build over the whole store (429 past it). ``max_views`` and ``max_view_mb``: bounds of the view
     cache (users held loaded, and their estimated MiB).
@@ -24,12 +26,18 @@ class Limits:
     max_turns_per_request: int = 500
     max_text_chars: int = 100_000
     max_k: int = 50
+    max_metadata_bytes: int = 4096
+    max_import_mb: int = 64
     max_page: int = 500
     max_queue_turns: int = 50_000
     # The view cache: users whose memory is held loaded between searches, and their estimated
     # size; past either the least recently searched leave first and load again when asked for.
     max_views: int = 10_000
     max_view_mb: int = 1024
+
+    @property
+    def max_import_bytes(self) -> int:
+        return self.max_import_mb << 20
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Limits":

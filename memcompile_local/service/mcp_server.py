@@ -40,6 +40,9 @@ class TurnArg(BaseModel):
     session_id: str | None = Field(None, description="the conversation it belongs to; default 'default'")
     id: str | None = Field(None, description="a turn id of your own; default: the next S<session>:<n>")
     image_caption: str | None = Field(None, description="a caption of an image shared with the turn")
+    agent_id: str | None = Field(None, description="the agent that took part in the turn; search can scope to it")
+    metadata: dict[str, Any] | None = Field(None, description="a small JSON object stored with the turn; search "
+                                                              "and list_turns can filter on its top-level keys")
 
 INSTRUCTIONS = (
     "Long-term memory of conversations. Write every conversation turn with add_turns as it "
@@ -86,6 +89,14 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
                                     ge=1, le=k_max)]
     QuestionDate = Annotated[str | None, Field(description="when the question is asked, e.g. '2024-06-01'; "
                                                "relative times in it ('last month') are resolved from this date")]
+    Speaker = Annotated[str | None, Field(description="only turns of this speaker")]
+    SessionId = Annotated[str | None, Field(description="only turns of this session")]
+    AgentId = Annotated[str | None, Field(description="only turns of this agent (a scope within the user)")]
+    Metadata = Annotated[dict[str, Any] | None, Field(description="only turns whose metadata has each of these "
+                                                                   "top-level keys with exactly this value")]
+    TimeFrom = Annotated[str | None, Field(description="only turns said at or after this time, e.g. '2024-05-01'")]
+    TimeTo = Annotated[str | None, Field(description="only turns said at or before this time (a bare date: until "
+                                                     "its end)")]
     Offset = Annotated[int, Field(description="items to skip", ge=0)]
     Limit = Annotated[int, Field(description=f"items per page (1-{page_max})", ge=1, le=page_max)]
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
@@ -106,18 +117,36 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
         body = {"turns": [t.model_dump(exclude_none=True) for t in turns]}
         return await call(ctx, service.add_turns, user_id, body)
 
+    def filtered(fn: Callable[..., dict], **given: Any) -> Callable[..., dict]:
+        # The filters are checked in the worker thread, so a bad one is the service's typed error.
+        def run(tenant: str, *args: Any, **kw: Any) -> dict:
+            f = service.filters(**given, names=("time_from", "time_to"))
+            return fn(tenant, *args, **kw, filters=f)
+        return run
+
     @mcp.tool(annotations=read_only)
     async def search(user_id: UserId, query: Query, ctx: Context, k: K = None,
-                     question_date: QuestionDate = None) -> dict[str, Any]:
-        """The evidence in a user's memory for a question: ranked, scored turns and a rendered context."""
-        return await call(ctx, service.search, user_id, query, k=k, question_date=question_date)
+                     question_date: QuestionDate = None, speaker: Speaker = None, session_id: SessionId = None,
+                     agent_id: AgentId = None, metadata: Metadata = None, time_from: TimeFrom = None,
+                     time_to: TimeTo = None) -> dict[str, Any]:
+        """The evidence in a user's memory for a question: ranked, scored turns and a rendered context.
+
+        The filters restrict the turns searched (k come back when k match)."""
+        fn = filtered(service.search, speaker=speaker, session_id=session_id, agent_id=agent_id,
+                      metadata=metadata, time_from=time_from, time_to=time_to)
+        return await call(ctx, fn, user_id, query, k=k, question_date=question_date)
 
     @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=False,
                                           openWorldHint=True))
     async def answer(user_id: UserId, query: Query, ctx: Context, k: K = None,
-                     question_date: QuestionDate = None) -> dict[str, Any]:
-        """Answer a question from a user's memory with the server's model (with the evidence)."""
-        return await call(ctx, service.answer, user_id, query, k=k, question_date=question_date)
+                     question_date: QuestionDate = None, speaker: Speaker = None, session_id: SessionId = None,
+                     agent_id: AgentId = None, metadata: Metadata = None, time_from: TimeFrom = None,
+                     time_to: TimeTo = None) -> dict[str, Any]:
+        """Answer a question from a user's memory with the server's model (with the evidence; the
+        filters as in search)."""
+        fn = filtered(service.answer, speaker=speaker, session_id=session_id, agent_id=agent_id,
+                      metadata=metadata, time_from=time_from, time_to=time_to)
+        return await call(ctx, fn, user_id, query, k=k, question_date=question_date)
 
     @mcp.tool(annotations=read_only)
     async def stats(user_id: UserId, ctx: Context) -> dict[str, Any]:
@@ -130,9 +159,15 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
         return await call(ctx, service.list_users, offset=offset, limit=limit)
 
     @mcp.tool(annotations=read_only)
-    async def list_turns(user_id: UserId, ctx: Context, offset: Offset = 0, limit: Limit = 100) -> dict[str, Any]:
-        """A user's stored turns in dialogue order; pass the returned 'next_offset' as 'offset' for more."""
-        return await call(ctx, service.list_turns, user_id, offset=offset, limit=limit)
+    async def list_turns(user_id: UserId, ctx: Context, offset: Offset = 0, limit: Limit = 100,
+                         speaker: Speaker = None, session_id: SessionId = None, agent_id: AgentId = None,
+                         metadata: Metadata = None, time_from: TimeFrom = None,
+                         time_to: TimeTo = None) -> dict[str, Any]:
+        """A user's stored turns in dialogue order (only those the filters let through); pass the
+        returned 'next_offset' as 'offset' for more."""
+        fn = filtered(service.list_turns, speaker=speaker, session_id=session_id, agent_id=agent_id,
+                      metadata=metadata, time_from=time_from, time_to=time_to)
+        return await call(ctx, fn, user_id, offset=offset, limit=limit)
 
     @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False,
                                           openWorldHint=False))

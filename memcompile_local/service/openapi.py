@@ -24,6 +24,7 @@ from fastapi.openapi.utils import get_openapi
 
 from .auth import USER_ID_RE
 from .limits import Limits
+from ..data.metadata import MAX_METADATA_DEPTH
 from .validate import TURN_ID_CHARS
 
 _REF = "#/components/schemas/"
@@ -48,10 +49,15 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
     text = {"type": "string", "minLength": 1, "maxLength": limits.max_text_chars,
             "description": "at least one non-space character; no control character except TAB, LF, CR"}
     label = {"type": "string", "minLength": 1, "maxLength": 200, "description": "one line, no control character"}
+    metadata = {"type": "object", "description": f"a small JSON object of your own, stored with the turn (at most "
+                f"{limits.max_metadata_bytes} bytes as JSON, {MAX_METADATA_DEPTH} levels deep)",
+                "examples": [{"topic": "travel", "source": "chat"}]}
+    agent = {**_TURN_ID, "description": "the agent that took part in the turn (a scope within the user)"}
     session_turn = {
         "type": "object", "additionalProperties": False, "required": ["speaker", "text"],
         "properties": {"speaker": label, "text": text, "image_caption": text,
-                       "id": {**_TURN_ID, "description": "turn id; default: the next S<session>:<n>"}},
+                       "id": {**_TURN_ID, "description": "turn id; default: the next S<session>:<n>"},
+                       "agent_id": agent, "metadata": metadata},
     }
     turn = copy.deepcopy(session_turn)
     turn["properties"].update({
@@ -59,12 +65,24 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
                                          "is then always stored as a new turn"},
         "session_id": {**_TURN_ID, "description": "the session the turn belongs to; default 'default'"},
     })
+    stored_fields = {"speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR, "image_caption": _STR,
+                     "agent_id": {"type": ["string", "null"]}, "metadata": {"type": ["object", "null"]}}
     packet = {
-        "type": "object", "required": ["id", "rank", "score", "speaker", "time", "session_id", "text"],
+        "type": "object",
+        "required": ["id", "rank", "score", "speaker", "time", "session_id", "text", "agent_id", "metadata"],
         "properties": {"id": _STR, "rank": {"type": "integer", "minimum": 1},
                        "score": {"type": ["number", "null"],
                                  "description": "the selector's score (orders packets within one search)"},
-                       "speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR, "image_caption": _STR},
+                       **stored_fields},
+    }
+    filters = {
+        "speaker": {**label, "description": "only turns of this speaker"},
+        "session_id": {**label, "description": "only turns of this session"},
+        "agent_id": {**label, "description": "only turns of this agent"},
+        "metadata": {"type": "object", "description": "only turns whose metadata has every one of these top-level "
+                     "keys with exactly this value"},
+        "from": {**_TIME, "description": "only turns said at or after this time"},
+        "to": {**_TIME, "description": "only turns said at or before this time (a bare date: until its end)"},
     }
     search = {
         "type": "object",
@@ -117,7 +135,8 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
             "properties": {"query": text, "k": {"type": "integer", "minimum": 1, "maximum": limits.max_k},
                            "preset": {**_STR, "description": "a model-free preset such as 'view-raw'"},
                            "question_date": {**_TIME, "description": "when the question is asked: relative times "
-                                             "in it ('last month') are resolved from this date"}},
+                                             "in it ('last month') are resolved from this date"},
+                           **filters},
         },
         "Packet": packet,
         "SearchResult": search,
@@ -140,9 +159,9 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
                            "next_offset": _NULLABLE_INT},
         },
         "StoredTurn": {
-            "type": "object", "required": ["id", "speaker", "time", "session_id", "text", "ordinal"],
-            "properties": {"id": _STR, "speaker": _STR, "time": _STR, "session_id": _STR, "text": _STR,
-                           "ordinal": _INT},
+            "type": "object",
+            "required": ["id", "speaker", "time", "session_id", "text", "agent_id", "metadata", "ordinal"],
+            "properties": {"id": _STR, **stored_fields, "ordinal": _INT},
         },
         "TurnPage": {
             "type": "object", "required": ["user_id", "turns", "total", "offset", "next_offset"],
@@ -154,7 +173,36 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
         "TurnDeleted": {"type": "object", "required": ["user_id", "turn_id", "deleted"],
                         "properties": {"user_id": _STR, "turn_id": _STR, "deleted": deleted}},
         "Health": {"type": "object", "required": ["status"], "properties": {"status": _STR}},
+        "ImportJob": {
+            "type": "object",
+            "required": ["id", "user_id", "state", "format", "turns_total", "turns_written", "turns_skipped",
+                         "conversations_total", "conversations_done", "built", "error", "created_at",
+                         "started_at", "finished_at"],
+            "properties": {
+                "id": {**_STR, "description": "the job id (GET .../imports/{job_id})"}, "user_id": _STR,
+                "state": {"enum": ["queued", "running", "done", "failed"]},
+                "format": _STR, "turns_total": _INT,
+                "turns_written": {**_INT, "description": "turns stored so far (each conversation is written whole)"},
+                "turns_skipped": {**_INT, "description": "turns already stored"},
+                "conversations_total": _INT, "conversations_done": _INT,
+                "built": {"type": "boolean", "description": "the memory was built in the job (else queued)"},
+                "error": {"type": ["object", "null"], "required": ["status", "code", "message"],
+                          "description": "why the job failed (the shape of Error.error), null otherwise",
+                          "properties": {"status": _INT, "code": _STR, "message": _STR, "field": _STR}},
+                "created_at": _STR, "started_at": {"type": ["string", "null"]},
+                "finished_at": {"type": ["string", "null"]},
+            },
+        },
     }
+
+
+def import_body_doc() -> dict:
+    """``openapi_extra`` of the import route: the uploaded file as the raw body."""
+    return {"requestBody": {"required": True, "description": "a conversation file as the CLI's ingest reads it "
+                            "(plain JSON or JSONL, LoCoMo, LongMemEval) or a JSON list of turns",
+                            "content": {"application/json": {"schema": {}},
+                                        "application/octet-stream": {"schema": {"type": "string",
+                                                                                "format": "binary"}}}}}
 
 
 def body_doc(schema: str) -> dict:
@@ -177,6 +225,8 @@ _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying"
 
 # (method, path) -> (success schema, extra error statuses beyond those every keyed route has)
 _OPERATIONS: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {
+    ("post", "/v1/memories/{user_id}/imports"): ("ImportJob", (413,)),
+    ("get", "/v1/memories/{user_id}/imports/{job_id}"): ("ImportJob", (404,)),
     ("post", "/v1/memories/{user_id}/turns"): ("AppendResult", (409, 413)),
     ("post", "/v1/memories/{user_id}/search"): ("SearchResult", (404, 413)),
     ("post", "/v1/memories/{user_id}/answer"): ("AnswerResult", (404, 413)),
@@ -193,7 +243,9 @@ _PATH_PARAMS = {
     "user_id": {"type": "string", "pattern": f"^{USER_ID_RE.pattern}$",
                 "description": "whose memory (within the key's tenant)"},
     "turn_id": {**_TURN_ID, "description": "a turn id as returned by append or list_turns"},
+    "job_id": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "an import job id"},
 }
+_ACCEPTED = {("post", "/v1/memories/{user_id}/imports")}  # answered 202, not 200
 
 
 def _page_params(limits: Limits) -> list[dict]:
@@ -202,6 +254,37 @@ def _page_params(limits: Limits) -> list[dict]:
          "schema": {"type": "integer", "minimum": 0, "default": 0}},
         {"name": "limit", "in": "query", "required": False, "description": "items per page",
          "schema": {"type": "integer", "minimum": 1, "maximum": limits.max_page, "default": 100}},
+    ]
+
+
+def _filter_params() -> list[dict]:
+    """The list-turns filters, the same as a search's (``metadata`` as JSON text)."""
+    time_ = {"type": "string", "examples": ["2024-05-08"]}
+    return [
+        {"name": "speaker", "in": "query", "required": False, "description": "only turns of this speaker",
+         "schema": _STR},
+        {"name": "session_id", "in": "query", "required": False, "description": "only turns of this session",
+         "schema": _STR},
+        {"name": "agent_id", "in": "query", "required": False, "description": "only turns of this agent",
+         "schema": _STR},
+        {"name": "metadata", "in": "query", "required": False, "schema": _STR,
+         "description": "a JSON object (URL-encoded): only turns whose metadata has each of its top-level keys "
+                        "with exactly that value"},
+        {"name": "from", "in": "query", "required": False, "description": "only turns said at or after this time",
+         "schema": time_},
+        {"name": "to", "in": "query", "required": False,
+         "description": "only turns said at or before this time (a bare date: until its end)", "schema": time_},
+    ]
+
+
+def _import_params() -> list[dict]:
+    return [
+        {"name": "format", "in": "query", "required": False,
+         "description": "how to read the upload (auto: by its shape)",
+         "schema": {"enum": ["auto", "plain", "locomo", "longmemeval", "turns"], "default": "auto"}},
+        {"name": "conversation", "in": "query", "required": False,
+         "description": "import only this conversation of a file that has several (0-based)",
+         "schema": {"type": "integer", "minimum": 0}},
     ]
 
 
@@ -236,13 +319,18 @@ def build_document(app: FastAPI, *, keyed: bool, metrics_auth: bool, limits: Lim
             if known is not None:
                 success, extra = known
                 statuses = sorted(set((_KEYED if keyed else _LOCAL) + extra))
-                op["responses"] = {"200": {"description": "OK",
-                                           "content": {"application/json": {"schema": ref(success)}}},
+                ok = "202" if (method, path) in _ACCEPTED else "200"
+                op["responses"] = {ok: {"description": "Accepted: the job is queued" if ok == "202" else "OK",
+                                        "content": {"application/json": {"schema": ref(success)}}},
                                    **{str(s): _error(s) for s in statuses}}
                 if keyed:
                     op["security"] = security
                 if path in ("/v1/memories", "/v1/memories/{user_id}/turns") and method == "get":
                     op["parameters"] = [*op.get("parameters", []), *_page_params(limits)]
+                if path == "/v1/memories/{user_id}/turns" and method == "get":
+                    op["parameters"] = [*op["parameters"], *_filter_params()]
+                if (method, path) in _ACCEPTED:
+                    op["parameters"] = [*op.get("parameters", []), *_import_params()]
             elif path == "/healthz":
                 op["responses"] = {"200": {"description": "OK", "content": {"application/json": {
                     "schema": ref("Health")}}}, "500": _error(500), "503": _error(503)}

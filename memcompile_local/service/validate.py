@@ -19,6 +19,9 @@ What is refused and why:
   (``language.timeparse.parse_session_time``: ISO 8601, ``2024-05-08 13:56``, LoCoMo's
   ``1:56 pm on 8 May, 2023``, ...). ``2024-13-45`` is refused instead of being stored as a
   string that no time question can ever match.
+* **Metadata** (a turn's ``metadata``, a search's ``metadata`` filter): a JSON object of at
+  most ``Limits.max_metadata_bytes`` bytes (as canonical JSON) and ``data.metadata.MAX_METADATA_DEPTH``
+  levels (code ``invalid_metadata``). An ``agent_id`` is an id (``invalid_id``).
 * A turn sent without ``time`` (or with ``""``) is given the server's clock (UTC,
   ``YYYY-MM-DD HH:MM:SS``, see :func:`server_time`) and is always stored as a new turn: the
   same words sent again later are a second message, never ``skipped``. A retry of such a
@@ -33,6 +36,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
+from ..data.metadata import MAX_METADATA_DEPTH, metadata_json
 from ..language.timeparse import parse_session_time
 from .errors import ServiceError
 from .limits import Limits
@@ -60,6 +64,8 @@ class TurnInput:
     where: str
     timed: bool = True
     group: int = 0  # turns with the same group came in the same session object of the request
+    agent_id: str | None = None
+    metadata_json: str | None = None  # canonical JSON object text
 
 
 def bad(code: str, message: str, field: str) -> ServiceError:
@@ -123,6 +129,17 @@ def check_id(value: Any, field: str) -> str:
     return value
 
 
+def check_metadata(value: Any, field: str, limits: Limits) -> str:
+    """A metadata object (see the module doc); returns its canonical JSON text."""
+    try:
+        text = metadata_json(value, max_bytes=limits.max_metadata_bytes, max_depth=MAX_METADATA_DEPTH)
+    except ValueError as exc:
+        raise bad("invalid_metadata", f"{field} {exc}", field) from None
+    if text is None:
+        raise bad("invalid_metadata", f"{field} must be a JSON object", field)
+    return text
+
+
 def check_k(k: Any, limits: Limits) -> int | None:
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= limits.max_k):
         raise bad("bad_request", f"k must be an integer from 1 to {limits.max_k}", "k")
@@ -182,7 +199,8 @@ def parse_append(body: Any, limits: Limits, *, now: str | None = None) -> list[T
     for where, t, s_time, s_id, single, group in located:
         if not isinstance(t, dict):
             raise bad("bad_request", f"{where} must be an object with 'speaker' and 'text'", where)
-        allowed = {"speaker", "text", "id", "image_caption"} | ({"time", "session_id"} if single else set())
+        allowed = ({"speaker", "text", "id", "image_caption", "agent_id", "metadata"}
+                   | ({"time", "session_id"} if single else set()))
         unknown = sorted(set(t) - allowed)
         if unknown:
             raise bad("bad_request", f"{where}: unexpected fields {unknown}",
@@ -206,5 +224,7 @@ def parse_append(body: Any, limits: Limits, *, now: str | None = None) -> list[T
         else:
             time_, sid = s_time, s_id
         tid = check_id(t["id"], f"{pre}id") if t.get("id") is not None else None
-        out.append(TurnInput(speaker, text, time_, sid, tid, caption, where, timed, group))
+        agent = check_id(t["agent_id"], f"{pre}agent_id") if t.get("agent_id") is not None else None
+        meta = check_metadata(t["metadata"], f"{pre}metadata", limits) if t.get("metadata") is not None else None
+        out.append(TurnInput(speaker, text, time_, sid, tid, caption, where, timed, group, agent, meta))
     return out
