@@ -99,7 +99,7 @@ def _decode_json_columns(*positions: int) -> Callable[[tuple], None]:
     return decode
 
 
-_TABLE_SCANS: dict[str, tuple[str, tuple[int, ...], Callable[[tuple], None] | None]] = {
+TABLE_SCANS: dict[str, tuple[str, tuple[int, ...], Callable[[tuple], None] | None]] = {
     "packets": (PACKET_COLS, (0, 1), _decode_packet),
     "descriptors": (DESCRIPTOR_COLS.replace("d.", "") + ", descriptor_set", (1, 16, 0), _decode_descriptor),
     "cells": ("namespace, layout_id, " + CELL_COLS, (0, 1, 2), _decode_cell),
@@ -134,7 +134,7 @@ def damaged_rows(conn: sqlite3.Connection, table: str, *, limit: int = _MAX_PER_
     Reads with a cursor whose text comes back as bytes, so a row that is not UTF-8 is found and
     named instead of stopping the scan. A page too damaged to read ends the scan with one problem.
     """
-    cols, key_positions, decode = _TABLE_SCANS[table]
+    cols, key_positions, decode = TABLE_SCANS[table]
     names = [c.strip() for c in cols.split(",")]
     old_factory = conn.text_factory
     conn.text_factory = bytes
@@ -149,7 +149,7 @@ def damaged_rows(conn: sqlite3.Connection, table: str, *, limit: int = _MAX_PER_
                 return
             if raw is None:
                 return
-            problem = _row_problem(table, raw, names, key_positions, decode)
+            problem = row_problem(table, raw, names, key_positions, decode)
             if problem is not None:
                 found += 1
                 yield problem
@@ -159,7 +159,7 @@ def damaged_rows(conn: sqlite3.Connection, table: str, *, limit: int = _MAX_PER_
         conn.text_factory = old_factory
 
 
-def _row_problem(table: str, raw: tuple, names: list[str], key_positions: tuple[int, ...],
+def row_problem(table: str, raw: tuple, names: list[str], key_positions: tuple[int, ...],
                  decode: Callable[[tuple], None] | None) -> Problem | None:
     key = _key(raw, key_positions)
     row: list[Any] = []

@@ -1,0 +1,730 @@
+"""The memory store on a PostgreSQL database: ``Store``, ``RequestCache`` and ``BuildLeases``
+for several server processes (on several machines) sharing one database.
+
+The same rows, checks and guarantees as the SQLite store (``store.sqlite_store``), in SQL that
+PostgreSQL runs: every call is one transaction (all of it or none); a stored packet is
+immutable (``ImmutablePacketError``); every write moves the namespace's generation in the
+writing transaction, and announces it with ``NOTIFY`` on :data:`CHANNEL` so servers that
+cache views can drop theirs at once; the row codecs (``store.codecs``) check every value on
+the way in and out.
+
+Forget deletes every row of the namespace in one transaction, then runs ``VACUUM`` on the
+tables it deleted from, so the dead rows' space is reclaimed; what a database server cannot
+promise about old copies (its WAL, archives, backups, replicas) is the operator's part, see
+the README.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ...errors import ImmutablePacketError, StalePlanError, StoreError
+from ...types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
+from ..base import ForgetResult, IngestResult
+from ..codecs import (
+    CELL_COLS,
+    DESCRIPTOR_COLS,
+    PACKET_COLS,
+    cell_from_row,
+    cell_row,
+    descriptor_from_row,
+    descriptor_row,
+    optional_namespace,
+    packet_from_row,
+    require_int,
+    require_str,
+    vector_from_blob,
+)
+from ..namespace import validate_namespace
+from .connection import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_S, PgConnection
+from .ledger import PgLedger
+from .queue import PgBuildQueue
+from .schema import GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "memcompile_generation"
+"""The NOTIFY channel; each payload is ``"<generation> <namespace>"``."""
+
+DEFAULT_FORGET_WAIT_S = 5.0
+
+# The packet columns the row codec reads, then the ones this schema has beyond them.
+_PACKET_READ = [c.strip() for c in PACKET_COLS.split(",")]
+_PACKET_EXTRA = [c for c in ("agent_id", "metadata_json") if c not in _PACKET_READ]
+_PACKET_INSERT = (f"INSERT INTO packets ({', '.join(_PACKET_READ + _PACKET_EXTRA)}) VALUES "
+                  f"({', '.join(['%s'] * (len(_PACKET_READ) + len(_PACKET_EXTRA)))})")
+
+_DESCRIPTOR_INSERT = (
+    "INSERT INTO descriptors (namespace, descriptor_set, descriptor_id, packet_id, claim_index, text, "
+    "speaker, session_index, session_time, people_json, keywords_json, event_time, interaction_time, "
+    "n_tokens, needs_profile, negated, event_json) VALUES (" + ", ".join(["%s"] * 17) + ")")
+
+# The gap a forget leaves: deleted from, in this order (children first, so each count is what
+# that table lost), then vacuumed.
+_FORGET_STEPS = (
+    ("run_calls", "DELETE FROM run_calls WHERE key IN (SELECT key FROM request_cache WHERE namespace = %s)"),
+    ("request_cache", "DELETE FROM request_cache WHERE namespace = %s"),
+    ("descriptors", "DELETE FROM descriptors WHERE namespace = %s"),
+    ("extraction_markers", "DELETE FROM extraction_markers WHERE namespace = %s"),
+    ("capsules", "DELETE FROM capsules WHERE namespace = %s"),
+    ("packets", "DELETE FROM packets WHERE namespace = %s"),
+    ("cells", "DELETE FROM cells WHERE namespace = %s"),
+    ("embeddings", None),  # with the vectors they pointed at, below
+    ("meta", "DELETE FROM meta WHERE namespace = %s"),
+    ("waste", "DELETE FROM waste WHERE namespace = %s"),
+    ("namespaces", "DELETE FROM namespaces WHERE namespace = %s"),
+    ("generations", "DELETE FROM generations WHERE namespace = %s"),
+)
+
+
+def _turn_extra_one(turn: Any, name: str) -> str | None:
+    """A turn's value of the optional packet column ``name`` (``agent_id``, ``metadata_json``)."""
+    value = getattr(turn, name, None)
+    if name == "metadata_json" and value is None and isinstance(getattr(turn, "metadata", None), Mapping):
+        value = json.dumps(dict(turn.metadata), ensure_ascii=False, sort_keys=True)
+    if value is not None and not isinstance(value, str):
+        raise StoreError(f"Turn.{name} must be a str or None")
+    return value
+
+
+def _turn_extra(turn: Any) -> tuple:
+    """The values of the packet columns this schema has beyond the codec's."""
+    return tuple(_turn_extra_one(turn, name) for name in _PACKET_EXTRA)
+
+
+class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
+    """Namespaced memories in the PostgreSQL database at ``url`` (see the module doc).
+
+    ``create``: set the schema up in a database that has none (else an empty database is an
+    error); ``read_only``: every write raises :class:`StoreError`; ``forget_wait_s`` bounds the
+    vacuum after a forget; ``pool_size``/``pool_timeout_s``: the connection pool of this object.
+    """
+
+    def __init__(self, url: str, *, create: bool = True, read_only: bool = False,
+                 forget_wait_s: float = DEFAULT_FORGET_WAIT_S, pool_size: int = DEFAULT_POOL_SIZE,
+                 pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S):
+        self.forget_wait_s = DEFAULT_FORGET_WAIT_S
+        self.forget_wait_s = self._wait_budget(forget_wait_s)
+        super().__init__(url, read_only=read_only, pool_size=pool_size, pool_timeout_s=pool_timeout_s)
+        try:
+            with self._connection("opening the store failed") as conn:
+                if self.read_only:
+                    with conn.transaction():
+                        from .schema import read_version
+                        version = read_version(conn, self.path)
+                    if version < SCHEMA_VERSION:
+                        raise StoreError(f"{self.path}: the database holds no store of schema version "
+                                         f"{SCHEMA_VERSION} (found {version}); open it once with a writing command")
+                else:
+                    ensure_schema(conn, self.path, create=create)
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- generations
+
+    @staticmethod
+    def _register(c: Any, namespace: str) -> None:
+        c.execute("INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                  (namespace, time.time()))
+
+    @staticmethod
+    def _bump(c: Any, namespace: str) -> int:
+        """A new generation for ``namespace`` inside the caller's transaction (which holds the
+        namespace's lock), announced on :data:`CHANNEL` when it commits; returns it."""
+        row = c.execute(
+            f"WITH g AS (SELECT nextval('{GENERATION_SEQUENCE}') AS v), "
+            "up AS (INSERT INTO generations (namespace, generation) SELECT %s, v FROM g "
+            "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation RETURNING generation) "
+            "SELECT generation, pg_notify(%s, generation::text || ' ' || %s) FROM up",
+            (namespace, CHANNEL, namespace)).fetchone()
+        return int(row[0])
+
+    def _counter(self, c: Any) -> int:
+        """The last generation handed out store-wide (0 before the first)."""
+        row = c.execute(f"SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END "
+                        f"FROM {GENERATION_SEQUENCE}").fetchone()
+        return int(row[0])
+
+    def generation(self, namespace: str) -> int:
+        """A number that changes whenever anything a view of ``namespace`` reads is written, in
+        every process sharing the database; it never decreases and never repeats an old value,
+        a forgotten namespace included (see ``MemoryStore.generation``)."""
+        ns = validate_namespace(namespace)
+        held = self._joined()
+        if held is not None:  # stays what it is until this transaction commits
+            self._lock_namespace(held, ns)
+            row = held.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
+            return int(row[0]) if row is not None else self._counter(held)
+        rows = self._query("SELECT generation FROM generations WHERE namespace = %s", (ns,), table="generations")
+        if rows:
+            return int(rows[0][0])
+        # No data: report the store-wide counter, after any writer of this namespace that has
+        # drawn a value from it has committed (else the value it commits could be the one read).
+        with self._connection("reading table generations failed") as conn:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", _lock_args(ns))
+                row = conn.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
+                return int(row[0]) if row is not None else self._counter(conn)
+
+    # ---------------------------------------------------------------- namespaces / packets
+
+    def namespaces(self) -> list[str]:
+        """All namespaces that have had anything written, sorted."""
+        return [r[0] for r in self._query("SELECT namespace FROM namespaces ORDER BY namespace COLLATE \"C\"",
+                                          table="namespaces")]
+
+    def ingest(self, conversation: Conversation) -> IngestResult:
+        """Store every turn of ``conversation`` as a SourcePacket, in one transaction (see
+        ``MemoryStore.ingest``: identical turns are skipped, a changed one raises
+        :class:`ImmutablePacketError` and nothing of the batch is written)."""
+        if not isinstance(conversation, Conversation):
+            raise StoreError(f"ingest expects a Conversation, got {type(conversation).__name__}")
+        ns = validate_namespace(conversation.namespace)
+        with self._write() as c:
+            added, skipped = self._ingest_in(c, ns, conversation)
+        return IngestResult(namespace=ns, added=added, skipped=skipped)
+
+    def ingest_many(self, conversations: Sequence[Conversation]) -> list[IngestResult]:
+        """Several conversations in one transaction: all of them, or (on any error) none."""
+        convs = list(conversations)
+        for i, conv in enumerate(convs):
+            if not isinstance(conv, Conversation):
+                raise StoreError(f"ingest_many expects Conversations; item {i} is a {type(conv).__name__}")
+        names = [validate_namespace(conv.namespace) for conv in convs]
+        results = []
+        with self._write() as c:
+            for ns in sorted(set(names)):  # one order for every writer: no deadlock between two files
+                self._lock_namespace(c, ns)
+            for ns, conv in zip(names, convs):
+                added, skipped = self._ingest_in(c, ns, conv)
+                results.append(IngestResult(namespace=ns, added=added, skipped=skipped))
+        return results
+
+    def _ingest_in(self, c: Any, ns: str, conversation: Conversation) -> tuple[int, int]:
+        added = skipped = 0
+        self._lock_namespace(c, ns)
+        self._register(c, ns)
+        turns = list(conversation.iter_turns())
+        ids = [t.packet_id for _, t in turns if isinstance(t.packet_id, str)]
+        stored = {r[0]: r[1:] for r in c.execute(
+            "SELECT packet_id, sha256, session_index, session_id, session_time, speaker, image_query "
+            "FROM packets WHERE namespace = %s AND packet_id = ANY(%s)", (ns, ids))}
+        top = c.execute("SELECT MAX(ordinal) FROM packets WHERE namespace = %s", (ns,)).fetchone()[0]
+        next_ordinal = 0 if top is None else int(top) + 1
+        rows = []
+        for session, turn in turns:
+            pid = require_str(turn.packet_id, "Turn.packet_id")
+            where = f"namespace {ns!r}, packet {pid!r}"
+            new = (
+                require_int(session.index, f"Session.index ({where})"),
+                require_str(session.session_id, f"Session.session_id ({where})", allow_empty=True),
+                require_str(session.time, f"Session.time ({where})", allow_empty=True),
+                require_str(turn.speaker, f"Turn.speaker ({where})", allow_empty=True),
+                require_str(turn.text, f"Turn.text ({where})", allow_empty=True),
+                turn.image_caption,
+                turn.image_query,
+            )
+            for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query")):
+                if value is not None and not isinstance(value, str):
+                    raise StoreError(f"Turn.{name} ({where}) must be a str or None")
+            sha = content_sha256(turn.text, turn.image_caption)
+            old = stored.get(pid)
+            if old is not None:
+                diffs = []
+                if old[0] != sha:
+                    diffs.append(f"content sha256 {str(old[0])[:12]}.. -> {sha[:12]}..")
+                for name, was, now in zip(("session_index", "session_id", "session_time", "speaker", "image_query"),
+                                          old[1:], (new[0], new[1], new[2], new[3], new[6])):
+                    if was != now:
+                        diffs.append(f"{name} {was!r} -> {now!r}")
+                if diffs:
+                    raise ImmutablePacketError(
+                        f"{self.path}: {where} is already stored with different data ({'; '.join(diffs)}); "
+                        "stored packets are immutable, so the whole batch was rejected")
+                skipped += 1
+                continue
+            stored[pid] = (sha, new[0], new[1], new[2], new[3], new[6])
+            values = dict(zip(_PACKET_EXTRA, _turn_extra(turn)), namespace=ns, packet_id=pid,
+                          ordinal=next_ordinal, session_index=new[0], session_id=new[1], session_time=new[2],
+                          speaker=new[3], content=new[4], image_caption=new[5], sha256=sha, image_query=new[6])
+            for name in _PACKET_READ:  # a column the codec reads that a turn carries (agent id, metadata)
+                if name not in values:
+                    values[name] = _turn_extra_one(turn, name)
+            rows.append(tuple(values[name] for name in _PACKET_READ + _PACKET_EXTRA))
+            next_ordinal += 1
+            added += 1
+        if rows:
+            c.cursor().executemany(_PACKET_INSERT, rows)
+            self._bump(c, ns)
+        return added, skipped
+
+    def packets(self, namespace: str) -> list[SourcePacket]:
+        """All packets of ``namespace`` in dialogue (ordinal) order, each checked against its sha256."""
+        ns = validate_namespace(namespace)
+        rows = self._query(f"SELECT {PACKET_COLS} FROM packets WHERE namespace = %s ORDER BY ordinal", (ns,),
+                           table="packets")
+        return [packet_from_row(r) for r in rows]
+
+    def packet_count(self, namespace: str) -> int:
+        """Number of packets of ``namespace``."""
+        ns = validate_namespace(namespace)
+        return int(self._query("SELECT COUNT(*) FROM packets WHERE namespace = %s", (ns,), table="packets")[0][0])
+
+    def get_packet(self, namespace: str, packet_id: str) -> SourcePacket | None:
+        """One packet by id (content hash checked), or ``None``."""
+        ns = validate_namespace(namespace)
+        rows = self._query(f"SELECT {PACKET_COLS} FROM packets WHERE namespace = %s AND packet_id = %s",
+                           (ns, require_str(packet_id, "packet_id")), table="packets")
+        return packet_from_row(rows[0]) if rows else None
+
+    # ---------------------------------------------------------------- descriptors
+
+    def save_extraction(self, namespace: str, descriptor_set: str, packet_id: str,
+                        descriptors: Sequence[Descriptor]) -> None:
+        """One packet's descriptors for ``descriptor_set``, and its extraction mark (one transaction)."""
+        self.save_extractions(namespace, descriptor_set, [(packet_id, descriptors)])
+
+    def save_extractions(self, namespace: str, descriptor_set: str,
+                         items: Sequence[tuple[str, Sequence[Descriptor]]]) -> None:
+        """:meth:`save_extraction` for several packets in one transaction; a packet's earlier
+        descriptors of the set are replaced."""
+        ns = validate_namespace(namespace)
+        dset = require_str(descriptor_set, "descriptor_set")
+        prepared = []
+        for packet_id, descriptors in items:
+            pid = require_str(packet_id, "packet_id")
+            prepared.append((pid, [descriptor_row(ns, dset, pid, d) for d in descriptors]))
+        if not prepared:
+            return
+        pids = [pid for pid, _ in prepared]
+        with self._write() as c:
+            self._lock_namespace(c, ns)
+            present = {r[0] for r in c.execute(
+                "SELECT packet_id FROM packets WHERE namespace = %s AND packet_id = ANY(%s)", (ns, pids))}
+            for pid in pids:
+                if pid not in present:
+                    raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r} to attach descriptors to")
+            c.execute("DELETE FROM descriptors WHERE namespace = %s AND descriptor_set = %s AND packet_id = ANY(%s)",
+                      (ns, dset, pids))
+            rows = [r for _, rs in prepared for r in rs]
+            try:
+                with c.transaction():
+                    c.cursor().executemany(_DESCRIPTOR_INSERT, rows)
+            except self._psycopg.errors.UniqueViolation as exc:
+                raise StoreError(f"{self.path}: descriptors of {ns!r} in set {dset!r} violate a constraint "
+                                 f"({exc}); descriptor ids must be unique within a set") from exc
+            now = time.time()
+            c.cursor().executemany(
+                "INSERT INTO extraction_markers (namespace, descriptor_set, packet_id, n_descriptors, created_at) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (namespace, descriptor_set, packet_id) DO UPDATE SET "
+                "n_descriptors = EXCLUDED.n_descriptors, created_at = EXCLUDED.created_at",
+                [(ns, dset, pid, len(rs), now) for pid, rs in prepared])
+            self._bump(c, ns)
+
+    def extracted_packet_ids(self, namespace: str, descriptor_set: str) -> set[str]:
+        """Packet ids of ``namespace`` already extracted for ``descriptor_set``."""
+        ns = validate_namespace(namespace)
+        dset = require_str(descriptor_set, "descriptor_set")
+        return {r[0] for r in self._query(
+            "SELECT packet_id FROM extraction_markers WHERE namespace = %s AND descriptor_set = %s", (ns, dset),
+            table="extraction_markers")}
+
+    def descriptors(self, namespace: str, descriptor_set: str) -> list[Descriptor]:
+        """All descriptors of ``namespace`` in ``descriptor_set``, by packet ordinal then claim index."""
+        ns = validate_namespace(namespace)
+        dset = require_str(descriptor_set, "descriptor_set")
+        rows = self._query(
+            f"SELECT {DESCRIPTOR_COLS} FROM descriptors d JOIN packets p "
+            "ON p.namespace = d.namespace AND p.packet_id = d.packet_id "
+            "WHERE d.namespace = %s AND d.descriptor_set = %s "
+            "ORDER BY p.ordinal, d.claim_index, d.descriptor_id COLLATE \"C\"", (ns, dset), table="descriptors")
+        return [descriptor_from_row(r, dset) for r in rows]
+
+    def packet_claims(self, namespace: str, packet_id: str) -> list[str]:
+        """The text of every descriptor of one packet, under any descriptor set."""
+        ns = validate_namespace(namespace)
+        pid = require_str(packet_id, "packet_id")
+        return [r[0] for r in self._query(
+            "SELECT text FROM descriptors WHERE namespace = %s AND packet_id = %s ORDER BY descriptor_id COLLATE \"C\"",
+            (ns, pid), table="descriptors")]
+
+    # ---------------------------------------------------------------- cells
+
+    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell]) -> None:
+        """Replace the cells of ``layout_id`` in ``namespace`` with ``cells`` (one transaction)."""
+        ns = validate_namespace(namespace)
+        lid = require_str(layout_id, "layout_id")
+        rows = [cell_row(ns, lid, cell) for cell in cells]
+        ids = [r[2] for r in rows]
+        if len(set(ids)) != len(ids):
+            raise StoreError(f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id")
+        with self._write() as c:
+            self._lock_namespace(c, ns)
+            self._register(c, ns)
+            c.execute("DELETE FROM cells WHERE namespace = %s AND layout_id = %s", (ns, lid))
+            c.cursor().executemany(
+                "INSERT INTO cells (namespace, layout_id, cell_id, descriptor_ids_json, tokens, people_json, "
+                "keywords_json, session_min, session_max, title, has_time) VALUES (" + ", ".join(["%s"] * 11) + ")",
+                rows)
+            self._bump(c, ns)
+
+    def cells(self, namespace: str, layout_id: str) -> list[Cell]:
+        """The cells of ``layout_id`` in ``namespace``, ordered by cell_id."""
+        ns = validate_namespace(namespace)
+        lid = require_str(layout_id, "layout_id")
+        rows = self._query(f"SELECT {CELL_COLS} FROM cells WHERE namespace = %s AND layout_id = %s ORDER BY cell_id",
+                           (ns, lid), table="cells")
+        return [cell_from_row(r, ns, lid) for r in rows]
+
+    # ---------------------------------------------------------------- embeddings
+
+    def save_embeddings(self, namespace: str, model_id: str, keys: Sequence[str], vectors: np.ndarray, *,
+                        content: Sequence[str] | None = None, space: str | None = None) -> None:
+        """One float32 vector per key, content-addressed and shared across namespaces (see
+        ``MemoryStore.save_embeddings``)."""
+        ns = validate_namespace(namespace)
+        mid = require_str(model_id, "model_id")
+        sp = mid if space is None else require_str(space, "vector space")
+        keys = [require_str(k, "embedding key") for k in keys]
+        arr = np.asarray(vectors)
+        if arr.ndim != 2 or arr.shape[0] != len(keys) or arr.shape[1] < 1:
+            raise StoreError(f"vectors must have shape ({len(keys)}, dim>=1) to match the keys; got {arr.shape}")
+        if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+            raise StoreError(f"vectors must be real numbers, got dtype {arr.dtype}")
+        arr = np.ascontiguousarray(arr, dtype="<f4")
+        if not np.isfinite(arr).all():
+            raise StoreError(f"vectors for {ns!r}/{mid!r} contain NaN or infinite values")
+        if len(set(keys)) != len(keys):
+            raise StoreError(f"embedding keys for {ns!r}/{mid!r} contain duplicates")
+        blobs = [arr[i].tobytes() for i in range(len(keys))]
+        if content is None:
+            addresses = ["v:" + hashlib.sha256(b).hexdigest() for b in blobs]
+        else:
+            addresses = [require_str(a, "content address") for a in content]
+            if len(addresses) != len(keys):
+                raise StoreError(f"{len(addresses)} content addresses for {len(keys)} embedding keys")
+        dim = int(arr.shape[1])
+        with self._write() as c:
+            self._lock_namespace(c, ns)
+            row = c.execute("SELECT dim FROM vectors WHERE space = %s LIMIT 1", (sp,)).fetchone()
+            if row is not None and row[0] != dim:
+                raise StoreError(
+                    f"{self.path}: embeddings of vector space {sp!r} (model {mid!r}) have dim {row[0]}; got {dim}")
+            self._register(c, ns)
+            replaced = {r[0] for r in c.execute(
+                "SELECT vector_id FROM embeddings WHERE namespace = %s AND model_id = %s AND key = ANY(%s)",
+                (ns, mid, keys))}
+            # In address order: two writers sharing vectors wait for each other in one order.
+            fresh = sorted(dict(zip(addresses, blobs)).items())
+            c.cursor().executemany(
+                "INSERT INTO vectors (space, content, dim, vector) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (space, content) DO NOTHING", [(sp, a, dim, b) for a, b in fresh])
+            ids = dict(c.execute("SELECT content, id FROM vectors WHERE space = %s AND content = ANY(%s)",
+                                 (sp, sorted(set(addresses)))).fetchall())
+            c.cursor().executemany(
+                "INSERT INTO embeddings (namespace, model_id, key, vector_id) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (namespace, model_id, key) DO UPDATE SET vector_id = EXCLUDED.vector_id",
+                [(ns, mid, k, ids[a]) for k, a in zip(keys, addresses)])
+            self._drop_unreferenced(c, sorted(replaced - set(ids.values())))
+            if keys:
+                self._bump(c, ns)
+
+    @staticmethod
+    def _drop_unreferenced(c: Any, vector_ids: Sequence[int]) -> int:
+        """Delete the vectors of ``vector_ids`` that no embeddings row points at."""
+        if not vector_ids:
+            return 0
+        return c.execute("DELETE FROM vectors v WHERE v.id = ANY(%s) AND NOT EXISTS "
+                         "(SELECT 1 FROM embeddings e WHERE e.vector_id = v.id)", (list(vector_ids),)).rowcount
+
+    def embeddings(self, namespace: str, model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors (1-D float32 arrays) for those of ``keys`` that have one."""
+        ns = validate_namespace(namespace)
+        mid = require_str(model_id, "model_id")
+        wanted = list(dict.fromkeys(require_str(k, "embedding key") for k in keys))
+        rows = self._query(
+            "SELECT e.key, v.dim, v.vector FROM embeddings e JOIN vectors v ON v.id = e.vector_id "
+            "WHERE e.namespace = %s AND e.model_id = %s AND e.key = ANY(%s)", (ns, mid, wanted), table="embeddings")
+        return {key: vector_from_blob(bytes(blob), dim, f"{ns!r}/{mid!r}/{key!r}") for key, dim, blob in rows}
+
+    def vectors_by_content(self, space: str, content: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors of vector space ``space`` by content address, whichever namespace saved them."""
+        sp = require_str(space, "vector space")
+        wanted = list(dict.fromkeys(require_str(a, "content address") for a in content))
+        rows = self._query("SELECT content, dim, vector FROM vectors WHERE space = %s AND content = ANY(%s)",
+                           (sp, wanted), table="vectors")
+        return {a: vector_from_blob(bytes(blob), dim, f"{sp!r}/{a!r}") for a, dim, blob in rows}
+
+    # ---------------------------------------------------------------- meta and capsules
+
+    def get_meta(self, namespace: str, key: str) -> str | None:
+        """A small per-namespace string value, or ``None``."""
+        ns = validate_namespace(namespace)
+        rows = self._query("SELECT value FROM meta WHERE namespace = %s AND key = %s",
+                           (ns, require_str(key, "meta key")), table="meta")
+        return rows[0][0] if rows else None
+
+    def set_meta(self, namespace: str, key: str, value: str) -> None:
+        """Set (insert or overwrite) a per-namespace string value."""
+        ns = validate_namespace(namespace)
+        k = require_str(key, "meta key")
+        v = require_str(value, "meta value", allow_empty=True)
+        with self._write() as c:
+            self._lock_namespace(c, ns)
+            self._register(c, ns)
+            c.execute("INSERT INTO meta (namespace, key, value) VALUES (%s, %s, %s) "
+                      "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value", (ns, k, v))
+            self._bump(c, ns)
+
+    def put_capsules(self, namespace: str, writer: str, budget: int, capsules: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the retained evidence capsules of ``namespace`` (one transaction)."""
+        ns = validate_namespace(namespace)
+        w = require_str(writer, "retention writer")
+        rows = []
+        for cap in capsules:
+            cid = require_str(cap.get("capsule_id"), "capsule id")
+            if not isinstance(cap.get("sources"), (list, tuple)) or not cap["sources"]:
+                raise StoreError(f"capsule {cid!r} of {ns!r} names no source packet")
+            rows.append((ns, cid, w, int(budget), json.dumps(dict(cap), ensure_ascii=False, sort_keys=True)))
+        with self._write() as c:
+            self._lock_namespace(c, ns)
+            self._register(c, ns)
+            c.execute("DELETE FROM capsules WHERE namespace = %s", (ns,))
+            c.cursor().executemany("INSERT INTO capsules (namespace, capsule_id, writer, budget, body) "
+                                   "VALUES (%s, %s, %s, %s, %s)", rows)
+            self._bump(c, ns)
+
+    def capsules(self, namespace: str) -> list[dict[str, Any]]:
+        """The retained capsules of ``namespace`` plus ``writer`` and ``budget``, by capsule id."""
+        ns = validate_namespace(namespace)
+        out = []
+        for cid, writer, budget, body in self._query(
+                "SELECT capsule_id, writer, budget, body FROM capsules WHERE namespace = %s "
+                "ORDER BY capsule_id COLLATE \"C\"", (ns,), table="capsules"):
+            try:
+                row = json.loads(body)
+            except ValueError as exc:
+                raise StoreError(f"{self.path}: capsule {cid!r} of {ns!r} is not JSON ({exc})") from exc
+            out.append({**row, "writer": writer, "budget": int(budget)})
+        return out
+
+    # ---------------------------------------------------------------- deleting
+
+    def forget(self, namespace: str, *, wait_s: float | None = None) -> ForgetResult:
+        """Delete every row of ``namespace`` in one transaction, then vacuum the tables it
+        touched. Returns rows deleted per table (as ``MemoryStore.forget``); ``scrub_complete``
+        says whether the vacuum ran within ``wait_s`` (default ``forget_wait_s``).
+
+        Waits at most ``wait_s`` for the namespace's lock (another transaction writing it);
+        past that :class:`StoreError` is raised and nothing was deleted.
+        """
+        ns = validate_namespace(namespace)
+        budget = self._wait_budget(wait_s)
+        deadline = time.monotonic() + budget
+        counts: dict[str, int] = {}
+        try:
+            with self._write() as c:
+                c.execute(f"SET LOCAL lock_timeout = {max(1, int(budget * 1000))}")
+                self._lock_namespace(c, ns)
+                for table, sql in _FORGET_STEPS:
+                    if sql is None:
+                        gone = [r[0] for r in c.execute(
+                            "DELETE FROM embeddings WHERE namespace = %s RETURNING vector_id", (ns,))]
+                        counts["embeddings"] = len(gone)
+                        vector_ids = sorted(set(gone))
+                    else:
+                        counts[table] = c.execute(sql, (ns,)).rowcount
+                # Content-addressed vectors go with their last reference (others still share them).
+                counts["vectors"] = self._drop_unreferenced(c, vector_ids)
+                # The counter moves past every generation the namespace had; the NOTIFY tells
+                # every server to drop its view of it.
+                c.execute(f"SELECT pg_notify(%s, nextval('{GENERATION_SEQUENCE}')::text || ' ' || %s)",
+                          (CHANNEL, ns))
+                self._mark_scrub_pending(c)
+        except StoreError as exc:
+            if type(exc.__cause__).__name__ == "LockNotAvailable":
+                raise StoreError(f"{self.path}: forget {ns!r}: nothing was deleted; another transaction kept the "
+                                 f"namespace locked for {budget:g} s") from exc
+            raise
+        complete = self._vacuum([t for t, n in counts.items() if n], deadline)
+        logger.info("forgot namespace %s: %s (vacuum %s)", ns, counts, "done" if complete else "pending")
+        return ForgetResult(counts, namespace=ns, scrub_complete=complete)
+
+    def delete_rows(self, plan: Any, *, wait_s: float | None = None) -> ForgetResult:
+        """Delete what ``plan`` (a ``build.deletion.DeletionPlan``) names, in one transaction and
+        only while the namespace is still at ``plan.generation`` (else ``StalePlanError``), then
+        vacuum as ``forget`` does (see ``MemoryStore.delete_rows`` for what goes)."""
+        ns = validate_namespace(plan.namespace)
+        pid = require_str(plan.packet_id, "packet_id")
+        deadline = time.monotonic() + self._wait_budget(wait_s)
+        counts: dict[str, int] = {}
+        with self._write() as c:
+            self._lock_namespace(c, ns)
+            if c.execute("SELECT 1 FROM packets WHERE namespace = %s AND packet_id = %s", (ns, pid)).fetchone() is None:
+                raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r}")
+            row = c.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
+            if (int(row[0]) if row is not None else self._counter(c)) != plan.generation:
+                raise StalePlanError(f"{self.path}: namespace {ns!r} changed since the deletion of {pid!r} was planned")
+            needles = sorted({json.dumps(line, ensure_ascii=False)[1:-1] for line in plan.quoted_lines})
+            keys = sorted({r[0] for r in c.execute(
+                "SELECT key FROM request_cache WHERE namespace = %s AND EXISTS (SELECT 1 FROM unnest(%s::text[]) n "
+                "WHERE strpos(identity_json, n) > 0 OR strpos(response_json, n) > 0)", (ns, needles))}) if needles else []
+            counts["run_calls"] = c.execute("DELETE FROM run_calls WHERE key = ANY(%s)", (keys,)).rowcount
+            counts["request_cache"] = c.execute("DELETE FROM request_cache WHERE key = ANY(%s)", (keys,)).rowcount
+            redo = list(plan.reextract)
+            counts["descriptors"] = c.execute(
+                "DELETE FROM descriptors WHERE namespace = %s AND packet_id = ANY(%s)", (ns, redo)).rowcount
+            counts["extraction_markers"] = c.execute(
+                "DELETE FROM extraction_markers WHERE namespace = %s AND packet_id = ANY(%s)", (ns, redo)).rowcount
+            counts["cells"] = (c.execute("DELETE FROM cells WHERE namespace = %s", (ns,)).rowcount
+                               if plan.drop_cells else 0)
+            gone: list[int] = []
+            for prefix in plan.embedding_key_prefixes:
+                gone += [r[0] for r in c.execute(
+                    "DELETE FROM embeddings WHERE namespace = %s AND starts_with(key, %s) RETURNING vector_id",
+                    (ns, prefix))]
+            counts["embeddings"] = len(gone)
+            counts["vectors"] = self._drop_unreferenced(c, sorted(set(gone)))
+            counts["meta"] = 0
+            for key, value in c.execute("SELECT key, value FROM meta WHERE namespace = %s AND starts_with(key, %s)",
+                                        (ns, plan.meta_list_prefix)).fetchall():
+                ids = json.loads(value)
+                if pid in ids:
+                    c.execute("UPDATE meta SET value = %s WHERE namespace = %s AND key = %s",
+                              (json.dumps([i for i in ids if i != pid]), ns, key))
+                    counts["meta"] += 1
+            counts["capsules"] = c.execute(
+                "DELETE FROM capsules WHERE namespace = %s AND EXISTS (SELECT 1 FROM "
+                "jsonb_array_elements_text(body::jsonb -> 'sources') s WHERE s = %s)", (ns, pid)).rowcount
+            counts["packets"] = c.execute("DELETE FROM packets WHERE namespace = %s AND packet_id = %s",
+                                          (ns, pid)).rowcount
+            self._bump(c, ns)
+            self._mark_scrub_pending(c)
+        complete = self._vacuum([t for t, n in counts.items() if n], deadline)
+        return ForgetResult(counts, namespace=ns, scrub_complete=complete)
+
+    @staticmethod
+    def _mark_scrub_pending(c: Any) -> None:
+        c.execute("INSERT INTO counters (name, value) VALUES ('scrub_pending', 1) "
+                  "ON CONFLICT (name) DO UPDATE SET value = 1")
+
+    def _vacuum(self, tables: Sequence[str], deadline: float, *, full: bool = False) -> bool:
+        """VACUUM ``tables`` (each waits for its lock until ``deadline``); True when all ran and
+        the pending mark is cleared."""
+        wanted = [t for t in tables if t in OUR_TABLES]
+        try:
+            with self._connection("vacuum failed") as conn:  # autocommit: VACUUM runs outside a transaction
+                for table in wanted:
+                    left_ms = int((deadline - time.monotonic()) * 1000)
+                    if left_ms <= 0:
+                        return False
+                    conn.execute(f"SET lock_timeout = {left_ms}")
+                    try:
+                        conn.execute(f"VACUUM {'(FULL) ' if full else ''}{table}")
+                    finally:
+                        conn.execute("RESET lock_timeout")
+                conn.execute("DELETE FROM counters WHERE name = 'scrub_pending'")
+        except StoreError as exc:
+            logger.warning("%s: the vacuum after a delete did not finish (%s); `memcompile-local scrub` retries it",
+                           self.path, exc)
+            return False
+        return True
+
+    def scrub(self, *, wait_s: float | None = None) -> bool:
+        """Rewrite every table of the store (``VACUUM FULL``) so that no dead row's bytes stay in
+        its files; waits at most ``wait_s`` for each table's lock. True when all were rewritten.
+        While a table is rewritten, every other server's use of it waits: run it off-peak."""
+        if self.read_only:
+            raise StoreError(f"{self.path}: cannot scrub this store: {self.read_only_reason}")
+        return self._vacuum(list(OUR_TABLES), time.monotonic() + self._wait_budget(wait_s), full=True)
+
+    def scrub_pending(self) -> bool:
+        """Whether a delete's vacuum has not finished yet."""
+        rows = self._query("SELECT value FROM counters WHERE name = 'scrub_pending'", table="counters")
+        return bool(rows and rows[0][0])
+
+    def _wait_budget(self, wait_s: float | None) -> float:
+        budget = self.forget_wait_s if wait_s is None else wait_s
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
+            raise StoreError(f"wait_s must be a number of seconds >= 0, got {budget!r}")
+        return float(budget)
+
+    # ---------------------------------------------------------------- reports
+
+    def stats(self, namespace: str | None = None) -> dict:
+        """Counts for the CLI ``stats`` command, in ``MemoryStore.stats``'s shape; ``file_bytes``
+        is the size of the store's tables and indexes in the database."""
+        ns_filter = optional_namespace(namespace)
+        with self._read() as c:
+            names = ([r[0] for r in c.execute("SELECT namespace FROM namespaces ORDER BY namespace COLLATE \"C\"")]
+                     if ns_filter is None else [ns_filter])
+            per_ns: dict[str, dict] = {}
+            for ns in names:
+                p = c.execute("SELECT COUNT(*), COUNT(DISTINCT session_index) FROM packets WHERE namespace = %s",
+                              (ns,)).fetchone()
+                cr = c.execute("SELECT COUNT(*), COALESCE(SUM(prompt_tokens), 0)::bigint, "
+                               "COALESCE(SUM(completion_tokens), 0)::bigint FROM request_cache WHERE namespace = %s",
+                               (ns,)).fetchone()
+                per_ns[ns] = {
+                    "packets": int(p[0]),
+                    "sessions": int(p[1]),
+                    "descriptors": _grouped(c, "descriptors", "descriptor_set", ns),
+                    "extracted_packets": _grouped(c, "extraction_markers", "descriptor_set", ns),
+                    "cells": _grouped(c, "cells", "layout_id", ns),
+                    "embeddings": _grouped(c, "embeddings", "model_id", ns),
+                    "meta": int(c.execute("SELECT COUNT(*) FROM meta WHERE namespace = %s", (ns,)).fetchone()[0]),
+                    "capsules": int(c.execute("SELECT COUNT(*) FROM capsules WHERE namespace = %s",
+                                              (ns,)).fetchone()[0]),
+                    "cache_entries": int(cr[0]),
+                    "tokens": {"prompt": int(cr[1]), "completion": int(cr[2])},
+                }
+            where, params = ("", ()) if ns_filter is None else (" WHERE namespace = %s", (ns_filter,))
+            cr = c.execute("SELECT COUNT(*), COALESCE(SUM(prompt_tokens), 0)::bigint, "
+                           "COALESCE(SUM(completion_tokens), 0)::bigint, COUNT(*) FILTER (WHERE namespace IS NULL) "
+                           "FROM request_cache" + where, params).fetchone()
+            wr = c.execute("SELECT COUNT(*), COALESCE(SUM(prompt_tokens), 0)::bigint, "
+                           "COALESCE(SUM(completion_tokens), 0)::bigint FROM waste" + where, params).fetchone()
+            pending = c.execute("SELECT value FROM counters WHERE name = 'scrub_pending'").fetchone()
+            size = c.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
+                             "WHERE c.relkind = 'r' AND c.relname = ANY(%s) "
+                             "AND c.relnamespace = current_schema()::regnamespace", (list(OUR_TABLES),)).fetchone()
+        return {
+            "path": self.path,
+            "schema_version": SCHEMA_VERSION,
+            "file_bytes": int(size[0]),
+            "namespaces": per_ns,
+            "cache": {"entries": int(cr[0]), "unscoped_entries": int(cr[3]),
+                      "tokens": {"prompt": int(cr[1]), "completion": int(cr[2])}},
+            "waste": {"calls": int(wr[0]), "prompt": int(wr[1]), "completion": int(wr[2])},
+            "scrub_pending": bool(pending and pending[0]),
+        }
+
+    def check(self):
+        """The database's own integrity report (``postgres.check.check_database``)."""
+        from .check import check_database
+        return check_database(self)
+
+    def listen(self, on_change: Callable[[str, int], None]):
+        """Call ``on_change(namespace, generation)`` from a background thread for every
+        generation any process commits; returns the listener (``stop()`` ends it)."""
+        from .listen import GenerationListener
+        return GenerationListener(self.url, on_change, channel=CHANNEL).start()
+
+
+def _lock_args(ns: str) -> tuple[int, int]:
+    from .connection import NAMESPACE_LOCK_CLASS, namespace_lock_key
+    return NAMESPACE_LOCK_CLASS, namespace_lock_key(ns)
+
+
+def _grouped(c: Any, table: str, column: str, ns: str) -> dict[str, int]:
+    # table/column come from the fixed call sites above, never from user input.
+    return {r[0]: int(r[1]) for r in c.execute(
+        f"SELECT {column}, COUNT(*) FROM {table} WHERE namespace = %s GROUP BY {column} "
+        f"ORDER BY {column} COLLATE \"C\"", (ns,))}
