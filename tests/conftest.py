@@ -70,3 +70,81 @@ def _restore_environment():
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+# ------------------------------------------------------------------------------ stores
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One throwaway PostgreSQL server for the session (tests/_postgres.py). Skipped with the
+    reason when the server binaries or the driver are missing; failed instead when ``CI`` is set."""
+    from _postgres import PostgresServer, find_bindir
+
+    def missing(reason: str):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI: {reason}; the PostgreSQL tests must run in CI", pytrace=False)
+        pytest.skip(reason)
+
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError:
+        missing("the postgres extra (psycopg, psycopg_pool) is not installed")
+    bindir = find_bindir()
+    if bindir is None:
+        missing("no PostgreSQL server binaries (initdb, pg_ctl) found; install the Debian package postgresql")
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        server.make_template()
+    except Exception as exc:
+        server.remove()
+        missing(f"could not start a throwaway PostgreSQL server ({exc})")
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """The URL of a fresh database holding an empty store, dropped after the test."""
+    url = pg_server.fresh_database()
+    yield url
+    pg_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_factory(request, tmp_path):
+    """``open()`` a store at one location per test (call it again for a second connection to
+    the same store), on each backend; ``.backend`` names it, ``.location`` is the path or URL.
+    Every store it opened is closed after the test."""
+    from memcompile_local.store import open_store
+
+    if request.param == "postgres":
+        location = request.getfixturevalue("pg_url")
+    else:
+        location = str(tmp_path / "mem.sqlite")
+    opened = []
+
+    class Factory:
+        backend = request.param
+
+        def __init__(self):
+            self.location = location
+
+        def __call__(self, **kw):
+            store = open_store(location, **kw)
+            opened.append(store)
+            return store
+
+    yield Factory()
+    for store in opened:
+        try:
+            store.close()
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def any_store(store_factory):
+    """An open, empty store on each backend (``store_factory``)."""
+    return store_factory()
