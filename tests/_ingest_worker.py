@@ -2,7 +2,7 @@
 
 Usage: python _ingest_worker.py DB NAMESPACE START STOP BATCH_SIZE
 
-Ingests batches START..STOP-1 into DB, one MemoryStore.ingest call (one transaction) per batch.
+Ingests batches START..STOP-1 into DB, one Store.ingest call (one transaction) per batch.
 After each committed batch it prints ``ACK <batch> <packet ids comma-separated> <added> <skipped>``
 and flushes, so a parent that kills this process knows exactly which batches were acknowledged.
 Prints ``READY`` once the store is open and ``DONE`` at the end. When the environment variable
@@ -20,7 +20,7 @@ from pathlib import Path
 # Run as a script from the tests folder: make the package importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memcompile_local.store import MemoryStore  # noqa: E402
+from memcompile_local.store import open_store  # noqa: E402
 from memcompile_local.types import Conversation, Session, Turn  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def batch_conversation(namespace: str, batch: int, size: int) -> Conversation:
 
 def main(argv: list[str]) -> int:
     db, namespace, start, stop, size = argv[0], argv[1], int(argv[2]), int(argv[3]), int(argv[4])
-    with MemoryStore(db) as store:
+    with open_store(db) as store:
         print("READY", flush=True)
         go = os.environ.get("MEMSTORE_WORKER_GO")
         if go:  # let a parent line several workers up so that their writes overlap

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROLE = "memcompile"
 TEMPLATE = "memcompile_template"
@@ -139,5 +140,5 @@ class PostgresServer:
         return self.url(name)
 
     def drop_database(self, url: str) -> None:
-        name = url.split("/")[-1].split("?")[0]
+        name = urlsplit(url).path.lstrip("/")
         self.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -1,4 +1,10 @@
-"""Tests of the SQLite memory store (memcompile_local.store)."""
+"""Tests of the memory store (memcompile_local.store) on both backends.
+
+The ``store`` fixture is ``any_store`` (tests/conftest.py): every test that takes it runs on
+SQLite and on PostgreSQL. Tests about the SQLite file itself (its header, its pragmas, its
+bytes after a forget, its ``:memory:`` mode) build a ``MemoryStore`` and say so in their name
+or docstring.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +21,9 @@ import pytest
 from memcompile_local.cli import main
 from memcompile_local.data import example_conversation_path
 from memcompile_local.errors import ImmutablePacketError, NamespaceError, StoreError
-from memcompile_local.store import SCHEMA_VERSION, MemoryStore, validate_namespace
+from memcompile_local.store import SCHEMA_VERSION, MemoryStore, open_store, validate_namespace
 from memcompile_local.store.namespace import MAX_NAMESPACE_LEN
+from memcompile_local.store.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from memcompile_local.types import (
     Cell,
     Conversation,
@@ -49,7 +56,12 @@ def simple_conv(ns: str, texts: list[str], session: int = 1) -> Conversation:
 
 
 @pytest.fixture
-def store(tmp_path):
+def store(any_store):
+    return any_store
+
+
+@pytest.fixture
+def sqlite_store(tmp_path):
     s = MemoryStore(tmp_path / "mem.sqlite")
     yield s
     s.close()
@@ -267,7 +279,8 @@ def test_descriptor_errors_write_nothing(store):
     assert store.extracted_packet_ids("u1", "s") == set()
 
 
-def test_foreign_keys_are_enforced(store):
+def test_sqlite_foreign_keys_are_enforced(sqlite_store):
+    store = sqlite_store
     store.ingest(simple_conv("u1", ["a"]))
     assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     with pytest.raises(sqlite3.IntegrityError):
@@ -434,7 +447,9 @@ def test_stats(store):
     store.cache_put("j", namespace=None, stage="judge", identity_json="{}", response=resp("", 2, 1))
     store.ingest(simple_conv("u2", ["z"]))
     st = store.stats()
-    assert st["schema_version"] == SCHEMA_VERSION == 5 and st["file_bytes"] > 0
+    version = SCHEMA_VERSION if isinstance(store, MemoryStore) else PG_SCHEMA_VERSION
+    assert SCHEMA_VERSION == 5
+    assert st["schema_version"] == version and st["file_bytes"] > 0
     assert set(st["namespaces"]) == {"u1", "u2"}
     u1 = st["namespaces"]["u1"]
     assert u1["packets"] == 3 and u1["sessions"] == 2
@@ -447,7 +462,7 @@ def test_stats(store):
     assert only["cache"]["entries"] == 0
 
 
-def test_schema_version_and_foreign_files(tmp_path):
+def test_sqlite_schema_version_and_foreign_files(tmp_path):
     p = tmp_path / "s.sqlite"
     with MemoryStore(p) as s:
         s.ingest(simple_conv("u1", ["persisted"]))
@@ -479,15 +494,15 @@ def test_schema_version_and_foreign_files(tmp_path):
         MemoryStore(tmp_path / "no-such-dir" / "x.sqlite")
 
 
-def test_closed_store_raises(tmp_path):
-    s = MemoryStore(tmp_path / "c.sqlite")
+def test_closed_store_raises(store_factory):
+    s = store_factory()
     s.close()
     s.close()
     with pytest.raises(StoreError):
         s.packets("u1")
 
 
-def test_in_memory_store():
+def test_sqlite_in_memory_store():
     with MemoryStore(":memory:") as s:
         s.ingest(simple_conv("u1", ["a"]))
         assert len(s.packets("u1")) == 1
@@ -497,11 +512,11 @@ def test_in_memory_store():
 # ------------------------------------------------------------------------------ forget
 
 
-def test_forget_removes_namespace_from_file_bytes(tmp_path):
-    path = tmp_path / "f.sqlite"
+def test_forget_removes_namespace_from_file_bytes(store_factory):
+    """On both backends: the counts and what is left; on SQLite also the file's bytes."""
     gone = "ZEBRA-QUOKKA-secret-7781"
     kept = "MARMOT-OCELOT-keep-4410"
-    s = MemoryStore(path)
+    s = store_factory()
     for ns, word in (("victim", gone), ("keeper", kept)):
         s.ingest(conv(ns, [(1, "t", [Turn("D1:1", "Ann", f"my code word is {word}", image_caption=f"{word} photo"),
                                      Turn("D1:2", "Bo", "noted")])]))
@@ -538,7 +553,15 @@ def test_forget_removes_namespace_from_file_bytes(tmp_path):
         "judge": {"prompt": 4, "completion": 1, "calls": 1},
     }
     assert s.waste_totals() == {"fact": {"prompt": 3, "completion": 1, "calls": 1}}
-
+    assert counts.scrub_complete
+    if store_factory.backend != "sqlite":
+        s.set_meta("keeper", "after", "x")
+        s.close()
+        s2 = store_factory()
+        assert s2.get_meta("keeper", "note") == kept and len(s2.packets("keeper")) == 2
+        assert s2.check().ok
+        return
+    path = Path(store_factory.location)
     # The bytes on disk: main file and WAL, while the store is still open.
     data = path.read_bytes()
     wal = Path(str(path) + "-wal")
@@ -560,9 +583,13 @@ def test_forget_removes_namespace_from_file_bytes(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_ingest_same_file(tmp_path):
-    """Two processes write different namespaces into one (fresh) file at once; both succeed."""
-    db = tmp_path / "shared.sqlite"
+def test_two_processes_ingest_same_file(tmp_path, request, store_factory):
+    """Two processes write different namespaces into one (fresh) store at once; both succeed."""
+    if store_factory.backend == "sqlite":
+        db = tmp_path / "shared.sqlite"
+    else:  # an empty database: both processes race to create the schema
+        server = request.getfixturevalue("pg_server")
+        db = server.fresh_database(with_schema=False)
     go = tmp_path / "go"
     n_batches, size = 60, 4
     env = dict(os.environ, MEMSTORE_WORKER_GO=str(go))
@@ -586,11 +613,14 @@ def test_two_processes_ingest_same_file(tmp_path):
         assert p.returncode == 0, err
         assert out.strip().splitlines()[-1] == "DONE"
         assert sum(1 for line in out.splitlines() if line.startswith("ACK ")) == n_batches
-    with MemoryStore(db) as s:
+    with open_store(db) as s:
         for ns in ("proc-a", "proc-b"):
             ps = s.packets(ns)
             assert len(ps) == n_batches * size
             assert [p.ordinal for p in ps] == list(range(n_batches * size))
+        if store_factory.backend != "sqlite":
+            assert s.check().ok
+            return
         assert s._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         # How often consecutive commits came from different processes (informational: shows overlap).
         order = [r[0] for r in s._conn.execute("SELECT namespace FROM packets ORDER BY rowid")]
@@ -598,11 +628,11 @@ def test_two_processes_ingest_same_file(tmp_path):
     print(f"\ntwo-process ingest: {switches} switches between writers over {len(order)} packets")
 
 
-def test_packet_count_follows_ingest(tmp_path):
+def test_packet_count_follows_ingest(store_factory):
     from memcompile_local.data import example_conversation_path, load_locomo
 
     conv = load_locomo(example_conversation_path())[0]
-    with MemoryStore(tmp_path / "c.sqlite") as store:
+    with store_factory() as store:
         assert store.packet_count(conv.namespace) == 0
         store.ingest(conv)
         assert store.packet_count(conv.namespace) == len(store.packets(conv.namespace)) == 40
@@ -628,8 +658,8 @@ def test_ingest_many_is_one_transaction(store):
     assert "x" not in store.namespaces()
 
 
-def test_cli_file_with_a_new_and_an_edited_conversation_writes_nothing(tmp_path, capsys):
-    db = str(tmp_path / "s.sqlite")
+def test_cli_file_with_a_new_and_an_edited_conversation_writes_nothing(tmp_path, capsys, store_factory):
+    db = store_factory.location
     assert main(["ingest", str(example_conversation_path()), "--store", db, "--quiet"]) == 0
     original = json.loads(example_conversation_path().read_text(encoding="utf-8"))
     new = json.loads(json.dumps(original[0]))
@@ -641,6 +671,6 @@ def test_cli_file_with_a_new_and_an_edited_conversation_writes_nothing(tmp_path,
     capsys.readouterr()
     assert main(["ingest", str(batch), "--store", db, "--quiet"]) == 2
     assert "whole batch was rejected" in capsys.readouterr().err
-    with MemoryStore(db) as s:
+    with store_factory() as s:
         assert s.namespaces() == ["example-1"]  # the new conversation's turns were not committed
         assert s.packet_count("example-2") == 0

@@ -30,8 +30,8 @@ def two_turns(ns: str, texts: tuple[str, str], session: int = 1) -> Conversation
                 turns=turns),))
 
 
-def test_every_write_moves_the_generation_and_reads_do_not(tmp_path):
-    with MemoryStore(tmp_path / "g.sqlite") as s:
+def test_every_write_moves_the_generation_and_reads_do_not(store_factory):
+    with store_factory() as s:
         seen = [s.generation("carol")]
         s.ingest(two_turns("carol", ("hello there", "hi back")))
         seen.append(s.generation("carol"))
@@ -60,7 +60,7 @@ def test_every_write_moves_the_generation_and_reads_do_not(tmp_path):
     assert seen == sorted(seen) and len(set(seen)) == len(seen), seen
 
 
-def test_generation_survives_reopen_and_upgrades_a_version_1_file(tmp_path):
+def test_sqlite_generation_survives_reopen_and_upgrades_a_version_1_file(tmp_path):
     path = tmp_path / "old.sqlite"
     with MemoryStore(path) as s:
         s.ingest(two_turns("carol", ("a", "b")))
@@ -116,10 +116,10 @@ _FORGET_AND_ADD = textwrap.dedent(
 )
 
 
-def test_forget_in_another_process_is_seen_by_a_long_lived_memory(tmp_path):
-    db = tmp_path / "shared.sqlite"
+def test_forget_in_another_process_is_seen_by_a_long_lived_memory(store_factory):
+    db = store_factory.location
     secret = "My locker code is 4417 and my iguana is called Zorblat."
-    with MemoryStore(db) as s:
+    with store_factory() as s:
         s.ingest(two_turns("carol", (secret, "Zorblat is a great name for an iguana.")))
     proc = subprocess.Popen([sys.executable, "-c", _LONG_LIVED, str(db), str(REPO)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -131,7 +131,7 @@ def test_forget_in_another_process_is_seen_by_a_long_lived_memory(tmp_path):
         assert "Zorblat" in first  # the view was built and cached
         subprocess.run([sys.executable, "-c", _FORGET_AND_ADD, str(db), str(REPO)], check=True,
                        timeout=120)
-        with MemoryStore(db) as s:
+        with store_factory() as s:
             assert s.packet_count("carol") == 2  # same count as before: the old cache key matched
         proc.stdin.write("What is the iguana called?\n")
         proc.stdin.flush()
@@ -143,9 +143,9 @@ def test_forget_in_another_process_is_seen_by_a_long_lived_memory(tmp_path):
     assert "watercolour" in second.lower()
 
 
-def test_absent_namespace_reports_a_value_past_every_earlier_one(tmp_path):
+def test_absent_namespace_reports_a_value_past_every_earlier_one(store_factory):
     ns = "never-written"
-    with MemoryStore(tmp_path / "g.sqlite") as s:
+    with store_factory() as s:
         before = s.generation(ns)
         s.ingest(two_turns("carol", ("a", "b")))
         assert s.generation(ns) > before

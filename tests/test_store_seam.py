@@ -94,3 +94,23 @@ def test_the_write_side_plans_a_deletion_and_the_store_refuses_a_stale_plan(tmp_
     assert store.get_packet("u", "c") is not None  # nothing deleted
     assert mem.delete_turn("u", "c")["packets"] == 1  # Memory plans again
     store.close()
+
+
+def test_the_core_suite_gives_the_same_on_sqlite_and_on_postgres(tmp_path, pg_url):
+    sqlite = open_store(tmp_path / "m.sqlite")
+    want = run_core(sqlite)
+    sqlite.close()
+    pg = open_store(pg_url)
+    got = run_core(pg)
+    pg.close()
+    assert got == want  # the same rows deleted, to the request-cache counts
+
+
+def test_memory_opens_a_database_url_and_the_postgres_store_is_every_protocol(pg_url):
+    from memcompile_local.store.base import BuildLeases, RequestCache
+
+    with Memory(pg_url, apply_preset("model-free", PipelineConfig()), embedder=HashEmbedder(dim=16)) as mem:
+        assert isinstance(mem.store, Store) and isinstance(mem.store, RequestCache)
+        assert isinstance(mem.store, BuildLeases)
+        mem.add("u", [{"time": "2024-01-01", "turns": [{"speaker": "A", "text": "I keep bees on the roof."}]}])
+        assert [h.packet.content for h in mem.search("u", "bees")] == ["I keep bees on the roof."]

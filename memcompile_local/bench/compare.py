@@ -38,6 +38,7 @@ import yaml
 from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..pipeline.presets import apply_preset
+from ..store import describe_location, is_database_url
 from .baselines import BASELINES
 from .judge_model import resolve_judge
 from .plots import quality_vs_tokens_plot
@@ -191,7 +192,8 @@ def run_compare(spec_path: str, *, out: str | None = None, progress: bool = True
             raise ConfigError(f"--limit: expected at least 1 question per conversation, got {limit}")
         spec["limit"] = limit
     root = Path(out or spec.get("out") or Path("runs") / f"compare-{Path(spec_path).stem}")
-    store = Path(spec.get("store") or root / "store.sqlite")
+    given = spec.get("store")
+    store = given if given and is_database_url(str(given)) else Path(given or root / "store.sqlite")
     data = str(spec["data"])
     if not data.startswith("hf:") and not Path(data).exists():
         # Checked before the plan, so a dry run says so too instead of promising runs that fail.
@@ -200,10 +202,11 @@ def run_compare(spec_path: str, *, out: str | None = None, progress: bool = True
     plan = plan_grid(spec)
     echo(plan.describe())
     if dry_run:
-        echo(f"dry run: nothing was run; results would go to {root}, the store to {store}")
+        echo(f"dry run: nothing was run; results would go to {root}, the store to {describe_location(store)}")
         return plan.runs
     root.mkdir(parents=True, exist_ok=True)
-    store.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(store, Path):
+        store.parent.mkdir(parents=True, exist_ok=True)
     runs = []
     for (name, cfg, preset), planned in zip(grid(spec), plan.runs):
         echo(f"== {name}")

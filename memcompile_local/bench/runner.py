@@ -43,7 +43,7 @@ from ..llm.interface import stable_hash
 from ..llm.registry import backend_kwargs, load_backend
 from ..memory import Memory
 from ..build.progress import bar
-from ..store import RequestCache, open_store
+from ..store import RequestCache, describe_location, open_store
 from ..types import Conversation, QAItem
 from . import judge as judge_module
 from .aggregate import add_judge_totals, locomo_metrics, longmemeval_metrics, token_table
@@ -611,7 +611,7 @@ class EvalRunner:
             "benchmark": self.spec.benchmark,
             "data": self.spec.data,
             "data_sha256": data_sha,
-            "spec": dataclasses.asdict(self.spec),
+            "spec": {**dataclasses.asdict(self.spec), "store": describe_location(self.spec.store)},
             "config": self.cfg.to_dict(),
             "versions": _versions(),
             "prompt_versions": prompt_versions(),

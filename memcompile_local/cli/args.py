@@ -22,7 +22,8 @@ def add_store(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--store",
         default=os.environ.get("MEMCOMPILE_STORE", DEFAULT_STORE),
-        help="SQLite store file (default: $MEMCOMPILE_STORE or ./%(default)s)",
+        help="the store: a SQLite file or a postgresql://user@host:port/db URL "
+             "(default: $MEMCOMPILE_STORE or ./%(default)s)",
     )
 
 

@@ -24,8 +24,7 @@ from .demo import run_demo
 from ..errors import ConfigError, DataFormatError, MemCompileError
 from ..pipeline.presets import COMPOSITION_HELP, PRESETS, describe_preset
 from ..memory import Memory
-from ..store import open_store
-from ..store.check import check_store
+from ..store import check_store, describe_location, open_store
 from .args import (
     add_model,
     add_quiet,
@@ -255,7 +254,7 @@ def cmd_build(args) -> int:
         names = args.namespaces or known
         missing = [ns for ns in names if ns not in known]
         if missing:
-            raise ConfigError(f"{args.store} has no namespace {', '.join(map(repr, missing))}; "
+            raise ConfigError(f"{describe_location(args.store)} has no namespace {', '.join(map(repr, missing))}; "
                               f"it has: {', '.join(known) or 'none'}")
         for ns in names:
             _announce_build(mem, ns)
@@ -271,7 +270,7 @@ def cmd_ask(args) -> int:
     mem = _memory(args, create=False)
     try:
         if args.namespace not in mem.store.namespaces():
-            raise ConfigError(f"{args.store} has no namespace {args.namespace!r}; "
+            raise ConfigError(f"{describe_location(args.store)} has no namespace {args.namespace!r}; "
                               f"it has: {', '.join(mem.store.namespaces()) or 'none'}")
         if not mem.is_built(args.namespace):
             if args.no_build:
@@ -279,7 +278,7 @@ def cmd_ask(args) -> int:
                 raise ConfigError(
                     f"namespace {args.namespace!r} is not built for this configuration "
                     f"({plan.to_extract} of {plan.turns} turns not extracted yet); run "
-                    f"`memcompile-local build {args.namespace} --store {args.store}` with the same "
+                    f"`memcompile-local build {args.namespace} --store {describe_location(args.store)}` with the same "
                     "--preset/--config first, or drop --no-build")
             _announce_build(mem, args.namespace)
             mem.build(args.namespace)
@@ -307,13 +306,13 @@ def cmd_ask(args) -> int:
 def cmd_forget(args) -> int:
     with open_store(args.store, create=False, forget_wait_s=args.wait) as store:
         if args.namespace not in store.namespaces():
-            raise ConfigError(f"{args.store} has no namespace {args.namespace!r}, so nothing was forgotten; "
+            raise ConfigError(f"{describe_location(args.store)} has no namespace {args.namespace!r}, so nothing was forgotten; "
                               f"it has: {', '.join(store.namespaces()) or 'none'}")
         deleted = store.forget(args.namespace)
     print(f"forgot {args.namespace}: " + ", ".join(f"{k}={v}" for k, v in deleted.items()))
     if not deleted.scrub_complete:
         print(f"scrub pending: the rows are deleted, but another connection kept old copies in "
-              f"{args.store} busy; run `memcompile-local scrub --store {args.store}` later", file=sys.stderr)
+              f"{describe_location(args.store)} busy; run `memcompile-local scrub --store {describe_location(args.store)}` later", file=sys.stderr)
         return 3
     return 0
 
@@ -322,10 +321,10 @@ def cmd_scrub(args) -> int:
     with open_store(args.store, create=False, forget_wait_s=args.wait) as store:
         done = store.scrub()
     if not done:
-        print(f"scrub pending: another connection still holds old snapshots of {args.store}; retry later",
+        print(f"scrub pending: another connection still holds old snapshots of {describe_location(args.store)}; retry later",
               file=sys.stderr)
         return 3
-    print(f"scrubbed {args.store}: no copies of forgotten data remain")
+    print(f"scrubbed {describe_location(args.store)}: no copies of forgotten data remain")
     return 0
 
 
@@ -366,7 +365,7 @@ def cmd_copy(args) -> int:
 def cmd_stats(args) -> int:
     with open_store(args.store, read_only=True) as store:
         if args.namespace is not None and args.namespace not in store.namespaces():
-            raise ConfigError(f"{args.store} has no namespace {args.namespace!r}; "
+            raise ConfigError(f"{describe_location(args.store)} has no namespace {args.namespace!r}; "
                               f"it has: {', '.join(store.namespaces()) or 'none'}")
         stats = store.stats(args.namespace)
     if args.json:

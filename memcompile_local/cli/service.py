@@ -16,6 +16,7 @@ import sys
 from typing import Any, Callable
 
 from ..errors import ConfigError, MissingExtraError
+from ..store import describe_location
 from .args import config_from_args
 from ..service.auth import TENANT_RE, KeyRing, generate_key, hash_key
 from ..service.embed_batch import DEFAULT_WINDOW_S
@@ -171,7 +172,7 @@ def cmd_serve(args) -> int:
     else:
         print(f"memcompile-local serve: no --keys, so every request is the single 'local' tenant without "
               f"authentication; listening on loopback only ({args.host}:{args.port})", file=sys.stderr)
-    print(f"memcompile-local serve: store {args.store}; REST at http://{args.host}:{args.port}/v1, "
+    print(f"memcompile-local serve: store {describe_location(args.store)}; REST at http://{args.host}:{args.port}/v1, "
           f"docs at /docs, MCP at /mcp", file=sys.stderr)
     model = config_from_args(args).model
     print(f"memcompile-local serve: answer model {model.backend} {model.model} (loaded on the first /answer)",

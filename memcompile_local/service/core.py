@@ -19,6 +19,7 @@ import logging
 import os
 import queue
 import random
+import socket
 import threading
 import time
 import uuid
@@ -32,7 +33,7 @@ from ..data.turn_ids import assign_stable_ids
 from ..errors import ConfigError, ImmutablePacketError, MissingExtraError, TransportError
 from ..memory import Memory, selection_scores
 from ..pipeline.presets import PRESETS, apply_presets
-from ..store import open_store
+from ..store import is_database_url, open_store
 from ..types import Conversation, Session, Turn
 from ..views.pending import PartialViews, pending_turns
 from ..views.record import MemoryView
@@ -52,10 +53,15 @@ _ID_ATTEMPTS = 6
 log = logging.getLogger(__name__)
 
 def owner_alive(owner: str) -> bool:
-    """Whether the process named by a lease owner (``"<pid>-<random>"``, see MemoryService.owner) runs.
+    """Whether the process named by a lease owner (``"<pid>-<random>@<host>"``, see
+    MemoryService.owner) runs.
 
-    The store is a local SQLite file, so every owner is a process of this machine.
+    Only a process of this machine can be judged: an owner on another host (servers sharing a
+    database) counts as alive, and its lease ends by expiring.
     """
+    owner, _, host = owner.partition("@")
+    if host and host != socket.gethostname():
+        return True
     pid_text = owner.split("-", 1)[0]
     if not pid_text.isdigit():
         return True  # not ours to judge: wait for the lease to expire
@@ -92,15 +98,16 @@ class MemoryService:
         # A second, read-only connection for the per-search checks (does the user exist, which
         # generation is current): the main connection is locked while an append's transaction
         # commits, and a search of another user should not queue behind that fsync. WAL lets
-        # it read the last commit meanwhile.
-        self._probe = self.store if str(store_path) == ":memory:" else open_store(store_path, read_only=True)
+        # it read the last commit meanwhile. A database server's pool has connections enough.
+        self._probe = (self.store if str(store_path) == ":memory:" or is_database_url(store_path)
+                       else open_store(store_path, read_only=True))
         self.store.open_build_queue()
         self.queue = self.store  # the store's BuildLeases (store.base)
         self._backend = backend
         self.memory = Memory(self.store, self.config, backend=backend, embedder=embedder,
                              max_views=self.limits.max_views, max_view_bytes=self.limits.max_view_mb << 20)
         self.pending = self.memory.partial_views()
-        self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
         # Model-free extraction is fast enough to run in the append request itself.
         self.inline_build = self.config.extraction.extractor == "rule"
         self._presets: OrderedDict[str, Memory] = OrderedDict()
@@ -108,7 +115,11 @@ class MemoryService:
         self._view_locks: dict[str, threading.Lock] = {}
         # Appends that extend this process's loaded view instead of making the next search load one.
         self.appender = self.memory.in_place_appender(lambda ns: not self.queue.held_by_other(ns, self.owner))
-        log.info("memory service over %s: answer model %s", store_path, self.memory.answer_model)
+        log.info("memory service over %s: answer model %s", self.store.path, self.memory.answer_model)
+        # A store that announces other processes' writes (PostgreSQL's NOTIFY) lets this server
+        # drop a stale view at once; the generation check on every search stays what makes it safe.
+        listen = getattr(self.store, "listen", None)
+        self._listener = listen(self._store_changed) if callable(listen) else None
         self.backend_down_since: float | None = None
         # Views are loaded ahead of the next search, one namespace at a time (see _warm_views).
         self._warm_queue: queue.Queue[str] = queue.Queue()
@@ -119,8 +130,19 @@ class MemoryService:
         local = str(store_path) != ":memory:" and "://" not in str(store_path)
         self.importer = Importer(self, Path(f"{store_path}.imports") if local else None, owner_alive)
 
+    def _store_changed(self, namespace: str, generation: int) -> None:
+        """Another process committed ``generation`` of ``namespace``: drop each held view of it
+        that is older."""
+        for mem in [self.memory, *list(self._presets.values())]:
+            held = mem.views.held(namespace, mem.spec)
+            if held is not None and held[1] < generation:
+                mem.views.drop(namespace)
+                log.debug("dropped the view of %s (generation %d < %d)", namespace, held[1], generation)
+
     def close(self) -> None:
         self.importer.close()
+        if self._listener is not None:
+            self._listener.stop()
         if self._probe is not self.store:
             self._probe.close()
         self.store.close()

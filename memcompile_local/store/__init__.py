@@ -9,7 +9,7 @@
 
 from .base import BuildLeases, RequestCache, Store
 from .check import CheckReport
-from .factory import check_store, describe_location, open_store
+from .factory import check_store, describe_location, is_database_url, open_store
 from .ledger import InMemoryLedger
 from .namespace import MAX_NAMESPACE_LEN, validate_namespace
 from .schema import APPLICATION_ID, SCHEMA_VERSION
@@ -29,6 +29,7 @@ __all__ = [
     "Store",
     "check_store",
     "describe_location",
+    "is_database_url",
     "open_store",
     "validate_namespace",
 ]

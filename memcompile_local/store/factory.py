@@ -35,6 +35,11 @@ def sqlite_path(location: str | os.PathLike) -> str | None:
     return path or ":memory:"
 
 
+def is_database_url(location: str | os.PathLike) -> bool:
+    """Whether ``location`` names a database server (a ``postgresql://`` URL), not a file."""
+    return is_postgres_url(os.fspath(location))
+
+
 def describe_location(location: str | os.PathLike) -> str:
     """``location`` as messages may show it: a database URL without its password."""
     text = os.fspath(location)
