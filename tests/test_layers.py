@@ -20,7 +20,7 @@ NAME = "memcompile_local"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("types", "fence", "errors", "config", "llm.interface", "protocols")),
     ("language", ("language",)),
-    ("store", ("store",)),
+    ("store", ("store", "store.postgres")),
     ("data", ("data",)),
     ("models", ("llm",)),
     ("address plane", ("address",)),

@@ -142,8 +142,8 @@ def test_forget_that_cannot_get_the_write_lock_deletes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [-1, "5", float("nan"), True])
-def test_forget_wait_must_be_a_number_of_seconds(tmp_path, bad):
-    with MemoryStore(tmp_path / "f.sqlite") as s:
+def test_forget_wait_must_be_a_number_of_seconds(store_factory, bad):
+    with store_factory() as s:
         with pytest.raises(StoreError, match="wait_s"):
             s.forget("x", wait_s=bad)
 
