@@ -33,6 +33,7 @@ from ..codecs import (
     PACKET_COLS,
     cell_from_row,
     cell_row,
+    check_metadata_json,
     descriptor_from_row,
     descriptor_row,
     optional_namespace,
@@ -54,11 +55,7 @@ CHANNEL = "memcompile_generation"
 
 DEFAULT_FORGET_WAIT_S = 5.0
 
-# The packet columns the row codec reads, then the ones this schema has beyond them.
-_PACKET_READ = [c.strip() for c in PACKET_COLS.split(",")]
-_PACKET_EXTRA = [c for c in ("agent_id", "metadata_json") if c not in _PACKET_READ]
-_PACKET_INSERT = (f"INSERT INTO packets ({', '.join(_PACKET_READ + _PACKET_EXTRA)}) VALUES "
-                  f"({', '.join(['%s'] * (len(_PACKET_READ) + len(_PACKET_EXTRA)))})")
+_PACKET_INSERT = f"INSERT INTO packets ({PACKET_COLS}) VALUES ({', '.join(['%s'] * len(PACKET_COLS.split(',')))})"
 
 _DESCRIPTOR_INSERT = (
     "INSERT INTO descriptors (namespace, descriptor_set, descriptor_id, packet_id, claim_index, text, "
@@ -81,21 +78,6 @@ _FORGET_STEPS = (
     ("namespaces", "DELETE FROM namespaces WHERE namespace = %s"),
     ("generations", "DELETE FROM generations WHERE namespace = %s"),
 )
-
-
-def _turn_extra_one(turn: Any, name: str) -> str | None:
-    """A turn's value of the optional packet column ``name`` (``agent_id``, ``metadata_json``)."""
-    value = getattr(turn, name, None)
-    if name == "metadata_json" and value is None and isinstance(getattr(turn, "metadata", None), Mapping):
-        value = json.dumps(dict(turn.metadata), ensure_ascii=False, sort_keys=True)
-    if value is not None and not isinstance(value, str):
-        raise StoreError(f"Turn.{name} must be a str or None")
-    return value
-
-
-def _turn_extra(turn: Any) -> tuple:
-    """The values of the packet columns this schema has beyond the codec's."""
-    return tuple(_turn_extra_one(turn, name) for name in _PACKET_EXTRA)
 
 
 class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
@@ -214,8 +196,8 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         turns = list(conversation.iter_turns())
         ids = [t.packet_id for _, t in turns if isinstance(t.packet_id, str)]
         stored = {r[0]: r[1:] for r in c.execute(
-            "SELECT packet_id, sha256, session_index, session_id, session_time, speaker, image_query "
-            "FROM packets WHERE namespace = %s AND packet_id = ANY(%s)", (ns, ids))}
+            "SELECT packet_id, sha256, session_index, session_id, session_time, speaker, image_query, agent_id, "
+            "metadata_json FROM packets WHERE namespace = %s AND packet_id = ANY(%s)", (ns, ids))}
         top = c.execute("SELECT MAX(ordinal) FROM packets WHERE namespace = %s", (ns,)).fetchone()[0]
         next_ordinal = 0 if top is None else int(top) + 1
         rows = []
@@ -230,8 +212,11 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
                 require_str(turn.text, f"Turn.text ({where})", allow_empty=True),
                 turn.image_caption,
                 turn.image_query,
+                turn.agent_id,
+                check_metadata_json(turn.metadata_json, f"Turn.metadata_json ({where})"),
             )
-            for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query")):
+            for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query"),
+                                (turn.agent_id, "agent_id")):
                 if value is not None and not isinstance(value, str):
                     raise StoreError(f"Turn.{name} ({where}) must be a str or None")
             sha = content_sha256(turn.text, turn.image_caption)
@@ -240,8 +225,9 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
                 diffs = []
                 if old[0] != sha:
                     diffs.append(f"content sha256 {str(old[0])[:12]}.. -> {sha[:12]}..")
-                for name, was, now in zip(("session_index", "session_id", "session_time", "speaker", "image_query"),
-                                          old[1:], (new[0], new[1], new[2], new[3], new[6])):
+                for name, was, now in zip(("session_index", "session_id", "session_time", "speaker", "image_query",
+                                           "agent_id", "metadata_json"),
+                                          old[1:], (new[0], new[1], new[2], new[3], new[6], new[7], new[8])):
                     if was != now:
                         diffs.append(f"{name} {was!r} -> {now!r}")
                 if diffs:
@@ -250,14 +236,9 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
                         "stored packets are immutable, so the whole batch was rejected")
                 skipped += 1
                 continue
-            stored[pid] = (sha, new[0], new[1], new[2], new[3], new[6])
-            values = dict(zip(_PACKET_EXTRA, _turn_extra(turn)), namespace=ns, packet_id=pid,
-                          ordinal=next_ordinal, session_index=new[0], session_id=new[1], session_time=new[2],
-                          speaker=new[3], content=new[4], image_caption=new[5], sha256=sha, image_query=new[6])
-            for name in _PACKET_READ:  # a column the codec reads that a turn carries (agent id, metadata)
-                if name not in values:
-                    values[name] = _turn_extra_one(turn, name)
-            rows.append(tuple(values[name] for name in _PACKET_READ + _PACKET_EXTRA))
+            stored[pid] = (sha, new[0], new[1], new[2], new[3], new[6], new[7], new[8])
+            rows.append((ns, pid, next_ordinal, new[0], new[1], new[2], new[3], new[4], new[5], sha, new[6],
+                         new[7], new[8]))
             next_ordinal += 1
             added += 1
         if rows:
@@ -500,6 +481,21 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             c.cursor().executemany("INSERT INTO capsules (namespace, capsule_id, writer, budget, body) "
                                    "VALUES (%s, %s, %s, %s, %s)", rows)
             self._bump(c, ns)
+
+    def inventory(self, namespace: str) -> dict[str, Any]:
+        """The names of ``namespace``'s derived rows (``base.StoreInventory``), sorted, in one snapshot."""
+        ns = validate_namespace(namespace)
+        with self._read("inventory") as c:
+            sets = [r[0] for r in c.execute("SELECT DISTINCT descriptor_set COLLATE \"C\" FROM extraction_markers "
+                                            "WHERE namespace = %s ORDER BY 1", (ns,))]
+            layouts = [r[0] for r in c.execute("SELECT DISTINCT layout_id COLLATE \"C\" FROM cells "
+                                               "WHERE namespace = %s ORDER BY 1", (ns,))]
+            embeddings = [tuple(r) for r in c.execute(
+                "SELECT e.model_id, v.space, e.key, v.content FROM embeddings e JOIN vectors v ON v.id = e.vector_id "
+                "WHERE e.namespace = %s ORDER BY e.model_id COLLATE \"C\", e.key COLLATE \"C\"", (ns,))]
+            meta = [r[0] for r in c.execute("SELECT key FROM meta WHERE namespace = %s ORDER BY key COLLATE \"C\"",
+                                            (ns,))]
+        return {"descriptor_sets": sets, "layouts": layouts, "embeddings": embeddings, "meta": meta}
 
     def capsules(self, namespace: str) -> list[dict[str, Any]]:
         """The retained capsules of ``namespace`` plus ``writer`` and ``budget``, by capsule id."""
