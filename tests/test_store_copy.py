@@ -121,3 +121,21 @@ def test_the_copy_command_refuses_a_source_that_does_not_exist_and_creates_nothi
                         "--to", str(tmp_path / "b.sqlite")], capture_output=True, text=True)
     assert r.returncode == 2 and "none.sqlite" in r.stderr
     assert not (tmp_path / "b.sqlite").exists()
+
+
+def test_cli_copy_to_postgres_and_back_is_the_same_memory(tmp_path, pg_url, capsys):
+    from memcompile_local.store import open_store
+
+    src_path, back_path = tmp_path / "a.sqlite", tmp_path / "back.sqlite"
+    with MemoryStore(src_path) as src:
+        before = selections(built(src))
+    assert main(["copy", "--from", str(src_path), "--to", pg_url]) == 0
+    assert main(["copy", "--from", pg_url, "--to", str(back_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok (") == 4  # check passed on both sides of both copies
+    with MemoryStore(src_path) as src, open_store(pg_url) as pg, MemoryStore(back_path) as back:
+        assert differences(src, pg, "demo") == [] and differences(src, back, "demo") == []
+        generation = pg.generation("demo")
+        assert selections(memory(pg)) == before == selections(memory(back))
+        assert pg.generation("demo") == generation
+        assert pg.get_packet("demo", "X:1").metadata_json == '{"n":2,"source":"chat"}'

@@ -16,35 +16,35 @@ def one_turn(ns: str, **extra) -> Conversation:
     return Conversation(namespace=ns, sessions=(Session(index=1, session_id="s1", time="2026-05-01", turns=(turn,)),))
 
 
-def test_agent_and_metadata_round_trip_in_canonical_form(tmp_path):
-    with MemoryStore(tmp_path / "m.sqlite") as store:
+def test_agent_and_metadata_round_trip_in_canonical_form(store_factory):
+    with store_factory() as store:
         store.ingest(one_turn("u", agent_id="planner", metadata_json='{ "b": 2, "a": [1, "x"] }'))
         (p,) = store.packets("u")
     assert p.agent_id == "planner"
     assert p.metadata_json == '{"a":[1,"x"],"b":2}'  # sorted keys, no spaces
-    with MemoryStore(tmp_path / "m.sqlite") as store:
+    with store_factory() as store:
         # the same metadata written differently is the same turn: a retry is skipped, not refused
         assert store.ingest(one_turn("u", agent_id="planner", metadata_json='{"a":[1,"x"], "b":2}')).skipped == 1
 
 
-def test_a_turn_without_scope_reads_back_none(tmp_path):
-    with MemoryStore(tmp_path / "m.sqlite") as store:
+def test_a_turn_without_scope_reads_back_none(store_factory):
+    with store_factory() as store:
         store.ingest(one_turn("u"))
         (p,) = store.packets("u")
     assert p.agent_id is None and p.metadata_json is None
 
 
 @pytest.mark.parametrize("changed", [{"agent_id": "other"}, {"metadata_json": '{"a": 1}'}])
-def test_a_stored_turn_keeps_its_agent_and_metadata(tmp_path, changed):
-    with MemoryStore(tmp_path / "m.sqlite") as store:
+def test_a_stored_turn_keeps_its_agent_and_metadata(store_factory, changed):
+    with store_factory() as store:
         store.ingest(one_turn("u", agent_id="planner", metadata_json='{"a": 0}'))
         with pytest.raises(ImmutablePacketError, match="agent_id|metadata_json"):
             store.ingest(one_turn("u", **{"agent_id": "planner", "metadata_json": '{"a": 0}', **changed}))
 
 
 @pytest.mark.parametrize("bad", ["[1, 2]", "{not json", "7"])
-def test_metadata_that_is_not_a_json_object_is_refused_with_its_place(tmp_path, bad):
-    with MemoryStore(tmp_path / "m.sqlite") as store:
+def test_metadata_that_is_not_a_json_object_is_refused_with_its_place(store_factory, bad):
+    with store_factory() as store:
         with pytest.raises(StoreError, match=r"Turn.metadata_json \(namespace 'u', packet 'S1:1'\)"):
             store.ingest(one_turn("u", metadata_json=bad))
         assert store.packet_count("u") == 0
