@@ -76,11 +76,12 @@ class Server:
         return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""
 
 
-def start(store: Path, *args: str, config: Path | None = None, log: Path | None = None,
+def start(store: Path | str, *args: str, config: Path | None = None, log: Path | None = None,
           timeout: float = 90.0) -> Server:
-    """Start a server and wait for ``/healthz``; raises with its log when it does not come up."""
+    """Start a server over ``store`` (a file, or a database URL when ``log`` is given) and wait
+    for ``/healthz``; raises with its log when it does not come up."""
     port = free_port()
-    log = log or store.with_suffix(f".{port}.log")
+    log = log or Path(store).with_suffix(f".{port}.log")
     cmd = [sys.executable, "-m", "memcompile_local", "serve", "--store", str(store), "--port", str(port), *args]
     if config is not None:
         cmd += ["--config", str(config)]

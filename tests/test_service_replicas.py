@@ -3,8 +3,7 @@ acknowledged, tenants stay apart across replicas, and one user's concurrent appe
 different replicas are neither lost nor doubled.
 
 The replicas are real processes on their own ports, each with its own view cache; the store
-is whatever ``replica_store`` names (a SQLite file here; the PostgreSQL backend runs the same
-tests through the same fixture).
+is whatever ``replica_store`` names: a SQLite file, then a PostgreSQL database (the same tests).
 """
 
 from __future__ import annotations
@@ -31,8 +30,10 @@ N_REPLICAS = 3
 N_REQUESTS = 1000
 
 
-@pytest.fixture(scope="module")
-def replica_store(tmp_path_factory) -> str:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def replica_store(request, tmp_path_factory) -> str:
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_server").fresh_database()
     return str(tmp_path_factory.mktemp("replicas") / "mem.sqlite")
 
 
@@ -44,7 +45,7 @@ def replicas(replica_store, tmp_path_factory):
     with ExitStack() as stack:
         servers = []
         for i in range(N_REPLICAS):
-            srv = start(Path(replica_store), "--keys", str(keys), config=cfg, log=d / f"replica{i}.log")
+            srv = start(replica_store, "--keys", str(keys), config=cfg, log=d / f"replica{i}.log")
             stack.callback(srv.stop)
             servers.append(srv)
         yield servers

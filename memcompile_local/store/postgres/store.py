@@ -134,6 +134,14 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
                         f"FROM {GENERATION_SEQUENCE}").fetchone()
         return int(row[0])
 
+    def _hold_namespace(self, ns: str) -> None:
+        """Inside ``transaction()``: take ``ns``'s lock before reading it, so that what is read
+        stays so until the transaction commits (no other process writes the namespace meanwhile),
+        as SQLite's write lock guarantees there."""
+        held = self._joined()
+        if held is not None:
+            self._lock_namespace(held, ns)
+
     def generation(self, namespace: str) -> int:
         """A number that changes whenever anything a view of ``namespace`` reads is written, in
         every process sharing the database; it never decreases and never repeats an old value,
@@ -249,6 +257,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def packets(self, namespace: str) -> list[SourcePacket]:
         """All packets of ``namespace`` in dialogue (ordinal) order, each checked against its sha256."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         rows = self._query(f"SELECT {PACKET_COLS} FROM packets WHERE namespace = %s ORDER BY ordinal", (ns,),
                            table="packets")
         return [packet_from_row(r) for r in rows]
@@ -256,11 +265,13 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def packet_count(self, namespace: str) -> int:
         """Number of packets of ``namespace``."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         return int(self._query("SELECT COUNT(*) FROM packets WHERE namespace = %s", (ns,), table="packets")[0][0])
 
     def get_packet(self, namespace: str, packet_id: str) -> SourcePacket | None:
         """One packet by id (content hash checked), or ``None``."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         rows = self._query(f"SELECT {PACKET_COLS} FROM packets WHERE namespace = %s AND packet_id = %s",
                            (ns, require_str(packet_id, "packet_id")), table="packets")
         return packet_from_row(rows[0]) if rows else None
@@ -312,6 +323,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def extracted_packet_ids(self, namespace: str, descriptor_set: str) -> set[str]:
         """Packet ids of ``namespace`` already extracted for ``descriptor_set``."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         dset = require_str(descriptor_set, "descriptor_set")
         return {r[0] for r in self._query(
             "SELECT packet_id FROM extraction_markers WHERE namespace = %s AND descriptor_set = %s", (ns, dset),
@@ -320,6 +332,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def descriptors(self, namespace: str, descriptor_set: str) -> list[Descriptor]:
         """All descriptors of ``namespace`` in ``descriptor_set``, by packet ordinal then claim index."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         dset = require_str(descriptor_set, "descriptor_set")
         rows = self._query(
             f"SELECT {DESCRIPTOR_COLS} FROM descriptors d JOIN packets p "
@@ -331,6 +344,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def packet_claims(self, namespace: str, packet_id: str) -> list[str]:
         """The text of every descriptor of one packet, under any descriptor set."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         pid = require_str(packet_id, "packet_id")
         return [r[0] for r in self._query(
             "SELECT text FROM descriptors WHERE namespace = %s AND packet_id = %s ORDER BY descriptor_id COLLATE \"C\"",
@@ -359,6 +373,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def cells(self, namespace: str, layout_id: str) -> list[Cell]:
         """The cells of ``layout_id`` in ``namespace``, ordered by cell_id."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         lid = require_str(layout_id, "layout_id")
         rows = self._query(f"SELECT {CELL_COLS} FROM cells WHERE namespace = %s AND layout_id = %s ORDER BY cell_id",
                            (ns, lid), table="cells")
@@ -428,6 +443,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def embeddings(self, namespace: str, model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors (1-D float32 arrays) for those of ``keys`` that have one."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         mid = require_str(model_id, "model_id")
         wanted = list(dict.fromkeys(require_str(k, "embedding key") for k in keys))
         rows = self._query(
@@ -448,6 +464,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def get_meta(self, namespace: str, key: str) -> str | None:
         """A small per-namespace string value, or ``None``."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         rows = self._query("SELECT value FROM meta WHERE namespace = %s AND key = %s",
                            (ns, require_str(key, "meta key")), table="meta")
         return rows[0][0] if rows else None
@@ -485,6 +502,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def inventory(self, namespace: str) -> dict[str, Any]:
         """The names of ``namespace``'s derived rows (``base.StoreInventory``), sorted, in one snapshot."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         with self._read("inventory") as c:
             sets = [r[0] for r in c.execute("SELECT DISTINCT descriptor_set COLLATE \"C\" FROM extraction_markers "
                                             "WHERE namespace = %s ORDER BY 1", (ns,))]
@@ -500,6 +518,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def capsules(self, namespace: str) -> list[dict[str, Any]]:
         """The retained capsules of ``namespace`` plus ``writer`` and ``budget``, by capsule id."""
         ns = validate_namespace(namespace)
+        self._hold_namespace(ns)
         out = []
         for cid, writer, budget, body in self._query(
                 "SELECT capsule_id, writer, budget, body FROM capsules WHERE namespace = %s "
