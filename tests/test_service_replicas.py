@@ -12,7 +12,6 @@ import random
 import re
 import threading
 from contextlib import ExitStack
-from pathlib import Path
 
 import httpx
 import pytest
@@ -188,7 +187,7 @@ def test_concurrent_appends_of_one_user_on_different_replicas_neither_lose_nor_d
 def test_a_replica_killed_during_appends_loses_no_acknowledged_turn_and_halves_no_batch(replicas, replica_store,
                                                                                        tmp_path):
     keys = write_keys(tmp_path / "keys.yaml", {t: [(k, False)] for t, k in KEYS.items()})
-    victim = start(Path(replica_store), "--keys", str(keys), config=write_config(tmp_path / "run.yaml", MODEL_FREE),
+    victim = start(replica_store, "--keys", str(keys), config=write_config(tmp_path / "run.yaml", MODEL_FREE),
                    log=tmp_path / "victim.log")
     survivor = clients_for(replicas[:1], "acme")[0]
     doomed = httpx.Client(base_url=victim.url, headers={"Authorization": f"Bearer {KEYS['acme']}"}, timeout=30)
