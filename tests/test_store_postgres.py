@@ -281,3 +281,12 @@ def test_the_driver_is_imported_only_for_a_database_url():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(REPO))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_commits_wait_for_the_wal_even_on_a_server_set_otherwise(pg_url):
+    raw(pg_url, "ALTER SYSTEM SET synchronous_commit = off", "SELECT pg_reload_conf()")
+    try:
+        with open_store(pg_url + "&pool_size=2") as s:
+            assert s._query("SHOW synchronous_commit") == [("on",)]
+    finally:
+        raw(pg_url, "ALTER SYSTEM RESET synchronous_commit", "SELECT pg_reload_conf()")

@@ -13,12 +13,15 @@ from .url import SCHEMES, is_postgres_url, redact_url
 
 def open_postgres(url: str, *, create: bool = True, read_only: bool = False,
                   forget_wait_s: float | None = None, **pool: object):
-    """A ``PostgresStore`` on the database at ``url``; ``MissingExtraError`` without the driver."""
-    from .url import require_driver
+    """A ``PostgresStore`` on the database at ``url`` (``pool_size``/``pool_timeout`` query
+    parameters size its pool, see ``url.POOL_OPTIONS``); ``MissingExtraError`` without the driver."""
+    from .url import require_driver, split_pool_options
 
     require_driver()
     from .store import DEFAULT_FORGET_WAIT_S, PostgresStore
 
+    url, options = split_pool_options(url)
+    pool = {**options, **pool}
     return PostgresStore(url, create=create, read_only=read_only,
                          forget_wait_s=DEFAULT_FORGET_WAIT_S if forget_wait_s is None else forget_wait_s,
                          **pool)  # type: ignore[arg-type]

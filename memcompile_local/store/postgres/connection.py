@@ -61,9 +61,12 @@ class PgConnection:
         self.read_only_reason = "it was opened read-only" if self.read_only else ""
         self._local = threading.local()
         self._closed = True
-        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": int(connect_timeout_s)}
+        # A commit returns once its WAL is flushed (and, with synchronous standbys, theirs), even
+        # on a server configured otherwise: an acknowledged turn survives the server's crash.
+        options = "-c synchronous_commit=on"
         if self.read_only:
-            kwargs["options"] = "-c default_transaction_read_only=on"
+            options += " -c default_transaction_read_only=on"
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": int(connect_timeout_s), "options": options}
         self._pool = psycopg_pool.ConnectionPool(
             url, min_size=1, max_size=max(1, int(pool_size)), kwargs=kwargs, timeout=float(pool_timeout_s),
             open=False, check=psycopg_pool.ConnectionPool.check_connection, name="memcompile-store")

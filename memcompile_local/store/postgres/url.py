@@ -6,9 +6,9 @@ on an installation without the ``postgres`` extra.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...errors import MissingExtraError
+from ...errors import MissingExtraError, StoreError
 
 SCHEMES = ("postgresql", "postgres")
 
@@ -37,6 +37,30 @@ def redact_url(url: str) -> str:
         for p in parts.query.split("&")
     ) if parts.query else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+POOL_OPTIONS = {"pool_size": int, "pool_timeout": float}
+"""Query parameters of a store URL that size this process's connection pool (taken out of the
+URL before it reaches the server): ``pool_size`` connections at most (default 8) and
+``pool_timeout`` seconds to wait for a free one before a call fails (default 10)."""
+
+
+def split_pool_options(url: str) -> tuple[str, dict[str, float]]:
+    """(``url`` without the pool parameters, ``{"pool_size": .., "pool_timeout_s": ..}`` given)."""
+    parts = urlsplit(url)
+    kept, options = [], {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in POOL_OPTIONS:
+            try:
+                number = POOL_OPTIONS[key](value)
+            except ValueError:
+                raise StoreError(f"{redact_url(url)}: {key} must be a number, got {value!r}") from None
+            if not number > 0:
+                raise StoreError(f"{redact_url(url)}: {key} must be > 0, got {value!r}")
+            options["pool_timeout_s" if key == "pool_timeout" else key] = number
+        else:
+            kept.append((key, value))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept, safe="/"), parts.fragment)), options
 
 
 def require_driver():
