@@ -13,10 +13,15 @@ header line gives the load average, since the figures move with whatever else th
     .venv/bin/python scripts/bench_service.py                  # hash embedder, 10 x 600 turns
     .venv/bin/python scripts/bench_service.py --embedder sentence-transformers
     .venv/bin/python scripts/bench_service.py --embedder sentence-transformers --query-batch-ms 0,2
+    .venv/bin/python scripts/bench_service.py --store postgresql://me@localhost/bench --replicas 2
 
 ``--query-batch-ms 0,2`` runs the clients against one server per value (0: query embeddings
 unbatched; 2: concurrent searches share an embedding call within 2 ms) and prints each row
 with its value, then the p50 at N clients over the p50 at one client, per value.
+
+``--replicas N`` starts N separate ``serve`` processes on their own ports over the store, each
+user's requests going to one of them (a balancer routing by user); ``--store`` takes a file or a
+``postgresql://`` URL (an empty database, or one this script seeded before).
 
 The texts are generated here (templates over names, places and topics), not taken from a
 benchmark. Figures depend on the machine: say how many cores it had.
@@ -47,6 +52,7 @@ from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.service.auth import hash_key, namespace_for  # noqa: E402
+from memcompile_local.store import describe_location, is_database_url  # noqa: E402
 
 TENANTS = {"acme": "mcl_bench-key-acme-000000000", "globex": "mcl_bench-key-globex-11111111"}
 NAMES = ["Mara", "Jon", "Priya", "Tomas", "Lena", "Kofi", "Ines", "Yuki", "Omar", "Sofia"]
@@ -87,7 +93,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_clients(url: str, users: list[tuple[str, str]], n_clients: int, per_client: int, seed: int) -> dict:
+def run_clients(urls: list[str], users: list[tuple[str, str]], n_clients: int, per_client: int, seed: int) -> dict:
     lat = {"search": [], "append": [], "searchable": [], "fresh": []}
     stats = {"errors": 0, "cross": 0, "missed": 0, "requests": 0}
     error_samples: list[str] = []
@@ -97,6 +103,7 @@ def run_clients(url: str, users: list[tuple[str, str]], n_clients: int, per_clie
     def client(ci: int) -> None:
         rng = random.Random(seed * 1000 + ci)
         tenant, user = users[ci % len(users)]
+        url = urls[(ci % len(users)) % len(urls)]  # one user, one replica
         tag = f"[{tenant}/{user}"
         local = {"search": [], "append": [], "searchable": [], "fresh": []}
         errors = cross = missed = requests = 0
@@ -156,35 +163,41 @@ def run_clients(url: str, users: list[tuple[str, str]], n_clients: int, per_clie
     return {"lat": lat, "wall": wall, "error_samples": error_samples[:5], **stats}
 
 
-def run_server(args, tmp: Path, store: Path, users: list[tuple[str, str]], window: float, rows: list,
+def run_server(args, tmp: Path, store: Path | str, users: list[tuple[str, str]], window: float, rows: list,
                *, paced: bool) -> list[float]:
     """Start a server with query batching window ``window`` ms, run every client count (rows
     get ``(window, clients, result)``), stop it; returns the paced run's latencies when ``paced``."""
     do_paced = paced
-    port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    log = open(tmp / f"server-{window:g}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "memcompile_local", "serve", "--store", str(store), "--port",
-                             str(port), "--keys", str(tmp / "keys.yaml"), "--config", str(tmp / "run.yaml"),
-                             "--workers", str(args.workers), "--query-batch-ms", str(window)],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
-    url = f"http://127.0.0.1:{port}"
+    procs, urls, logs = [], [], []
+    for r in range(args.replicas):
+        port = free_port()
+        logs.append(open(tmp / f"server-{window:g}-{r}.log", "wb"))
+        procs.append(subprocess.Popen([sys.executable, "-m", "memcompile_local", "serve", "--store", str(store),
+                                       "--port", str(port), "--keys", str(tmp / "keys.yaml"), "--config",
+                                       str(tmp / "run.yaml"), "--workers", str(args.workers),
+                                       "--query-batch-ms", str(window)],
+                                      stdout=logs[-1], stderr=subprocess.STDOUT, env=env, cwd=str(REPO)))
+        urls.append(f"http://127.0.0.1:{port}")
+    url = urls[0]
     paced: list[float] = []
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                tail = (tmp / f"server-{window:g}.log").read_text(encoding="utf-8", errors="replace")[-2000:]
-                raise SystemExit(f"the server did not come up:\n{tail}")
-            try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        # warm every user's view once (first search of a memory loads and indexes it)
-        for tenant, user in users:
-            httpx.post(f"{url}/v1/memories/{user}/search", json={"query": "warm up"},
+        for r, (proc, u) in enumerate(zip(procs, urls)):
+            deadline = time.monotonic() + 300
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    logs[r].flush()
+                    tail = (tmp / f"server-{window:g}-{r}.log").read_text(encoding="utf-8", errors="replace")[-2000:]
+                    raise SystemExit(f"server {r} did not come up:\n{tail}")
+                try:
+                    if httpx.get(u + "/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.2)
+        # warm every user's view once, on the replica its requests go to (the first search of a
+        # memory loads and indexes it)
+        for i, (tenant, user) in enumerate(users):
+            httpx.post(f"{urls[i % len(urls)]}/v1/memories/{user}/search", json={"query": "warm up"},
                        headers={"Authorization": f"Bearer {TENANTS[tenant]}"}, timeout=120).raise_for_status()
         # An agent's rhythm: append a turn, answer the user for a while, search before the next
         # answer. The server loads the new view during the pause.
@@ -202,14 +215,16 @@ def run_server(args, tmp: Path, store: Path, users: list[tuple[str, str]], windo
                 assert any(word in p["text"] for p in r.json()["packets"]), "the paced turn was not found"
         for n in [int(x) for x in args.clients.split(",")]:
             per_client = max(2, args.requests // (3 * n))
-            res = run_clients(url, users, n, per_client, args.seed + n)
+            res = run_clients(urls, users, n, per_client, args.seed + n)
             rows.append((window, n, res))
             print(f"  window {window:g} ms, {n} clients done: {res['requests']} requests in {res['wall']:.1f}s",
                   flush=True)
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+        for proc in procs:
+            proc.terminate()
+        for proc, log in zip(procs, logs):
+            proc.wait(30)
+            log.close()
     return paced
 
 
@@ -230,11 +245,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="server processes (serve --workers N)")
     ap.add_argument("--query-batch-ms", default="2",
                     help="serve --query-batch-ms values to compare, one server each (e.g. 0,2: batching off, on)")
+    ap.add_argument("--replicas", type=int, default=1, help="serve processes on their own ports over the store")
     args = ap.parse_args()
     windows = [float(x) for x in args.query_batch_ms.split(",")]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_service_"))
-    store = Path(args.store) if args.store else tmp / "mem.sqlite"
+    store = (args.store if args.store and is_database_url(args.store) else Path(args.store) if args.store
+             else tmp / "mem.sqlite")
     model = {"embedder": args.embedder}
     if args.embed_threads is not None:
         model["embed_threads"] = args.embed_threads
@@ -254,7 +271,7 @@ def main() -> int:
             mem.add(ns, sessions)
         mem.build(ns)
     print(f"seeded {len(users)} users x {args.turns} turns ({args.embedder} embedder) in "
-          f"{time.perf_counter() - t0:.1f}s: {store}", flush=True)
+          f"{time.perf_counter() - t0:.1f}s: {describe_location(store)}", flush=True)
 
     rows = []
     paced: list[float] = []
@@ -278,7 +295,8 @@ def main() -> int:
 
     ms = lambda x: f"{1000 * x:7.1f}"  # noqa: E731
     print(f"\nmemory service over loopback, model-free preset, {args.embedder} embedder, "
-          f"{len(users)} users x {args.turns}+ turns, {args.workers} server process(es), "
+          f"{len(users)} users x {args.turns}+ turns, store {describe_location(store).split('?')[0]}, "
+          f"{args.replicas} replica(s) x {args.workers} server process(es), "
           f"{os.cpu_count()} CPUs visible, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("search: a question on a memory whose view is loaded; fresh: the search right after an append "
           "(on the view the append extended in place, or one loaded when it could not); searchable: append + "

@@ -27,9 +27,23 @@ is the point) on the model-free preset with the ``hash`` embedder, so no model i
 * read-only store: stats, check and ask on a read-only file system (or without write permission);
 * foreign files: refused byte-identical; re-ingest: changes nothing.
 
+The ``pg-*`` rows run on a PostgreSQL store, on a throwaway server started from the installed
+binaries (tests/_postgres.py; the rows are skipped, with a note, when there are none):
+
+* pg-kill: ``ingest --build`` into a database killed with SIGKILL at a random moment, then run
+  again; every row must equal an uninterrupted build's (``store.copy.differences``) and pass
+  ``check``;
+* pg-writers: rounds of processes ingesting into one empty database at the same moment (the
+  schema is created once, under its advisory lock); every batch is there, in order;
+* pg-restart: the server is stopped (``-m immediate``) and started again while a process keeps
+  ingesting; every ingest that returned is there afterwards, none is half there, ``check`` passes;
+* pg-stale: a long-lived ``Memory`` process keeps a view; another process forgets and re-adds
+  the namespace; the next compile must not return forgotten text.
+
     python scripts/fault_matrix.py            # the full set (a few minutes on 2 shared cores)
     python scripts/fault_matrix.py --quick    # fewer tries of each probe
     python scripts/fault_matrix.py --only new-file,beside-server
+    python scripts/fault_matrix.py --only pg-kill,pg-writers,pg-restart,pg-stale
 
 Exit code 0 when nothing broke, 1 otherwise.
 """
@@ -466,26 +480,32 @@ _FORGET_AND_ADD = textwrap.dedent(
 def probe_stale_view(work: Path, tries: int) -> Probe:
     p = Probe("compile after another process forgot")
     for i in range(tries):
-        db = work / f"stale-{i}.sqlite"
-        with MemoryStore(db) as s:
-            s.ingest(Conversation(namespace="carol", sessions=(Session(1, "s1", "noon", (
-                Turn("D1:1", "Carol", "My iguana is called Zorblat."), Turn("D1:2", "Dan", "Zorblat, nice."))),)))
-        proc = subprocess.Popen([sys.executable, "-c", _LONG_LIVED, str(db)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, env=CHILD_ENV)
-        try:
-            proc.stdout.readline()
-            proc.stdin.write("What is the iguana called?\n")
-            proc.stdin.flush()
-            first = json.loads(proc.stdout.readline())["text"]
-            subprocess.run([sys.executable, "-c", _FORGET_AND_ADD, str(db)], env=CHILD_ENV, check=True, timeout=300)
-            proc.stdin.write("What is the iguana called?\n")
-            proc.stdin.flush()
-            second = json.loads(proc.stdout.readline())["text"]
-        finally:
-            proc.stdin.close()
-            proc.wait(timeout=60)
-        p.record("Zorblat" in first and "Zorblat" not in second, f"try {i}: forgotten text served again")
+        _stale_view_try(p, str(work / f"stale-{i}.sqlite"), i)
     return p
+
+
+def _stale_view_try(p: Probe, db: str, i: int) -> None:
+    """One try of the stale-view probe on the store at ``db`` (a file or a database URL)."""
+    from memcompile_local.store import open_store
+
+    with open_store(db) as s:
+        s.ingest(Conversation(namespace="carol", sessions=(Session(1, "s1", "noon", (
+            Turn("D1:1", "Carol", "My iguana is called Zorblat."), Turn("D1:2", "Dan", "Zorblat, nice."))),)))
+    proc = subprocess.Popen([sys.executable, "-c", _LONG_LIVED, db], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=CHILD_ENV)
+    try:
+        proc.stdout.readline()
+        proc.stdin.write("What is the iguana called?\n")
+        proc.stdin.flush()
+        first = json.loads(proc.stdout.readline())["text"]
+        subprocess.run([sys.executable, "-c", _FORGET_AND_ADD, db], env=CHILD_ENV, check=True, timeout=300)
+        proc.stdin.write("What is the iguana called?\n")
+        proc.stdin.flush()
+        second = json.loads(proc.stdout.readline())["text"]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    p.record("Zorblat" in first and "Zorblat" not in second, f"try {i}: forgotten text served again")
 
 
 def _read_everything(path: Path) -> None:
@@ -803,6 +823,194 @@ def probe_reingest(work: Path, built_copy: Path, times: int) -> Probe:
 # ------------------------------------------------------------------------------ main
 
 
+# ------------------------------------------------------------------------------ PostgreSQL
+
+
+class _PgServer:
+    """The throwaway PostgreSQL server of the pg-* rows, started on first use (None: no binaries)."""
+
+    def __init__(self) -> None:
+        self.server = None
+        self.reason = ""
+
+    def get(self):
+        if self.server is None and not self.reason:
+            sys.path.insert(0, str(REPO / "tests"))
+            try:
+                import psycopg  # noqa: F401
+                from _postgres import PostgresServer, find_bindir
+            except ImportError as exc:
+                self.reason = f"the postgres extra is not installed ({exc})"
+                return None
+            bindir = find_bindir()
+            if bindir is None:
+                self.reason = "no PostgreSQL server binaries (initdb, pg_ctl) found"
+                return None
+            self.server = PostgresServer(bindir).start()
+            self.server.make_template()
+        return self.server
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.remove()
+
+
+def _pg_probe(name: str, pg: _PgServer) -> tuple[Probe, object]:
+    p = Probe(name)
+    server = pg.get()
+    if server is None:
+        p.info = f"skipped: {pg.reason}"
+    return p, server
+
+
+def probe_pg_kill_points(work: Path, pg: _PgServer, tries: int, rng: random.Random) -> Probe:
+    from memcompile_local.store import open_store
+    from memcompile_local.store import check_store as check_any
+    from memcompile_local.store.copy import differences
+
+    p, server = _pg_probe("pg: kill -9 during ingest --build, then resume", pg)
+    if server is None:
+        return p
+    data = write_json(work / "pg-kill.json", synthetic_plain("killed", 12, 20, seed=1))
+    ref = server.fresh_database()
+    t0 = time.monotonic()
+    r = cli_process("ingest", str(data), "--build", "--store", ref, "--quiet", *MF)
+    duration = time.monotonic() - t0
+    if r.returncode != 0:
+        p.record(False, f"reference build failed: {r.stderr[-300:]}")
+        return p
+    for i in range(tries):
+        url = server.fresh_database(with_schema=i % 2 == 0)  # half of them start from an empty database
+        proc = subprocess.Popen([sys.executable, "-m", "memcompile_local", "ingest", str(data), "--build",
+                                 "--store", url, "--quiet", *MF], env=CHILD_ENV, cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.1, 1.0) * duration)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        again = cli_process("ingest", str(data), "--build", "--store", url, "--quiet", *MF)
+        ok = again.returncode == 0
+        if ok:
+            with open_store(ref, read_only=True) as a, open_store(url, read_only=True) as b:
+                diff = differences(a, b, "killed")
+            ok = diff == [] and check_any(url).ok
+        p.record(ok, f"try {i}: rc={again.returncode} {again.stderr[-200:]}")
+        server.drop_database(url)
+    return p
+
+
+_PG_WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    from memcompile_local.store import open_store
+    from memcompile_local.types import Conversation, Session, Turn
+    db, ns, go = sys.argv[1], sys.argv[2], sys.argv[3]
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    with open_store(db) as s:
+        for b in range(5):
+            turns = tuple(Turn(f"D{b + 1}:{i + 1}", "Ann", f"{ns} batch {b} turn {i}") for i in range(6))
+            s.ingest(Conversation(namespace=ns, sessions=(Session(b + 1, f"s{b + 1}", "noon", turns),)))
+    """
+)
+
+
+def probe_pg_writers(work: Path, pg: _PgServer, rounds: int, width: int) -> Probe:
+    from memcompile_local.store import open_store
+
+    p, server = _pg_probe(f"pg: {width} writer processes on one new database", pg)
+    if server is None:
+        return p
+    for r in range(rounds):
+        url = server.fresh_database(with_schema=False)
+        go = work / f"pg-go-{r}"
+        procs = [subprocess.Popen([sys.executable, "-c", _PG_WRITER, url, f"w{k}", str(go)], env=CHILD_ENV,
+                                  cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for k in range(width)]
+        time.sleep(0.3)
+        go.touch()
+        errs = [pr.communicate(timeout=300)[1] for pr in procs]
+        ok = all(pr.returncode == 0 for pr in procs)
+        if ok:
+            with open_store(url, read_only=True) as s:
+                ok = all([pk.content for pk in s.packets(f"w{k}")] ==
+                         [f"w{k} batch {b} turn {i}" for b in range(5) for i in range(6)] for k in range(width))
+        p.record(ok, f"round {r}: " + " | ".join(e[-200:] for e in errs if e))
+        server.drop_database(url)
+    return p
+
+
+_PG_RESTART_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from memcompile_local.errors import StoreError
+    from memcompile_local.store import open_store
+    from memcompile_local.types import Conversation, Session, Turn
+    db, n = sys.argv[1], int(sys.argv[2])
+    s = open_store(db)
+    b = 0
+    deadline = time.monotonic() + 120
+    while b < n and time.monotonic() < deadline:
+        turns = tuple(Turn(f"R{b}:{i}", "Ann", f"restart batch {b} turn {i}") for i in range(3))
+        try:
+            s.ingest(Conversation(namespace="restart", sessions=(Session(1, "s1", "noon", turns),)))
+        except StoreError as exc:
+            print("FAILED", b, type(exc).__name__, flush=True)
+            time.sleep(0.05)
+            continue
+        print("ACK", b, "", flush=True)
+        b += 1
+    s.close()
+    """
+)
+
+
+def probe_pg_restart(work: Path, pg: _PgServer, tries: int) -> Probe:
+    from memcompile_local.store import check_store as check_any
+    from memcompile_local.store import open_store
+
+    p, server = _pg_probe("pg: server restarted under a writer", pg)
+    if server is None:
+        return p
+    failed, n = 0, 300
+    for t in range(tries):
+        url = server.fresh_database() + "&pool_timeout=2"
+        proc = subprocess.Popen([sys.executable, "-c", _PG_RESTART_WRITER, url, str(n)], env=CHILD_ENV, cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = []
+        for line in proc.stdout:  # restart once the writer is well under way
+            seen.append(line)
+            if line.startswith(f"ACK {40 + 30 * t} "):
+                break
+        server.stop("immediate")
+        time.sleep(1.0)
+        server.start()
+        out, err = proc.communicate(timeout=300)
+        lines = seen + out.splitlines()
+        acked = {int(line.split()[1]) for line in lines if line.startswith("ACK")}
+        failed += sum(line.startswith("FAILED") for line in lines)
+        ok = proc.returncode == 0 and len(acked) == n
+        if ok:
+            with open_store(url, read_only=True) as s:
+                ids = [pk.packet_id for pk in s.packets("restart")]
+            whole = {b for b in range(n) if all(f"R{b}:{i}" in ids for i in range(3))}
+            ok = whole == acked and len(ids) == 3 * n and check_any(url).ok
+        p.record(ok, f"try {t}: rc={proc.returncode} acked={len(acked)} {err[-300:]}")
+        server.drop_database(url.split("&pool_timeout")[0])
+    p.info = f"{failed} ingests failed with a StoreError while the server was down, then went through"
+    return p
+
+
+def probe_pg_stale_view(work: Path, pg: _PgServer, tries: int) -> Probe:
+    p, server = _pg_probe("pg: view after another process forgot", pg)
+    if server is None:
+        return p
+    for t in range(tries):
+        url = server.fresh_database()
+        _stale_view_try(p, url, t)
+        server.drop_database(url)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer tries of each probe")
@@ -821,6 +1029,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with MemoryStore(built) as s:  # one self-contained file to copy
         s._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    pg = _PgServer()
 
     def copy_of_built(name: str) -> Path:
         path = work / name
@@ -843,6 +1053,10 @@ def main(argv: list[str] | None = None) -> int:
         ("read-only", lambda: probe_read_only(built)),
         ("foreign", lambda: probe_foreign_and_batches(work)),
         ("reingest", lambda: probe_reingest(work, copy_of_built("reingest.sqlite"), 5 if q else 20)),
+        ("pg-kill", lambda: probe_pg_kill_points(work, pg, 4 if q else 12, rng)),
+        ("pg-writers", lambda: probe_pg_writers(work, pg, 2 if q else 6, 8)),
+        ("pg-restart", lambda: probe_pg_restart(work, pg, 1 if q else 3)),
+        ("pg-stale", lambda: probe_pg_stale_view(work, pg, 1 if q else 2)),
     ]
     if args.only:
         wanted = set(args.only.split(","))
@@ -873,6 +1087,7 @@ def main(argv: list[str] | None = None) -> int:
     for probe in probes:
         for note in probe.notes[:5]:
             print(f"broke: {probe.name}: {note}")
+    pg.close()
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if total[2] == 0 else 1
