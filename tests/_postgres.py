@@ -69,8 +69,9 @@ def _server_user() -> str | None:
 class PostgresServer:
     """One PostgreSQL cluster in a temporary folder (see the module doc)."""
 
-    def __init__(self, bindir: Path):
+    def __init__(self, bindir: Path, *, durable: bool = False):
         self.bindir = bindir
+        self.durable = durable  # fsync on: for benchmarks that compare with SQLite's synchronous=FULL
         self.user = _server_user()
         self.dir = Path(tempfile.mkdtemp(prefix="memcompile-pg-"))
         self.data = self.dir / "data"
@@ -96,8 +97,8 @@ class PostgresServer:
                       "-E", "UTF8", "--no-locale", "--no-sync")
         # fsync off: a killed server's commits are still in the OS's page cache, so a restart
         # loses nothing acknowledged (the store asks for synchronous_commit itself).
-        opts = (f"-k {self.dir} -c listen_addresses='' -c fsync=off -c full_page_writes=off "
-                "-c max_connections=300 -c shared_buffers=32MB")
+        speed = "" if self.durable else "-c fsync=off -c full_page_writes=off "
+        opts = f"-k {self.dir} -c listen_addresses='' {speed}-c max_connections=300 -c shared_buffers=128MB"
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.log), "-w",
                   "-t", "60", "start")
         self.running = True

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,10 +79,14 @@ class Server:
 
 def start(store: Path | str, *args: str, config: Path | None = None, log: Path | None = None,
           timeout: float = 90.0) -> Server:
-    """Start a server over ``store`` (a file, or a database URL when ``log`` is given) and wait
-    for ``/healthz``; raises with its log when it does not come up."""
+    """Start a server over ``store`` (a file or a database URL) and wait for ``/healthz``; raises
+    with its log when it does not come up."""
     port = free_port()
-    log = log or Path(store).with_suffix(f".{port}.log")
+    if log is None:
+        from memcompile_local.store import is_database_url
+
+        log = (Path(tempfile.mkdtemp(prefix="serve-log-")) / f"serve.{port}.log" if is_database_url(str(store))
+               else Path(store).with_suffix(f".{port}.log"))
     cmd = [sys.executable, "-m", "memcompile_local", "serve", "--store", str(store), "--port", str(port), *args]
     if config is not None:
         cmd += ["--config", str(config)]

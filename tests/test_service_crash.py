@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from _service_util import running, start, write_config
-from memcompile_local.store import MemoryStore
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +51,10 @@ def built_and_dequeued(c: httpx.Client, user: str) -> bool:
     return state["pending_turns"] == 0 and not state["build"]["queued"]
 
 
-def test_sigkill_during_appends_loses_no_acknowledged_turn(tmp_path):
-    store = tmp_path / "mem.sqlite"
+def test_sigkill_during_appends_loses_no_acknowledged_turn(tmp_path, store_factory):
+    """On both backends: the server is killed while its worker holds a build lease; the next one
+    takes the lease over, finishes every build and loses no acknowledged turn."""
+    store = store_factory.location
     down = tmp_path / "backend-down"
     down.touch()  # holds the first build back, so the raw-turn search below is deterministic
     slow = llm_config(tmp_path / "slow.yaml", delay_s=0.25, down_file=down)
@@ -127,7 +128,7 @@ def test_sigkill_during_appends_loses_no_acknowledged_turn(tmp_path):
                  "the build queue to drain after the restart")
         assert c.get("/healthz").json()["queue"] == {"namespaces": 0, "turns": 0}
         c.close()
-    with MemoryStore(store) as s:
+    with store_factory() as s:
         for u in users:
             ns = f"t:local:{u}"
             n = s.packet_count(ns)

@@ -48,6 +48,7 @@ from ..data import example_conversation_path, load_locomo
 from ..evidence.answer import answer_settings
 from ..pipeline.presets import apply_preset
 from ..memory import Memory
+from ..store import describe_location
 from ..types import QAItem
 
 __all__ = ["run_demo", "demo_config", "RIGHT_F1"]
@@ -114,7 +115,7 @@ def run_demo(args: Any, cfg: PipelineConfig, *, backend: Any = None, embedder: A
     try:
         with Memory(store_path, cfg, backend=backend, embedder=embedder, progress=not args.quiet) as mem:
             res = mem.add(conv.namespace, conv)
-            print(f"ingested {conv.namespace}: {res.added} turns ({res.skipped} already present) into {store_path}")
+            print(f"ingested {conv.namespace}: {res.added} turns ({res.skipped} already present) into {describe_location(store_path)}")
             b = mem.build(conv.namespace)
             fallback = mem.store.get_meta(conv.namespace, f"fallback:{b.descriptor_set}")
             n_fallback = len(json.loads(fallback)) if fallback else 0

@@ -24,7 +24,7 @@ from .demo import run_demo
 from ..errors import ConfigError, DataFormatError, MemCompileError
 from ..pipeline.presets import COMPOSITION_HELP, PRESETS, describe_preset
 from ..memory import Memory
-from ..store import check_store, describe_location, open_store
+from ..store import check_store, describe_location, is_database_url, open_store
 from .args import (
     add_model,
     add_quiet,
@@ -324,7 +324,11 @@ def cmd_scrub(args) -> int:
         print(f"scrub pending: another connection still holds old snapshots of {describe_location(args.store)}; retry later",
               file=sys.stderr)
         return 3
-    print(f"scrubbed {describe_location(args.store)}: no copies of forgotten data remain")
+    if is_database_url(args.store):
+        print(f"scrubbed {describe_location(args.store)}: every table of the store was rewritten (VACUUM FULL); "
+              "the server's WAL, archives, backups and replicas are outside its reach (see the README)")
+    else:
+        print(f"scrubbed {describe_location(args.store)}: no copies of forgotten data remain")
     return 0
 
 

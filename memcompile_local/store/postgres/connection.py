@@ -4,9 +4,9 @@
 ``_write()`` (one transaction, rolled back on any exception), ``_read()`` (one consistent
 snapshot), ``_query()`` (one statement) and ``transaction()`` / ``savepoint()`` for callers that
 group writes. A thread inside ``transaction()`` keeps one connection for the whole of it, and
-every helper called on that thread joins it; each joined write runs under a savepoint of its
-own, so a write that fails inside a longer transaction is undone alone, as a failed statement
-is in SQLite.
+every helper called on that thread joins it; a joined write runs under a savepoint of its
+own only where the caller asks for one (``savepoint()``): a write that fails inside a longer
+transaction fails the transaction, which the caller rolls back (or undoes to its savepoint).
 
 Writers of one namespace are serialised by a transaction-level advisory lock on the namespace
 (``_lock_namespace``): what a transaction read about a namespace it locked (its generation, its
@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
@@ -69,7 +70,7 @@ class PgConnection:
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": int(connect_timeout_s), "options": options}
         self._pool = psycopg_pool.ConnectionPool(
             url, min_size=1, max_size=max(1, int(pool_size)), kwargs=kwargs, timeout=float(pool_timeout_s),
-            open=False, check=psycopg_pool.ConnectionPool.check_connection, name="memcompile-store")
+            open=False, check=self._check_idle, name="memcompile-store")
         self._pool_size = int(pool_size)
         self._pool_timeout_s = float(pool_timeout_s)
         try:
@@ -80,6 +81,14 @@ class PgConnection:
         self._closed = False
 
     # ------------------------------------------------------------------ errors
+
+    IDLE_CHECK_S = 1.0
+    """A pooled connection unused for longer is pinged before it is handed out (a restarted
+    server leaves dead ones behind); one used more recently is handed out as it is."""
+
+    def _check_idle(self, conn: Any) -> None:
+        if time.monotonic() - getattr(conn, "_memcompile_used", 0.0) > self.IDLE_CHECK_S:
+            conn.execute("")
 
     def _error(self, exc: BaseException, what: str) -> StoreError:
         """The :class:`StoreError` for a driver failure during ``what``."""
@@ -100,7 +109,10 @@ class PgConnection:
         psycopg = self._psycopg
         try:
             with self._pool.connection() as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    conn._memcompile_used = time.monotonic()
         except (psycopg.Error, OSError) as exc:
             raise self._error(exc, what) from exc
         except Exception as exc:
@@ -122,14 +134,17 @@ class PgConnection:
         held = self._joined()
         if held is not None:
             try:
-                with held.transaction():
-                    yield held
+                yield held
             except self._psycopg.Error as exc:
-                raise self._error(exc, "write failed and was rolled back") from exc
+                raise self._error(exc, "write failed; the transaction is rolled back") from exc
             return
         with self._connection("write failed and was rolled back") as conn:
             with conn.transaction():
-                yield conn
+                self._local.locked = set()
+                try:
+                    yield conn
+                finally:
+                    self._local.locked = None
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -149,8 +164,18 @@ class PgConnection:
     def savepoint(self) -> Iterator[None]:
         """Inside ``transaction()``: the body's writes are undone alone when it raises (the
         exception goes on); the rest of the transaction stands."""
-        with self._write():
-            yield
+        held = self._joined()
+        if held is None:
+            with self._write():
+                yield
+            return
+        locked = set(self._local.locked or ())
+        try:
+            with held.transaction():
+                yield
+        except BaseException:
+            self._local.locked = locked  # the locks taken under the savepoint went with it
+            raise
 
     @contextmanager
     def _read(self, table: str | None = None) -> Iterator[Any]:
@@ -182,10 +207,15 @@ class PgConnection:
         with self._connection(what) as conn:
             return conn.execute(sql, params).fetchall()
 
-    @staticmethod
-    def _lock_namespace(c: Any, namespace: str) -> None:
-        """Hold ``namespace``'s advisory lock until the transaction on ``c`` ends."""
+    def _lock_namespace(self, c: Any, namespace: str) -> None:
+        """Hold ``namespace``'s advisory lock until the transaction on ``c`` ends (taken once per
+        transaction of this thread)."""
+        locked = getattr(self._local, "locked", None)
+        if locked is not None and namespace in locked:
+            return
         c.execute("SELECT pg_advisory_xact_lock(%s, %s)", (NAMESPACE_LOCK_CLASS, namespace_lock_key(namespace)))
+        if locked is not None:
+            locked.add(namespace)
 
     def verify_file(self) -> None:
         """Raise :class:`StoreError` unless the database answers a query now (a health check)."""

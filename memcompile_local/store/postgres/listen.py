@@ -21,9 +21,11 @@ logger = logging.getLogger(__name__)
 class GenerationListener:
     """LISTEN on ``channel`` of the database at ``url`` in a daemon thread (``start``/``stop``)."""
 
-    def __init__(self, url: str, on_change: Callable[[str, int], None], *, channel: str):
+    def __init__(self, url: str, on_change: Callable[[str, int], None], *, channel: str,
+                 skip_writer: str | None = None):
         self._psycopg, _ = require_driver()
         self.url, self.channel, self.on_change = url, channel, on_change
+        self.skip_writer = skip_writer  # a writer token whose announcements are not handed on
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memcompile-store-listener", daemon=True)
         self.connected = threading.Event()  # set while LISTEN is active (tests wait on it)
@@ -59,12 +61,16 @@ class GenerationListener:
         self.connected.clear()
 
     def _deliver(self, payload: str) -> None:
-        generation, _, namespace = payload.partition(" ")
+        """Hand on one ``"<generation> <namespace> <writer>"`` payload."""
+        parts = payload.split(" ")
         try:
-            value = int(generation)
+            value = int(parts[0])
         except ValueError:
             return
+        namespace = parts[1] if len(parts) > 1 else ""
         self.received += 1
+        if self.skip_writer is not None and len(parts) > 2 and parts[2] == self.skip_writer:
+            return
         try:
             self.on_change(namespace, value)
         except Exception:  # a callback's failure must not end the listening

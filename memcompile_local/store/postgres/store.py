@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -51,7 +52,8 @@ from .schema import GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_sche
 logger = logging.getLogger(__name__)
 
 CHANNEL = "memcompile_generation"
-"""The NOTIFY channel; each payload is ``"<generation> <namespace>"``."""
+"""The NOTIFY channel; each payload is ``"<generation> <namespace> <writer>"``, ``writer`` being
+the token of the store object whose transaction committed it."""
 
 DEFAULT_FORGET_WAIT_S = 5.0
 
@@ -93,6 +95,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
                  pool_timeout_s: float = DEFAULT_POOL_TIMEOUT_S):
         self.forget_wait_s = DEFAULT_FORGET_WAIT_S
         self.forget_wait_s = self._wait_budget(forget_wait_s)
+        self._writer = uuid.uuid4().hex[:12]  # names this object's commits in its NOTIFYs
         super().__init__(url, read_only=read_only, pool_size=pool_size, pool_timeout_s=pool_timeout_s)
         try:
             with self._connection("opening the store failed") as conn:
@@ -116,16 +119,17 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         c.execute("INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                   (namespace, time.time()))
 
-    @staticmethod
-    def _bump(c: Any, namespace: str) -> int:
+    def _bump(self, c: Any, namespace: str) -> int:
         """A new generation for ``namespace`` inside the caller's transaction (which holds the
         namespace's lock), announced on :data:`CHANNEL` when it commits; returns it."""
+        # One round trip: the namespace registered (if new), its generation drawn and announced.
         row = c.execute(
-            f"WITH g AS (SELECT nextval('{GENERATION_SEQUENCE}') AS v), "
+            "WITH reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING), "
+            f"g AS (SELECT nextval('{GENERATION_SEQUENCE}') AS v), "
             "up AS (INSERT INTO generations (namespace, generation) SELECT %s, v FROM g "
             "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation RETURNING generation) "
             "SELECT generation, pg_notify(%s, generation::text || ' ' || %s) FROM up",
-            (namespace, CHANNEL, namespace)).fetchone()
+            (namespace, time.time(), namespace, CHANNEL, f"{namespace} {self._writer}")).fetchone()
         return int(row[0])
 
     def _counter(self, c: Any) -> int:
@@ -200,7 +204,6 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def _ingest_in(self, c: Any, ns: str, conversation: Conversation) -> tuple[int, int]:
         added = skipped = 0
         self._lock_namespace(c, ns)
-        self._register(c, ns)
         turns = list(conversation.iter_turns())
         ids = [t.packet_id for _, t in turns if isinstance(t.packet_id, str)]
         stored = {r[0]: r[1:] for r in c.execute(
@@ -251,7 +254,9 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             added += 1
         if rows:
             c.cursor().executemany(_PACKET_INSERT, rows)
-            self._bump(c, ns)
+            self._bump(c, ns)  # registers the namespace too
+        else:
+            self._register(c, ns)
         return added, skipped
 
     def packets(self, namespace: str) -> list[SourcePacket]:
@@ -362,7 +367,6 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             raise StoreError(f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id")
         with self._write() as c:
             self._lock_namespace(c, ns)
-            self._register(c, ns)
             c.execute("DELETE FROM cells WHERE namespace = %s AND layout_id = %s", (ns, lid))
             c.cursor().executemany(
                 "INSERT INTO cells (namespace, layout_id, cell_id, descriptor_ids_json, tokens, people_json, "
@@ -413,7 +417,6 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             if row is not None and row[0] != dim:
                 raise StoreError(
                     f"{self.path}: embeddings of vector space {sp!r} (model {mid!r}) have dim {row[0]}; got {dim}")
-            self._register(c, ns)
             replaced = {r[0] for r in c.execute(
                 "SELECT vector_id FROM embeddings WHERE namespace = %s AND model_id = %s AND key = ANY(%s)",
                 (ns, mid, keys))}
@@ -431,6 +434,8 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             self._drop_unreferenced(c, sorted(replaced - set(ids.values())))
             if keys:
                 self._bump(c, ns)
+            else:
+                self._register(c, ns)
 
     @staticmethod
     def _drop_unreferenced(c: Any, vector_ids: Sequence[int]) -> int:
@@ -476,7 +481,6 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         v = require_str(value, "meta value", allow_empty=True)
         with self._write() as c:
             self._lock_namespace(c, ns)
-            self._register(c, ns)
             c.execute("INSERT INTO meta (namespace, key, value) VALUES (%s, %s, %s) "
                       "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value", (ns, k, v))
             self._bump(c, ns)
@@ -493,7 +497,6 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             rows.append((ns, cid, w, int(budget), json.dumps(dict(cap), ensure_ascii=False, sort_keys=True)))
         with self._write() as c:
             self._lock_namespace(c, ns)
-            self._register(c, ns)
             c.execute("DELETE FROM capsules WHERE namespace = %s", (ns,))
             c.cursor().executemany("INSERT INTO capsules (namespace, capsule_id, writer, budget, body) "
                                    "VALUES (%s, %s, %s, %s, %s)", rows)
@@ -561,7 +564,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
                 # The counter moves past every generation the namespace had; the NOTIFY tells
                 # every server to drop its view of it.
                 c.execute(f"SELECT pg_notify(%s, nextval('{GENERATION_SEQUENCE}')::text || ' ' || %s)",
-                          (CHANNEL, ns))
+                          (CHANNEL, f"{ns} {self._writer}"))
                 self._mark_scrub_pending(c)
         except StoreError as exc:
             if type(exc.__cause__).__name__ == "LockNotAvailable":
@@ -726,11 +729,16 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         from .check import check_database
         return check_database(self)
 
-    def listen(self, on_change: Callable[[str, int], None]):
+    def listen(self, on_change: Callable[[str, int], None], *, own: bool = False):
         """Call ``on_change(namespace, generation)`` from a background thread for every
-        generation any process commits; returns the listener (``stop()`` ends it)."""
+        generation another store object (another process, usually) commits, and with ``own``
+        for this object's commits too; returns the listener (``stop()`` ends it).
+
+        A server's own writes are left out by default: it has already updated (or dropped) its
+        views when they commit, and the announcement can arrive before it has."""
         from .listen import GenerationListener
-        return GenerationListener(self.url, on_change, channel=CHANNEL).start()
+        return GenerationListener(self.url, on_change, channel=CHANNEL,
+                                  skip_writer=None if own else self._writer).start()
 
 
 def _lock_args(ns: str) -> tuple[int, int]:
