@@ -58,11 +58,11 @@ def main() -> int:
                 bad += 1
                 print(out.stderr[-3000:], file=sys.stderr)
             for line in out.stdout.splitlines():
-                if re.match(r"^\s+\d+ \|", line):
+                if re.match(r"^\s*[\d.]+ \|\s+\d+ \|", line):
                     summary.append(f"{name:28s} {line.strip()}")
     finally:
         server.remove()
-    print("\nsetup                        clients | req/s  | search p50    p95    p99 | append p50    p95    p99 | "
+    print("\nsetup                        batch ms | clients | req/s  | search p50    p95    p99 | append p50    p95    p99 | "
           "fresh p50   p95 | searchable p50  p95 | errors cross missed")
     for line in summary:
         print(line)
