@@ -9,6 +9,7 @@ and batching on return exactly the packets and scores of the same searches sent 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -45,6 +46,11 @@ class Counting:
     def embed_query(self, texts):
         with self.lock:
             self.calls += 1
+            first = self.calls == 1
+        if first:
+            # The first call holds the model a while, so that the other callers queue behind it
+            # whatever the machine's load (the next batch then merges them).
+            time.sleep(0.3)
         if self.fail:
             raise RuntimeError("model gone")
         embed = getattr(self.inner, "embed_query", None) or self.inner.embed
@@ -98,7 +104,13 @@ def test_small_document_calls_are_merged_too_and_large_ones_go_alone(make):
     serial = [np.asarray(inner.embed(d), dtype=np.float32) for d in docs]
     counted = Counting(inner)
     calls = []
-    counted.embed = lambda texts: calls.append(len(texts)) or inner.embed(texts)
+    def embed(texts):
+        calls.append(len(texts))
+        if len(calls) == 1:
+            time.sleep(0.3)  # as in Counting.embed_query: the others queue behind the first call
+        return inner.embed(texts)
+
+    counted.embed = embed
     batched = BatchedQueryEmbedder(counted, window_s=0.02, small_docs=3)
     got = concurrent(type("Docs", (), {"embed_query": staticmethod(batched.embed)})(), docs)
     for rows, want in zip(got, serial):
