@@ -297,3 +297,21 @@ def test_leave_one_out_picks_each_setting_from_the_other_conversations():
     assert out["picks"] == {"c1": "b", "c2": "a", "c3": "a"} and out["in_sample"] == "a"
     assert out["table"] == [{"writer": "cv", "budget": "0.5", "questions": 3, "retain_recall": 100.0,
                              "read_recall": round(100 * (0.0 + 1.0 + 0.0) / 3, 2)}]
+
+
+def test_the_gap_mark_between_kept_pieces_counts_against_the_budget():
+    two = packet(3, 3, "Ann", "My cousin Pilar moved to Valencia on 4 June 2023. Ok. "
+                              "I start at Iberdrola in Madrid on 1 July 2023.")
+    descs = {two.packet_id: [claim(two, "Ann's cousin Pilar moved to Valencia.", people=["Pilar"],
+                                   keywords=["cousin", "valencia"], event_time="2023-06-04"),
+                             claim(two, "Ann starts at Iberdrola in Madrid.", keywords=["iberdrola", "madrid"],
+                                   event_time="2023-07-01")]}
+    facts = count_tokens("My cousin Pilar moved to Valencia on 4 June 2023.") + \
+        count_tokens("I start at Iberdrola in Madrid on 1 July 2023.")
+    w = ModelFreeWriter(max_tokens=11)
+    both = w.retain([two], descs, facts + 1)
+    assert [c.text for c in both.capsules] == [
+        "My cousin Pilar moved to Valencia on 4 June 2023. … I start at Iberdrola in Madrid on 1 July 2023."]
+    assert both.tokens == facts + 1
+    one = w.retain([two], descs, facts)  # the two facts fit, their gap mark does not: one goes
+    assert one.tokens <= facts and len(one.capsules) == 1 and "…" not in one.capsules[0].text

@@ -27,6 +27,7 @@ older one), until it fits. What differs is the priority:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
 import re
 from dataclasses import dataclass, replace
@@ -234,8 +235,10 @@ def _density(value: float, tokens: int, power: float) -> float:
 
 
 class _Kept:
-    """Capsules kept so far, with eviction by priority (lowest first, ties: the older), and
-    how many kept capsules hold each key stem (the novelty of the next capsule reads it)."""
+    """Capsules kept so far, with eviction by priority (lowest first, ties: the older), how
+    many kept capsules hold each key stem (the novelty of the next capsule reads it) and which
+    kept capsules hold it (the candidates a new capsule may supersede). The eviction order is
+    a heap with stale entries skipped, so that writing a long stream is not quadratic."""
 
     def __init__(self, budget: int) -> None:
         if budget < 0:
@@ -244,34 +247,61 @@ class _Kept:
         self.items: dict[str, tuple[Capsule, float]] = {}
         self.tokens = 0
         self.stem_count: dict[str, int] = {}
+        self._holders: dict[str, dict[str, None]] = {}  # stem -> kept capsule ids, insertion order
         self._stems: dict[str, set[str]] = {}
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._entry: dict[str, int] = {}  # capsule id -> its live heap entry
+        self._seq = 0
 
     def stems(self, c: Capsule) -> set[str]:
         if c.capsule_id not in self._stems:
             self._stems[c.capsule_id] = _key_stems(c)
         return self._stems[c.capsule_id]
 
+    def sharing(self, stems: set[str]) -> list[str]:
+        """Ids of kept capsules holding at least one of ``stems`` (first kept first)."""
+        ids: dict[str, None] = {}
+        for st in stems:
+            ids.update(self._holders.get(st, {}))
+        return sorted(ids, key=lambda i: (self.items[i][0].ordinal, self.items[i][0].piece, i))
+
+    def _push(self, c: Capsule, priority: float) -> None:
+        self._seq += 1
+        self._entry[c.capsule_id] = self._seq
+        heapq.heappush(self._heap, (priority, c.ordinal, c.piece, c.capsule_id, self._seq))
+
     def _drop(self, capsule_id: str) -> None:
         c = self.items.pop(capsule_id)[0]
+        self._entry.pop(capsule_id, None)
         self.tokens -= c.tokens
         for st in self.stems(c):
             self.stem_count[st] -= 1
+            self._holders[st].pop(capsule_id, None)
+
+    def _evict_one(self) -> None:
+        while self._heap:
+            _, _, _, cid, seq = heapq.heappop(self._heap)
+            if self._entry.get(cid) == seq:
+                self._drop(cid)
+                return
 
     def add(self, c: Capsule, priority: float) -> None:
         if c.capsule_id in self.items:
             self._drop(c.capsule_id)
         self._stems.pop(c.capsule_id, None)
         self.items[c.capsule_id] = (c, priority)
+        self._push(c, priority)
         self.tokens += c.tokens
         for st in self.stems(c):
             self.stem_count[st] = self.stem_count.get(st, 0) + 1
+            self._holders.setdefault(st, {})[c.capsule_id] = None
         while self.tokens > self.budget and self.items:
-            victim = min(self.items.values(), key=lambda cp: (cp[1], cp[0].ordinal, cp[0].piece, cp[0].capsule_id))[0]
-            self._drop(victim.capsule_id)
+            self._evict_one()
 
     def update(self, c: Capsule, priority: float) -> None:
         """Change a kept capsule's metadata or priority (its text and keys stay)."""
         self.items[c.capsule_id] = (c, priority)
+        self._push(c, priority)
 
     def result(self, writer: str, source_tokens: int, calls: int = 0, *, merge: bool = False) -> RetentionResult:
         """The kept capsules in dialogue order; with ``merge`` the pieces of a turn as one
@@ -284,8 +314,7 @@ class _Kept:
             merged = merge_pieces(caps)
             if sum(c.tokens for c in merged) <= self.budget or not self.items:
                 return RetentionResult(writer, self.budget, tuple(merged), source_tokens, calls)
-            victim = min(self.items.values(), key=lambda cp: (cp[1], cp[0].ordinal, cp[0].piece, cp[0].capsule_id))[0]
-            self._drop(victim.capsule_id)
+            self._evict_one()
 
 
 def source_tokens(packets: Sequence[SourcePacket]) -> int:
@@ -339,7 +368,9 @@ class ModelFreeWriter:
                                                                                         self.size_power)
         new = _key_stems(c)
         if new:
-            for old, opr in list(kept.items.values()):
+            # Only a capsule sharing a stem can reach a positive overlap.
+            ids = kept.sharing(new) if self.supersede_overlap > 0 else list(kept.items)
+            for old, opr in [kept.items[i] for i in ids]:
                 if old.speaker != c.speaker or old.superseded_by is not None or old.sources == c.sources:
                     continue
                 have = kept.stems(old)
