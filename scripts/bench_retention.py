@@ -43,6 +43,7 @@ from memcompile_local.bench.retention import (  # noqa: E402
     budget_curve_plot, leave_one_out, read_recall, retain_recall, retention_markdown, retention_table)
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo, load_longmemeval  # noqa: E402
+from memcompile_local.language.tokens import count_tokens  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.pipeline.presets import apply_presets  # noqa: E402
@@ -59,6 +60,10 @@ DEFAULT_DATA = {"locomo": "../shared/data/locomo/locomo_dev4.json",
 def budget_tokens(label: str, source_tokens: int) -> int:
     value = float(label)
     return int(value * source_tokens) if value < 1 else int(value)
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a (baseline 0)"
 
 
 def load(benchmark: str, data: str, max_turn_chars: int | None):
@@ -137,6 +142,7 @@ def main() -> int:
 
     rows: list[dict] = []
     full_read: list[float | None] = []
+    full_ctx: list[int] = []
     spent: dict[tuple[str, str], list[tuple[int, int]]] = {}
     timing: dict[str, float] = {}
     t_q = time.perf_counter()
@@ -144,8 +150,11 @@ def main() -> int:
     for conv in convs:
         view = mem.view(conv.namespace)
         qs = questions(args.benchmark, conv, {p.packet_id for p in view.packets})
+        text_of = {p.packet_id: p.content for p in view.packets}
         for q, gold in qs:
-            full_read.append(gold_recall(mem.compile(conv.namespace, q.question).packet_ids, gold))
+            ids = mem.compile(conv.namespace, q.question).packet_ids
+            full_read.append(gold_recall(ids, gold))
+            full_ctx.append(sum(count_tokens(text_of[i]) for i in ids))
             n_q += 1
         source = source_tokens(view.packets)
         for name, tag, writer in variants:
@@ -158,6 +167,7 @@ def main() -> int:
                 spent.setdefault((name, b), []).append((res.tokens, source))
                 ns = f"{conv.namespace}.keep.{tag}.{b}"
                 sources_of = {c.capsule_id: c.sources for c in res.capsules}
+                size_of = {c.capsule_id: c.tokens for c in res.capsules}
                 kept = res.retained_sources()
                 if store.packet_count(ns):
                     mem.forget(ns)  # an earlier run's capsules (maybe of another writer version)
@@ -165,11 +175,12 @@ def main() -> int:
                     mem.add(ns, capsules_conversation(ns, res.capsules, conv.speakers))
                     mem.build(ns)
                 for q, gold in qs:
-                    read = None
+                    read, ctx = None, 0
                     if res.capsules:
-                        read = read_recall(mem.compile(ns, q.question).packet_ids, sources_of, gold)
+                        ids = mem.compile(ns, q.question).packet_ids
+                        read, ctx = read_recall(ids, sources_of, gold), sum(size_of[i] for i in ids)
                     rows.append({"writer": name, "budget": b, "retain": retain_recall(kept, gold), "read": read,
-                                 "conversation": conv.namespace, "category": str(q.category)})
+                                 "conversation": conv.namespace, "category": str(q.category), "ctx": ctx})
                 print(f"  {conv.namespace} {name:14s} {b:>6s}: {len(res.capsules):4d} capsules, {res.tokens:7d} of "
                       f"{source} tokens, write {write_ms:.0f} ms", flush=True)
             timing[name] = timing.get(name, 0.0) + time.perf_counter() - t1
@@ -179,17 +190,23 @@ def main() -> int:
         t = spent[(r["writer"], r["budget"])]
         r["retained_tokens"] = sum(a for a, _ in t)
         r["source_tokens"] = sum(s for _, s in t)
+        ctx = [x["ctx"] for x in rows if x["writer"] == r["writer"] and x["budget"] == r["budget"]]
+        r["context_tokens"] = round(sum(ctx) / max(len(ctx), 1), 1)  # the reader's 10 capsules, per question
     ref = [v for v in full_read if v is not None]
     unbudgeted = round(100 * sum(ref) / len(ref), 2) if ref else None
-    print(f"\n{len(convs)} conversations, {n_q} questions; unbudgeted model-free Read-Recall@10 {unbudgeted}")
+    full_ctx_mean = round(sum(full_ctx) / max(len(full_ctx), 1), 1)
+    print(f"\n{len(convs)} conversations, {n_q} questions; unbudgeted model-free Read-Recall@10 {unbudgeted} "
+          f"({full_ctx_mean} context tokens per question)")
     print(f"times: build {build_s:.0f} s, unbudgeted questions {full_q_s:.0f} s, "
           + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items()) + " (write + build + read, all budgets)\n")
     cv = None
     if grid:
         cv = leave_one_out(rows, [f"model-free@{n}" for n in grid], budgets)
-        table += [{**r, "writer": "model-free (CV)"} for r in cv["table"]]
+        table += [{**r, "writer": "model-free (CV)", "context_tokens": None} for r in cv["table"]]
         print(f"piece length: in-sample pick {cv['in_sample']}; leave-one-conversation-out picks {cv['picks']}")
     print(retention_markdown(table))
+    print("context tokens per question (the 10 capsules read): " + "; ".join(
+        f"{r['writer']} {r['budget']}: {r['context_tokens']}" for r in table if r.get("context_tokens") is not None))
     cell = {(r["writer"], r["budget"]): r for r in table}
     targets = []
     for mf_name in ("model-free", "model-free (CV)"):
@@ -199,8 +216,8 @@ def main() -> int:
                 continue
             line = f"{mf_name} at {b}: Retain-Recall {mf['retain_recall']}"
             if rec and rnd:
-                line += (f" = {mf['retain_recall'] / max(rec['retain_recall'], 1e-9):.2f}x recent, "
-                         f"{mf['retain_recall'] / max(rnd['retain_recall'], 1e-9):.2f}x random")
+                line += f" = {ratio(mf['retain_recall'], rec['retain_recall'])} recent, " \
+                        f"{ratio(mf['retain_recall'], rnd['retain_recall'])} random"
             if mf["read_recall"] is not None and unbudgeted is not None:
                 line += f"; Read-Recall@10 {mf['read_recall']} vs unbudgeted {unbudgeted} " \
                         f"({mf['read_recall'] - unbudgeted:+.1f})"
@@ -219,7 +236,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"table": table, "unbudgeted_read_recall": unbudgeted,
                                                "cv": cv and {k: cv[k] for k in ("picks", "in_sample")},
-                                               "questions": n_q, "build_s": build_s, "timing_s": timing,
+                                               "questions": n_q, "build_s": build_s, "unbudgeted_context_tokens": full_ctx_mean, "timing_s": timing,
                                                "targets": targets}, indent=2))
     store.close()
     return 0
