@@ -92,7 +92,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--benchmark", choices=tuple(DEFAULT_DATA), default="locomo")
     ap.add_argument("--data", default=None, help="default: the benchmark's file under ../shared/data")
-    ap.add_argument("--limit", type=int, default=None, help="first N conversations only")
+    ap.add_argument("--limit", type=int, default=None, help="first N conversations only (after --offset)")
+    ap.add_argument("--offset", type=int, default=0, help="skip the first N conversations")
     ap.add_argument("--max-turn-chars", type=int, default=400_000)
     ap.add_argument("--budgets", default="0.1,0.25,0.5",
                     help="comma-separated; below 1: a share of each conversation's tokens, else tokens")
@@ -115,7 +116,8 @@ def main() -> int:
     store_path.parent.mkdir(parents=True, exist_ok=True)
     store = MemoryStore(store_path)
     mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store))
-    convs = load(args.benchmark, data, args.max_turn_chars)[: args.limit]
+    convs = load(args.benchmark, data, args.max_turn_chars)[args.offset:]
+    convs = convs[: args.limit] if args.limit is not None else convs
     t0 = time.perf_counter()
     for conv in convs:
         mem.add(conv.namespace, conv)
@@ -237,7 +239,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({"table": table, "unbudgeted_read_recall": unbudgeted,
                                                "cv": cv and {k: cv[k] for k in ("picks", "in_sample")},
                                                "questions": n_q, "build_s": build_s, "unbudgeted_context_tokens": full_ctx_mean, "timing_s": timing,
-                                               "targets": targets}, indent=2))
+                                               "targets": targets, "rows": rows}, indent=2))
     store.close()
     return 0
 
