@@ -315,3 +315,11 @@ def test_the_gap_mark_between_kept_pieces_counts_against_the_budget():
     assert both.tokens == facts + 1
     one = w.retain([two], descs, facts)  # the two facts fit, their gap mark does not: one goes
     assert one.tokens <= facts and len(one.capsules) == 1 and "…" not in one.capsules[0].text
+
+
+def test_an_llm_span_carries_its_own_sentences_keys():
+    backend = ScriptedBackend({("retain", "3 May"): _llm_reply(("T001", 5, "Pilar moved to Valencia on 4 June 2023"))})
+    res = LLMWriter(LLMClient(backend)).retain([LONG], {LONG.packet_id: LONG_DESCS}, 1000)
+    c = res.capsules[0]
+    assert c.text == "Pilar moved to Valencia on 4 June 2023" and c.dates == ("2023-06-04",)
+    assert "work" not in c.keywords and c.claims == (LONG_DESCS[1].text,)

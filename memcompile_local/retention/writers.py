@@ -539,9 +539,13 @@ class LLMWriter:
                     imp, span = value.get(p.packet_id, (0.05, ""))
                     c = turn_capsule(p, descs)
                     if span and span in c.text and span != c.text:
-                        k = _keys(p, descs, span)
-                        c = replace(c, text=span, span="sentences", names=k["names"], keywords=k["keywords"],
-                                    dates=k["dates"])
+                        # The span's keys: those of the sentences it is in or holds, not the turn's.
+                        sents = split_sentences(c.text)
+                        own = [d for sent, ds in zip(sents, sentence_descriptors(sents, descs))
+                               if sent in span or span in sent for d in ds]
+                        k = _keys(p, own, span)
+                        c = replace(c, text=span, span="sentences", claims=k["claims"], names=k["names"],
+                                    keywords=k["keywords"], dates=k["dates"])
                     self.fallback.write(kept, c, speakers, value=imp)
             else:
                 if not isinstance(resp, (OutputValidationError, TransportError)):
