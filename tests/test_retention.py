@@ -194,3 +194,132 @@ def test_capsule_table_round_trip_forget_delete_and_check(tmp_path):
         assert counts["capsules"] == 1 and store.capsules("u") == [] and len(store.capsules("v")) == 1
         with pytest.raises(Exception, match="names no source"):
             store.put_capsules("v", "recent", 5, [{"capsule_id": "x", "sources": []}])
+
+
+# ----------------------------------------------------------------------------- pieces and span keys
+
+LONG = packet(9, 3, "Ann", "It was a long week at work and the weather was grey. "
+                           "My cousin Pilar moved to Valencia on 4 June 2023. Anyway, talk soon!")
+LONG_DESCS = [claim(LONG, "Ann said: It was a long week at work and the weather was grey.",
+                    keywords=["long week", "work", "weather"]),
+              claim(LONG, "Ann's cousin Pilar moved to Valencia on 4 June 2023.", people=["Pilar"],
+                    keywords=["cousin", "valencia"], event_time="2023-06-04")]
+
+
+def test_each_sentence_gets_the_descriptors_cut_from_it():
+    from memcompile_local.address.extract_rule import split_sentences
+    from memcompile_local.retention.writers import sentence_descriptors
+
+    sents = split_sentences(LONG.content)
+    per = sentence_descriptors(sents, LONG_DESCS)
+    assert [[d.text for d in ds] for ds in per] == [[LONG_DESCS[0].text], [LONG_DESCS[1].text], []]
+
+
+def test_a_span_is_scored_by_its_own_keys_not_its_turns():
+    # Scored with the whole turn's keys every span looks as informative, and the shortest wins.
+    c = turn_capsule(LONG, LONG_DESCS, max_tokens=14)
+    assert c.text == "My cousin Pilar moved to Valencia on 4 June 2023."
+    assert "Pilar" in c.names and c.dates == ("2023-06-04",) and "work" not in c.keywords
+
+
+def test_a_long_turn_is_cut_into_pieces_with_their_own_keys():
+    from memcompile_local.retention.writers import turn_pieces
+
+    pieces = turn_pieces(LONG, LONG_DESCS, max_tokens=14)
+    assert [c.capsule_id for c in pieces] == ["D3:9#1", "D3:9#2", "D3:9#3"]
+    assert " ".join(c.text for c in pieces) == LONG.content
+    assert all(c.sources == ("D3:9",) and c.piece == i for i, c in enumerate(pieces, start=1))
+    assert pieces[1].dates == ("2023-06-04",) and pieces[0].dates == () and pieces[2].keywords == ()
+    assert turn_pieces(P[2], DESCS["D1:2"], max_tokens=64)[0].capsule_id == "D1:2"  # fits: the whole turn
+
+
+def test_the_model_free_writer_keeps_the_fact_piece_and_reads_a_turn_as_one_capsule():
+    fact = "My cousin Pilar moved to Valencia on 4 June 2023."
+    w = ModelFreeWriter(max_tokens=14)
+    res = w.retain([LONG], {LONG.packet_id: LONG_DESCS}, count_tokens(fact))
+    assert [(c.capsule_id, c.text, c.piece) for c in res.capsules] == [("D3:9", fact, 0)]
+    assert res.tokens <= res.budget
+    # Pieces kept on both sides of a dropped one are joined with a gap mark, which is paid for.
+    ends = "It was a long week at work and the weather was grey. … Anyway, talk soon!"
+    from memcompile_local.retention.writers import merge_pieces, turn_pieces
+
+    a, _, c = turn_pieces(LONG, LONG_DESCS, max_tokens=14)
+    assert merge_pieces([a, c])[0].text == ends and merge_pieces([a, c])[0].capsule_id == "D3:9"
+    for budget in range(0, count_tokens(LONG.content) + 2):
+        got = w.retain([LONG], {LONG.packet_id: LONG_DESCS}, budget)
+        assert got.tokens <= budget and len(got.capsules) <= 1
+    whole = w.retain([LONG], {LONG.packet_id: LONG_DESCS}, count_tokens(LONG.content))
+    assert [c.text for c in whole.capsules] == [LONG.content]
+    assert ModelFreeWriter(max_tokens=14, merge=False).retain([LONG], {LONG.packet_id: LONG_DESCS}, 1000) \
+        .capsules[0].capsule_id == "D3:9#1"
+
+
+def test_a_superseded_piece_names_the_joined_capsule_of_the_later_turn():
+    from memcompile_local.retention.writers import merge_pieces
+
+    old = replace_capsule(turn_capsule(P[2], DESCS["D1:2"]), superseded_by="D3:9#2")
+    assert merge_pieces([old])[0].superseded_by == "D3:9"
+
+
+def replace_capsule(c, **kw):
+    from dataclasses import replace
+
+    return replace(c, **kw)
+
+
+def test_model_free_writer_settings_are_checked():
+    with pytest.raises(ConfigError):
+        ModelFreeWriter(cut="words")
+    with pytest.raises(ConfigError):
+        ModelFreeWriter(max_tokens=0)
+    span = ModelFreeWriter(max_tokens=14, cut="span").retain([LONG], {LONG.packet_id: LONG_DESCS}, 1000)
+    assert [c.span for c in span.capsules] == ["sentences"] and "Pilar" in span.capsules[0].text
+
+
+def test_summary_sentences_are_scored_by_their_own_keys():
+    share = count_tokens("Ann: My cousin Pilar moved to Valencia on 4 June 2023.")
+    res = SummaryWriter().retain([LONG], {LONG.packet_id: LONG_DESCS}, share)
+    assert [c.text for c in res.capsules] == ["Ann: My cousin Pilar moved to Valencia on 4 June 2023."]
+    assert res.capsules[0].dates == ("2023-06-04",)
+
+
+def test_leave_one_out_picks_each_setting_from_the_other_conversations():
+    from memcompile_local.bench.retention import leave_one_out
+
+    # Setting "a" reads better on c1 and c2, "b" only on c3.
+    reads = {("a", "c1"): 1.0, ("b", "c1"): 0.0, ("a", "c2"): 1.0, ("b", "c2"): 0.5,
+             ("a", "c3"): 0.0, ("b", "c3"): 1.0}
+    rows = [{"writer": s, "budget": "0.5", "conversation": c, "retain": 1.0, "read": v}
+            for (s, c), v in reads.items()]
+    out = leave_one_out(rows, ["a", "b"], ["0.5"])
+    # Held out c1: a 0.5 vs b 0.75 -> b; c2: a 0.5 vs b 0.5 -> a (the tie goes to the earlier);
+    # c3: a 1.0 vs b 0.25 -> a. In sample: a 2/3 vs b 1.5/3 -> a.
+    assert out["picks"] == {"c1": "b", "c2": "a", "c3": "a"} and out["in_sample"] == "a"
+    assert out["table"] == [{"writer": "cv", "budget": "0.5", "questions": 3, "retain_recall": 100.0,
+                             "read_recall": round(100 * (0.0 + 1.0 + 0.0) / 3, 2)}]
+
+
+def test_the_gap_mark_between_kept_pieces_counts_against_the_budget():
+    two = packet(3, 3, "Ann", "My cousin Pilar moved to Valencia on 4 June 2023. Ok. "
+                              "I start at Iberdrola in Madrid on 1 July 2023.")
+    descs = {two.packet_id: [claim(two, "Ann's cousin Pilar moved to Valencia.", people=["Pilar"],
+                                   keywords=["cousin", "valencia"], event_time="2023-06-04"),
+                             claim(two, "Ann starts at Iberdrola in Madrid.", keywords=["iberdrola", "madrid"],
+                                   event_time="2023-07-01")]}
+    facts = count_tokens("My cousin Pilar moved to Valencia on 4 June 2023.") + \
+        count_tokens("I start at Iberdrola in Madrid on 1 July 2023.")
+    w = ModelFreeWriter(max_tokens=11)
+    both = w.retain([two], descs, facts + 1)
+    assert [c.text for c in both.capsules] == [
+        "My cousin Pilar moved to Valencia on 4 June 2023. … I start at Iberdrola in Madrid on 1 July 2023."]
+    assert both.tokens == facts + 1
+    one = w.retain([two], descs, facts)  # the two facts fit, their gap mark does not: one goes
+    assert one.tokens <= facts and len(one.capsules) == 1 and "…" not in one.capsules[0].text
+
+
+def test_an_llm_span_carries_its_own_sentences_keys():
+    backend = ScriptedBackend({("retain", "3 May"): _llm_reply(("T001", 5, "Pilar moved to Valencia on 4 June 2023"))})
+    res = LLMWriter(LLMClient(backend)).retain([LONG], {LONG.packet_id: LONG_DESCS}, 1000)
+    c = res.capsules[0]
+    assert c.text == "Pilar moved to Valencia on 4 June 2023" and c.dates == ("2023-06-04",)
+    assert "work" not in c.keywords and c.claims == (LONG_DESCS[1].text,)

@@ -64,3 +64,31 @@ def test_retention_budget_run_reads_only_the_capsules(tmp_path):
             assert set(row["selected_ids"]) <= {s for c in caps.values() for s in c["sources"]}
     finally:
         store.close()
+
+
+def test_a_second_retention_run_rewrites_the_kept_namespace(tmp_path):
+    from memcompile_local.bench.retain_eval import retained_namespace
+    from memcompile_local.types import Conversation, Session, Turn
+
+    cfg = apply_presets("model-free", PipelineConfig())
+    first = EvalRunner(spec(tmp_path, "a", retain_budget=0.3, writer="recent"), cfg,
+                       embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    store = MemoryStore(tmp_path / "m.sqlite")
+    try:
+        ns = next(iter(first["retention"]["budget_tokens"]))
+        keep = retained_namespace(ns, "recent", 0.3)
+        # A stale kept namespace (as an older writer version would leave): same ids, other text.
+        stale = [p for p in store.packets(keep)][:1]
+        store.forget(keep)
+        store.ingest(Conversation(namespace=keep, sessions=(Session(index=1, session_id="s", time="1 May, 2023",
+                     turns=(Turn(packet_id=stale[0].packet_id, speaker="X", text="stale text"),)),)))
+    finally:
+        store.close()
+    again = EvalRunner(spec(tmp_path, "b", retain_budget=0.3, writer="recent"), cfg,
+                       embedder=HashEmbedder(dim=64), echo=lambda s: None).run()
+    assert again["retention"]["read_recall"] == first["retention"]["read_recall"]
+    store = MemoryStore(tmp_path / "m.sqlite")
+    try:
+        assert "stale text" not in {p.content for p in store.packets(keep)}
+    finally:
+        store.close()

@@ -56,6 +56,9 @@ def retain_memories(mem: Any, namespaces: Sequence[tuple[str, Sequence[str]]], w
         res = w.retain(view.packets, view.descriptors_by_packet, budget_tokens(budget, total), namespace=ns)
         mem.store.put_capsules(ns, res.writer, res.budget, [c.to_dict() for c in res.capsules])
         keep = retained_namespace(ns, writer, budget)
+        if mem.store.packet_count(keep):
+            # What an earlier run kept (another writer version, or other data) is not reread.
+            mem.forget(keep)
         if res.capsules:
             mem.add(keep, capsules_conversation(keep, res.capsules, speakers))
             mem.build(keep)

@@ -8,8 +8,9 @@ For one question and one retained memory:
   of the ``k`` capsules the query path selected over the retained memory.
 
 ``retention_table`` averages both per (writer, budget) over questions with gold evidence;
-``retention_markdown`` prints it; ``budget_curve_plot`` draws recall against budget, one
-line per writer (matplotlib, the ``bench`` extra).
+``retention_markdown`` prints it; ``leave_one_out`` picks one of several writer settings per
+held-out conversation from the others and scores the held-out one with it; ``budget_curve_plot``
+draws recall against budget, one line per writer (matplotlib, the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from ..errors import DataFormatError
 from .coverage import gold_recall
 from .plots import _pyplot, _save_png
 
-__all__ = ["retain_recall", "read_recall", "retention_table", "retention_markdown", "budget_curve_plot"]
+__all__ = ["retain_recall", "read_recall", "retention_table", "retention_markdown", "leave_one_out",
+           "budget_curve_plot"]
 
 
 def retain_recall(retained_sources: Iterable[str], gold: Sequence[str]) -> float | None:
@@ -51,6 +53,48 @@ def retention_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "retain_recall": _pct([r["retain"] for r in g]),
                     "read_recall": _pct([r.get("read") for r in g])})
     return out
+
+
+def _mean_read(rows: Sequence[Mapping[str, Any]], budgets: Sequence[str]) -> float:
+    """Mean over ``budgets`` of the pooled Read-Recall of ``rows`` at that budget (0 when none)."""
+    vals = []
+    for b in budgets:
+        v = [r["read"] for r in rows if str(r["budget"]) == b and r.get("read") is not None]
+        vals.append(sum(v) / len(v) if v else 0.0)
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def leave_one_out(rows: Sequence[Mapping[str, Any]], settings: Sequence[str], budgets: Sequence[str]
+                  ) -> dict[str, Any]:
+    """Leave-one-conversation-out choice among writer ``settings`` (row ``writer`` names).
+
+    Rows as in ``retention_table`` plus ``conversation``. For each conversation, the setting
+    with the best Read-Recall on the other conversations (pooled over their questions, then
+    averaged over ``budgets``; ties: the earlier setting) is the one it is scored with.
+    Returns ``picks`` (conversation -> setting), ``in_sample`` (the setting the same rule picks
+    on all conversations) and ``table``: ``retention_table`` rows per budget (writer ``"cv"``)
+    over every conversation read with its pick.
+    """
+    budgets = [str(b) for b in budgets]
+    by: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    convs: list[str] = []
+    for r in rows:
+        if r["writer"] in settings:
+            by.setdefault((r["writer"], r["conversation"]), []).append(r)
+            if r["conversation"] not in convs:
+                convs.append(r["conversation"])
+    if not convs:
+        raise DataFormatError("<retention>", "rows", "rows of the given settings with a conversation")
+
+    def best(pool: Sequence[str]) -> str:
+        scored = [(_mean_read([r for c in pool for r in by.get((s, c), ())], budgets), -i, s)
+                  for i, s in enumerate(settings)]
+        return max(scored)[2]
+
+    picks = {c: best([o for o in convs if o != c]) if len(convs) > 1 else best(convs) for c in convs}
+    chosen = [{**r, "writer": "cv"} for c in convs for r in by.get((picks[c], c), ())
+              if str(r["budget"]) in budgets]
+    return {"picks": picks, "in_sample": best(convs), "table": retention_table(chosen)}
 
 
 def retention_markdown(table: Sequence[Mapping[str, Any]], *, read_label: str = "Read-Recall@10") -> str:

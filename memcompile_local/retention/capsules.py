@@ -35,6 +35,7 @@ class Capsule:
     value: float = 0.0  # the writer's retention value when written (higher: kept longer)
     ordinal: int = 0  # dialogue position of the first source
     span: str = "turn"  # "turn", "sentences" or "summary"
+    piece: int = 0  # a turn cut into several capsules: 1, 2, ... in the turn's order; else 0
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -49,7 +50,7 @@ class Capsule:
                 "session_id": self.session_id, "session_time": self.session_time, "speaker": self.speaker,
                 "text": self.text, "claims": list(self.claims), "names": list(self.names),
                 "keywords": list(self.keywords), "dates": list(self.dates), "superseded_by": self.superseded_by,
-                "value": self.value, "ordinal": self.ordinal, "span": self.span}
+                "value": self.value, "ordinal": self.ordinal, "span": self.span, "piece": self.piece}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Capsule":
@@ -58,7 +59,8 @@ class Capsule:
                    claims=tuple(d.get("claims", ())), names=tuple(d.get("names", ())),
                    keywords=tuple(d.get("keywords", ())), dates=tuple(d.get("dates", ())),
                    superseded_by=d.get("superseded_by"), value=float(d.get("value", 0.0)),
-                   ordinal=int(d.get("ordinal", 0)), span=d.get("span", "turn"))
+                   ordinal=int(d.get("ordinal", 0)), span=d.get("span", "turn"),
+                   piece=int(d.get("piece", 0)))
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ def capsules_conversation(namespace: str, capsules: Sequence[Capsule], speakers:
     """The capsules as a conversation the normal query path reads: one turn per capsule (its id
     the capsule id, its text the excerpt), grouped into the sessions they came from."""
     by_session: dict[tuple[int, str, str], list[Turn]] = {}
-    for c in sorted(capsules, key=lambda c: (c.session_index, c.ordinal, c.capsule_id)):
+    for c in sorted(capsules, key=lambda c: (c.session_index, c.ordinal, c.piece, c.capsule_id)):
         by_session.setdefault((c.session_index, c.session_id, c.session_time), []).append(
             Turn(packet_id=c.capsule_id, speaker=c.speaker, text=c.text))
     sessions = tuple(Session(index=i + 1, session_id=sid, time=t, turns=tuple(turns))

@@ -9,10 +9,13 @@ older one), until it fits. What differs is the priority:
 - ``ModelFreeWriter``: informativeness of the excerpt (names other than the speaker, dates,
   a first-person statement, numbers, keywords; a question or small talk scores less) times
   its novelty against what is kept (the share of its key stems no kept capsule has: a
-  write-time residual coverage), per token to the power ``size_power``; a turn longer than
-  ``max_tokens`` is cut to its best contiguous sentence span. A later capsule of the same
-  speaker whose keys overlap an earlier one's by ``supersede_overlap`` (Jaccard) marks that
-  one superseded and lowers its priority by ``supersede_decay``.
+  write-time residual coverage), per token to the power ``size_power``. A turn longer than
+  ``max_tokens`` is cut into pieces of consecutive sentences that compete for the budget on
+  their own, each scored by its own sentences' keys; at the end the kept pieces of a turn are
+  joined into one capsule, so that a reader spends one slot on it (``cut="span"`` keeps only
+  the turn's best span instead). A later capsule of the same speaker whose keys overlap an
+  earlier one's by ``supersede_overlap`` (Jaccard) marks that one superseded and lowers its
+  priority by ``supersede_decay``.
 - ``LLMWriter``: a prompted writer per session (constrained JSON: which turns to keep, an
   importance 1-5, an optional verbatim span); a session whose answer cannot be read falls
   back to the model-free priorities for that session.
@@ -24,6 +27,7 @@ older one), until it fits. What differs is the priority:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
 import re
 from dataclasses import dataclass, replace
@@ -44,7 +48,8 @@ from .capsules import Capsule, RetentionResult
 logger = logging.getLogger(__name__)
 
 __all__ = ["Writer", "ModelFreeWriter", "LLMWriter", "RecentWriter", "RandomWriter", "SummaryWriter",
-           "WRITERS", "make_writer", "source_tokens", "informativeness", "turn_capsule", "WRITER_PROMPT_VERSION"]
+           "WRITERS", "make_writer", "source_tokens", "informativeness", "turn_capsule", "sentence_descriptors",
+           "WRITER_PROMPT_VERSION"]
 
 WRITER_PROMPT_VERSION = "ember-writer-v1"
 _FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|my|mine|we|our|we're|we've)\b")
@@ -107,26 +112,47 @@ def _text_of(p: SourcePacket) -> str:
     return p.content + (f" (image: {p.image_caption})" if p.image_caption else "")
 
 
+def sentence_descriptors(sentences: Sequence[str], descs: Sequence[Descriptor]) -> list[list[Descriptor]]:
+    """The descriptors cut from each sentence of a turn: each descriptor goes to the sentence
+    sharing the largest share of its claim's stems (ties: the earlier sentence; a claim sharing
+    no stem with any sentence goes nowhere). A span's keys are then its own sentences' keys,
+    not the whole turn's."""
+    stems = [set(stem_terms(s)) for s in sentences]
+    out: list[list[Descriptor]] = [[] for _ in sentences]
+    for d in descs:
+        own = set(stem_terms(d.text))
+        if not own or not sentences:
+            continue
+        share = [len(own & st) / len(own) for st in stems]
+        best = max(range(len(sentences)), key=lambda i: (share[i], -i))
+        if share[best] > 0:
+            out[best].append(d)
+    return out
+
+
 def turn_capsule(p: SourcePacket, descs: Sequence[Descriptor], *, max_tokens: int | None = None,
-                 speakers: Sequence[str] = ()) -> Capsule:
+                 speakers: Sequence[str] = (), span_power: float = 0.5) -> Capsule:
     """The capsule of one turn: the whole turn, or its most informative contiguous sentence
-    span of at most ``max_tokens`` tokens (informativeness per token, ties: the earlier)."""
+    span of at most ``max_tokens`` tokens (informativeness of the span's own keys per
+    token^0.5, ties: the earlier). The capsule's keys are those of the kept sentences."""
     text, span = _text_of(p), "turn"
     if max_tokens is not None and count_tokens(text) > max_tokens:
         sents = split_sentences(text)
-        best: tuple[float, int, str] | None = None
+        per_sentence = sentence_descriptors(sents, descs)
+        best: tuple[float, int, str, list[Descriptor]] | None = None
         for i in range(len(sents)):
             for j in range(i + 1, len(sents) + 1):
                 piece = " ".join(sents[i:j])
                 n = count_tokens(piece)
                 if n > max_tokens:
                     break
-                k = _keys(p, descs, piece)
-                dens = informativeness(piece, k["names"], k["dates"], k["keywords"], speakers) / max(n, 1) ** 0.5
+                own = [d for ds in per_sentence[i:j] for d in ds]
+                k = _keys(p, own, piece)
+                dens = informativeness(piece, k["names"], k["dates"], k["keywords"], speakers) / max(n, 1) ** span_power
                 if best is None or dens > best[0] + 1e-12:
-                    best = (dens, i, piece)
+                    best = (dens, i, piece, own)
         if best is not None:
-            text, span = best[2], "sentences"
+            text, span, descs = best[2], "sentences", best[3]
     k = _keys(p, descs, text)
     return Capsule(capsule_id=p.packet_id, sources=(p.packet_id,), session_index=p.session_index,
                    session_id=p.session_id, session_time=p.session_time, speaker=p.speaker, text=text,
@@ -134,13 +160,85 @@ def turn_capsule(p: SourcePacket, descs: Sequence[Descriptor], *, max_tokens: in
                    ordinal=p.ordinal, span=span)
 
 
+def turn_pieces(p: SourcePacket, descs: Sequence[Descriptor], *, max_tokens: int) -> list[Capsule]:
+    """A turn as capsules of at most ``max_tokens`` tokens each: the whole turn when it fits,
+    else runs of consecutive sentences packed greedily in dialogue order (a single sentence
+    longer than ``max_tokens`` is a piece of its own). Piece ``k`` of a cut turn has the id
+    ``<packet id>#<k>`` (from 1); each piece's keys are those of its own sentences."""
+    text = _text_of(p)
+    if count_tokens(text) <= max_tokens:
+        return [turn_capsule(p, descs)]
+    sents = split_sentences(text)
+    per_sentence = sentence_descriptors(sents, descs)
+    runs: list[list[int]] = []
+    used = 0
+    for i, sent in enumerate(sents):
+        n = count_tokens(sent)
+        if runs and used + n <= max_tokens:
+            runs[-1].append(i)
+            used += n
+        else:
+            runs.append([i])
+            used = n
+    out = []
+    for k, run in enumerate(runs, start=1):
+        piece = " ".join(sents[i] for i in run)
+        keys = _keys(p, [d for i in run for d in per_sentence[i]], piece)
+        out.append(Capsule(capsule_id=f"{p.packet_id}#{k}", sources=(p.packet_id,), session_index=p.session_index,
+                           session_id=p.session_id, session_time=p.session_time, speaker=p.speaker, text=piece,
+                           claims=keys["claims"], names=keys["names"], keywords=keys["keywords"],
+                           dates=keys["dates"], ordinal=p.ordinal, span="sentences", piece=k))
+    return out
+
+
+def merge_pieces(capsules: Sequence[Capsule]) -> list[Capsule]:
+    """Kept pieces of one turn as one capsule (dialogue order): their texts joined by a space
+    where they are adjacent and by " … " where pieces between them were dropped, their keys
+    united, the highest value kept; other capsules unchanged. A reader then spends one slot on
+    a turn, however it was cut."""
+    groups: dict[str, list[Capsule]] = {}
+    order: list[str] = []
+    for c in capsules:
+        key = c.sources[0] if c.piece else f"\x00{c.capsule_id}"
+        if key not in groups:
+            order.append(key)
+        groups.setdefault(key, []).append(c)
+    out = []
+    for key in order:
+        g = sorted(groups[key], key=lambda c: c.piece)
+        if len(g) == 1 and not g[0].piece:
+            out.append(g[0])
+            continue
+        text = g[0].text
+        for a, b in zip(g, g[1:]):
+            text += (" " if b.piece == a.piece + 1 else " … ") + b.text
+        first = g[0]
+
+        def union(field: str) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(v for c in g for v in getattr(c, field)))
+
+        out.append(replace(first, capsule_id=first.sources[0], text=text, claims=union("claims"),
+                           names=union("names"), keywords=union("keywords"), dates=union("dates"),
+                           value=max(c.value for c in g), piece=0,
+                           superseded_by=next((c.superseded_by for c in g if c.superseded_by), None)))
+    # A piece superseded by a piece of a later turn names that turn's joined capsule.
+    return [replace(c, superseded_by=_turn_id(c.superseded_by)) if c.superseded_by else c for c in out]
+
+
+def _turn_id(capsule_id: str) -> str:
+    head, sep, tail = capsule_id.rpartition("#")
+    return head if sep and tail.isdigit() else capsule_id
+
+
 def _density(value: float, tokens: int, power: float) -> float:
     return value / max(tokens, 1) ** power
 
 
 class _Kept:
-    """Capsules kept so far, with eviction by priority (lowest first, ties: the older), and
-    how many kept capsules hold each key stem (the novelty of the next capsule reads it)."""
+    """Capsules kept so far, with eviction by priority (lowest first, ties: the older), how
+    many kept capsules hold each key stem (the novelty of the next capsule reads it) and which
+    kept capsules hold it (the candidates a new capsule may supersede). The eviction order is
+    a heap with stale entries skipped, so that writing a long stream is not quadratic."""
 
     def __init__(self, budget: int) -> None:
         if budget < 0:
@@ -149,38 +247,74 @@ class _Kept:
         self.items: dict[str, tuple[Capsule, float]] = {}
         self.tokens = 0
         self.stem_count: dict[str, int] = {}
+        self._holders: dict[str, dict[str, None]] = {}  # stem -> kept capsule ids, insertion order
         self._stems: dict[str, set[str]] = {}
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._entry: dict[str, int] = {}  # capsule id -> its live heap entry
+        self._seq = 0
 
     def stems(self, c: Capsule) -> set[str]:
         if c.capsule_id not in self._stems:
             self._stems[c.capsule_id] = _key_stems(c)
         return self._stems[c.capsule_id]
 
+    def sharing(self, stems: set[str]) -> list[str]:
+        """Ids of kept capsules holding at least one of ``stems`` (first kept first)."""
+        ids: dict[str, None] = {}
+        for st in stems:
+            ids.update(self._holders.get(st, {}))
+        return sorted(ids, key=lambda i: (self.items[i][0].ordinal, self.items[i][0].piece, i))
+
+    def _push(self, c: Capsule, priority: float) -> None:
+        self._seq += 1
+        self._entry[c.capsule_id] = self._seq
+        heapq.heappush(self._heap, (priority, c.ordinal, c.piece, c.capsule_id, self._seq))
+
     def _drop(self, capsule_id: str) -> None:
         c = self.items.pop(capsule_id)[0]
+        self._entry.pop(capsule_id, None)
         self.tokens -= c.tokens
         for st in self.stems(c):
             self.stem_count[st] -= 1
+            self._holders[st].pop(capsule_id, None)
+
+    def _evict_one(self) -> None:
+        while self._heap:
+            _, _, _, cid, seq = heapq.heappop(self._heap)
+            if self._entry.get(cid) == seq:
+                self._drop(cid)
+                return
 
     def add(self, c: Capsule, priority: float) -> None:
         if c.capsule_id in self.items:
             self._drop(c.capsule_id)
         self._stems.pop(c.capsule_id, None)
         self.items[c.capsule_id] = (c, priority)
+        self._push(c, priority)
         self.tokens += c.tokens
         for st in self.stems(c):
             self.stem_count[st] = self.stem_count.get(st, 0) + 1
+            self._holders.setdefault(st, {})[c.capsule_id] = None
         while self.tokens > self.budget and self.items:
-            victim = min(self.items.values(), key=lambda cp: (cp[1], cp[0].ordinal, cp[0].capsule_id))[0]
-            self._drop(victim.capsule_id)
+            self._evict_one()
 
     def update(self, c: Capsule, priority: float) -> None:
         """Change a kept capsule's metadata or priority (its text and keys stay)."""
         self.items[c.capsule_id] = (c, priority)
+        self._push(c, priority)
 
-    def result(self, writer: str, source_tokens: int, calls: int = 0) -> RetentionResult:
-        caps = sorted((c for c, _ in self.items.values()), key=lambda c: (c.ordinal, c.capsule_id))
-        return RetentionResult(writer, self.budget, tuple(caps), source_tokens, calls)
+    def result(self, writer: str, source_tokens: int, calls: int = 0, *, merge: bool = False) -> RetentionResult:
+        """The kept capsules in dialogue order; with ``merge`` the pieces of a turn as one
+        capsule (``merge_pieces``), evicting lowest priority first while the " … " marks of
+        dropped pieces between kept ones would overflow the budget."""
+        while True:
+            caps = sorted((c for c, _ in self.items.values()), key=lambda c: (c.ordinal, c.piece, c.capsule_id))
+            if not merge:
+                return RetentionResult(writer, self.budget, tuple(caps), source_tokens, calls)
+            merged = merge_pieces(caps)
+            if sum(c.tokens for c in merged) <= self.budget or not self.items:
+                return RetentionResult(writer, self.budget, tuple(merged), source_tokens, calls)
+            self._evict_one()
 
 
 def source_tokens(packets: Sequence[SourcePacket]) -> int:
@@ -193,14 +327,34 @@ def source_tokens(packets: Sequence[SourcePacket]) -> int:
 
 @dataclass
 class ModelFreeWriter:
-    """Informativeness x novelty per token^size_power, span cut, supersession (module docstring)."""
+    """Informativeness x novelty per token^size_power, pieces of long turns, supersession
+    (module docstring). ``max_tokens``: the longest piece (the ``span`` cut: the longest span)."""
 
-    max_tokens: int = 64
+    max_tokens: int = 8  # the leave-one-conversation-out pick on locomo_dev4 (README, EMBER)
     size_power: float = 0.5
+    span_power: float = 0.5  # the span cut's informativeness per token^span_power
+    cut: str = "pieces"  # "pieces": a long turn is several capsules (turn_pieces); "span": its one best span
+    merge: bool = True  # with pieces: the kept pieces of a turn are read as one capsule (merge_pieces)
     novelty_floor: float = 0.5  # priority multiplier of a capsule that adds no new key
     supersede_overlap: float = 0.6
     supersede_decay: float = 0.8
     name: str = "model-free"
+
+    def __post_init__(self) -> None:
+        if self.cut not in ("pieces", "span"):
+            raise ConfigError(f"the model-free writer cuts long turns into 'pieces' or one 'span', got {self.cut!r}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"the model-free writer's max_tokens must be >= 1, got {self.max_tokens}")
+
+    def capsules_of(self, p: SourcePacket, descs: Sequence[Descriptor], speakers: Sequence[str]) -> list[Capsule]:
+        """The capsules one turn is written as: its pieces, or its one best span."""
+        if self.cut == "pieces":
+            return turn_pieces(p, descs, max_tokens=self.max_tokens)
+        return [turn_capsule(p, descs, max_tokens=self.max_tokens, speakers=speakers, span_power=self.span_power)]
+
+    @property
+    def merges(self) -> bool:
+        return self.cut == "pieces" and self.merge
 
     def priority(self, c: Capsule, kept_stems: Mapping[str, int], speakers: Sequence[str]) -> float:
         info = informativeness(c.text, c.names, c.dates, c.keywords, speakers)
@@ -214,8 +368,10 @@ class ModelFreeWriter:
                                                                                         self.size_power)
         new = _key_stems(c)
         if new:
-            for old, opr in list(kept.items.values()):
-                if old.speaker != c.speaker or old.superseded_by is not None:
+            # Only a capsule sharing a stem can reach a positive overlap.
+            ids = kept.sharing(new) if self.supersede_overlap > 0 else list(kept.items)
+            for old, opr in [kept.items[i] for i in ids]:
+                if old.speaker != c.speaker or old.superseded_by is not None or old.sources == c.sources:
                     continue
                 have = kept.stems(old)
                 if have and len(have & new) / len(have | new) >= self.supersede_overlap:
@@ -227,9 +383,9 @@ class ModelFreeWriter:
         kept = _Kept(budget)
         speakers = sorted({p.speaker for p in packets})
         for p in packets:
-            self.write(kept, turn_capsule(p, descriptors_by_packet.get(p.packet_id, ()), max_tokens=self.max_tokens,
-                                          speakers=speakers), speakers)
-        return kept.result(self.name, source_tokens(packets))
+            for c in self.capsules_of(p, descriptors_by_packet.get(p.packet_id, ()), speakers):
+                self.write(kept, c, speakers)
+        return kept.result(self.name, source_tokens(packets), merge=self.merges)
 
 
 @dataclass
@@ -283,28 +439,28 @@ class SummaryWriter:
         caps: list[Capsule] = []
         for idx in sorted(sessions):
             ps = sessions[idx]
-            sents: list[tuple[float, int, SourcePacket, str]] = []
+            sents: list[tuple[float, int, SourcePacket, str, list[Descriptor]]] = []
             for p in ps:
-                descs = descriptors_by_packet.get(p.packet_id, ())
-                for s in split_sentences(_text_of(p)):
-                    k = _keys(p, descs, s)
+                split = split_sentences(_text_of(p))
+                for s, own in zip(split, sentence_descriptors(split, descriptors_by_packet.get(p.packet_id, ()))):
+                    k = _keys(p, own, s)  # a sentence is scored by its own keys, not its turn's
                     sents.append((informativeness(s, k["names"], k["dates"], k["keywords"], speakers),
-                                  len(sents), p, s))
-            chosen: list[tuple[int, SourcePacket, str]] = []
+                                  len(sents), p, s, own))
+            chosen: list[tuple[int, SourcePacket, str, list[Descriptor]]] = []
             used = 0
-            for info, pos, p, s in sorted(sents, key=lambda x: (-x[0], x[1])):
+            for info, pos, p, s, own in sorted(sents, key=lambda x: (-x[0], x[1])):
                 if info <= 0.1:  # small talk is no summary, even when it would fit
                     break
                 n = count_tokens(f"{p.speaker}: {s}")
                 if used + n <= share:
-                    chosen.append((pos, p, s))
+                    chosen.append((pos, p, s, own))
                     used += n
             if not chosen:
                 continue
             chosen.sort(key=lambda x: x[0])
-            text = " ".join(f"{p.speaker}: {s}" for _, p, s in chosen)
-            srcs = tuple(dict.fromkeys(p.packet_id for _, p, _ in chosen))
-            descs = [d for pid in srcs for d in descriptors_by_packet.get(pid, ())]
+            text = " ".join(f"{p.speaker}: {s}" for _, p, s, _ in chosen)
+            srcs = tuple(dict.fromkeys(p.packet_id for _, p, _, _ in chosen))
+            descs = [d for _, _, _, own in chosen for d in own]
             first = chosen[0][1]
             k = _keys(first, descs, text)
             caps.append(Capsule(capsule_id=f"{first.session_id}:summary", sources=srcs,
@@ -383,9 +539,13 @@ class LLMWriter:
                     imp, span = value.get(p.packet_id, (0.05, ""))
                     c = turn_capsule(p, descs)
                     if span and span in c.text and span != c.text:
-                        k = _keys(p, descs, span)
-                        c = replace(c, text=span, span="sentences", names=k["names"], keywords=k["keywords"],
-                                    dates=k["dates"])
+                        # The span's keys: those of the sentences it is in or holds, not the turn's.
+                        sents = split_sentences(c.text)
+                        own = [d for sent, ds in zip(sents, sentence_descriptors(sents, descs))
+                               if sent in span or span in sent for d in ds]
+                        k = _keys(p, own, span)
+                        c = replace(c, text=span, span="sentences", claims=k["claims"], names=k["names"],
+                                    keywords=k["keywords"], dates=k["dates"])
                     self.fallback.write(kept, c, speakers, value=imp)
             else:
                 if not isinstance(resp, (OutputValidationError, TransportError)):
@@ -394,10 +554,9 @@ class LLMWriter:
                 logger.info("retention writer fell back to model-free on %s: %s", ps[0].session_id,
                             type(resp).__name__)
                 for p in ps:
-                    self.fallback.write(kept, turn_capsule(p, descriptors_by_packet.get(p.packet_id, ()),
-                                                           max_tokens=self.fallback.max_tokens, speakers=speakers),
-                                        speakers)
-        return kept.result(self.name, source_tokens(packets), calls=len(order))
+                    for c in self.fallback.capsules_of(p, descriptors_by_packet.get(p.packet_id, ()), speakers):
+                        self.fallback.write(kept, c, speakers)
+        return kept.result(self.name, source_tokens(packets), calls=len(order), merge=self.fallback.merges)
 
 
 WRITERS = ("model-free", "llm", "recent", "random", "summary")
