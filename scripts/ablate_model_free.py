@@ -552,6 +552,21 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
          [{"name_term_weight": w} for w in (1.0, 0.5, 0.25, 0.0)]),
         ("+ named participant's terms down-weighted only when no other term matches (name_term_scope alone)",
          "plain+q+names", [{"name_term_weight": w, "name_term_scope": "alone"} for w in (1.0, 0.5, 0.25, 0.0)]),
+        # Long turns (issue 25 item 3): what the dense channel embeds per turn (index variants
+        # of cv_corpora.dense_variants over the same builds; the first point is the package's).
+        ("+ dense context vector only where its document fits (context_window_words 150/200/300)", "plain+q",
+         [{"variant": f"plain+q+z+cw{w}"} for w in (0, 150, 200, 300)]),
+        ("+ dense: long turns scored by their passages (150 or 100 words; best or top-2 mean)", "plain+q",
+         [{"variant": "plain+q+z+cw0"}] + [{"variant": f"plain+q+z+cw0+p{pw}/{pool}"}
+                                           for pw in (150, 100) for pool in ("max", "top2")]),
+        ("+ dense document: the raw turn instead of z(p)", "plain+q",
+         [{"variant": f"plain+q+{doc}+cw0"} for doc in ("z", "turn")]),
+        ("combined: dense document, context gate, passages", "plain+q",
+         [{"variant": f"plain+q+{doc}+cw{w}{p}"} for doc in ("z", "turn") for w in (0, 150, 200, 300)
+          for p in ("", "+p150/top2", "+p150/max")]),
+        ("combined: dense document, context gate, passages, dense weight refit", "plain+q",
+         [{"variant": f"plain+q+{doc}+cw{w}{p}", "packet_weight": pw} for pw in (1.5, 1.0, 2.0)
+          for doc in ("z", "turn") for w in (0, 150, 200, 300) for p in ("", "+p150/top2")]),
         ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows
@@ -741,6 +756,7 @@ def eval_setting(questions, fusion_base, changes: dict, variant: str):
     changes = dict(changes)
     select = changes.pop("select", None)
     params = changes.pop("params", {})
+    variant = changes.pop("variant", variant)  # a grid point may read another index variant
     cfg = dataclasses.replace(fusion_base, **changes)
     r10 = np.zeros(len(questions))
     r12 = np.zeros(len(questions))
