@@ -42,7 +42,7 @@ from memcompile_local.bench.baselines import _raw_matrix, _raw_text
 from memcompile_local.bench.corpora import split_reachable
 from memcompile_local.bench.coverage import gold_recall
 from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
-                                   load_locomo, load_realtalk)
+                                   load_locomo, load_longmemeval, load_realtalk)
 from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, packet_channel
 from memcompile_local.fused.index import FusionIndex
 from memcompile_local.fused.retriever import FusedRetriever, select_rows
@@ -54,10 +54,11 @@ from memcompile_local.pipeline.compile import query_intent
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation
 
-CORPUS_NAMES = ("locomo", "realtalk", "beam")
-TITLES = {"locomo": "LoCoMo dev4", "realtalk": "REALTALK", "beam": "BEAM 100K"}
+CORPUS_NAMES = ("locomo", "realtalk", "beam", "longmemeval")
+TITLES = {"locomo": "LoCoMo dev4", "realtalk": "REALTALK", "beam": "BEAM 100K", "longmemeval": "LongMemEval S"}
 DEFAULT_DATA = {"locomo": "../shared/data/locomo/locomo_dev4.json", "realtalk": "../shared/data/realtalk",
-                "beam": "../shared/data/beam/100K"}
+                "beam": "../shared/data/beam/100K",
+                "longmemeval": "../shared/data/longmemeval/longmemeval_s_single.json"}
 BASELINES = ("baseline: MiniLM cosine, raw turns (top 10)", "baseline: BM25, raw turns (top 10)")
 REFERENCE_PREFIX = "package defaults"  # the shipped row: the bar of the shipping rule
 
@@ -74,6 +75,9 @@ def load_corpus(name: str, data: str) -> Corpus:
         return Corpus(name, load_locomo(data), {c: LOCOMO_CATEGORY_NAMES[c] for c in (1, 2, 3, 4)})
     if name == "realtalk":
         return Corpus(name, load_realtalk(data), dict(REALTALK_CATEGORY_NAMES))
+    if name == "longmemeval":  # one haystack per question: a measurement, not a cross-validation
+        convs = load_longmemeval(data)
+        return Corpus(name, convs, {c: c for c in dict.fromkeys(q.category for cv in convs for q in cv.questions)})
     if name == "beam":
         # The released chats hold one 348,853-character reply: the study reads every turn.
         return Corpus(name, load_beam(data, max_turn_chars=None),
@@ -145,6 +149,7 @@ def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool, fusio
 # (context_window_words) and/or long turns' passages; their vectors are embedded into the
 # cached store once (content-addressed, as a build embeds them), so a rerun only reads them.
 
+NO_DENSE_VARIANTS = False  # set by run() from --no-dense-variants
 CONTEXT_WINDOWS = (150, 200, 300)  # context_window_words grid (words)
 PASSAGES = ((150, 30), (100, 20))  # (passage_words, passage_overlap_words) grid
 
@@ -208,7 +213,7 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                "burst": FusionIndex.build(view.packets, view.descriptors_by_packet, burst_cfg,
                                           packet_matrix=view.packet_matrix, context_matrix=view.fusion.context_matrix)}
     indexes["plain+q"] = indexes["plain+q+names"] = indexes["plain"]
-    variants = dense_variants(mem, view, cfg)
+    variants = {} if NO_DENSE_VARIANTS else dense_variants(mem, view, cfg)
     indexes.update(variants)
     retriever = FusedRetriever(view.fusion, cfg.fusion)  # the package's: Memory.compile's query vector
     packets = mem.store.packets(ns)
@@ -359,9 +364,15 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
     the variants dropped from the package."""
     if fusion_base is None:
         fusion_base = cfg.fusion
+    global NO_DENSE_VARIANTS
+    NO_DENSE_VARIANTS = bool(getattr(args, "no_dense_variants", False))
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]
-    data = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam}
+    data = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam, "longmemeval": None}
     corpora = [load_corpus(n, data[n] or DEFAULT_DATA[n]) for n in names]
+    if getattr(args, "beam_chats", None):
+        for c in corpora:
+            if c.name == "beam":
+                c.convs = c.convs[: args.beam_chats]
     cache = Path(args.cache).expanduser()
     progress = not args.quiet
     t0 = time.perf_counter()
