@@ -150,7 +150,7 @@ class FusionConfig:
     # words (whitespace runs; 0: for every turn). An embedder reads its first window only
     # (all-MiniLM-L6-v2: 256 word pieces, about 190 words), so the context document of a long
     # turn is embedded as the turn before it, which the question often resembles more.
-    context_window_words: NonNegInt = 150
+    context_window_words: NonNegInt = 300
     # Long turns (issue 25 item 3): a turn of more than ``passage_words`` words (whitespace runs)
     # is also embedded as overlapping passages of at most that many words on sentence boundaries
     # (address/passages.py), and its dense score is its passages' pooled cosine
