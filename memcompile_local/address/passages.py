@@ -17,7 +17,6 @@ pieces: English prose runs about 1.3 pieces a word, code and markup more).
 from __future__ import annotations
 
 import re
-from typing import Sequence
 
 import numpy as np
 
@@ -78,23 +77,14 @@ def long_turn_passages(text: str, words: int, overlap: int) -> tuple[str, ...]:
     return split_passages(text, words, overlap)
 
 
-def passage_rows(texts: Sequence[str], max_words: int, overlap_words: int) -> tuple[list[str], list[int]]:
-    """All passages of ``texts`` in order, and for each passage the index of its text."""
-    passages: list[str] = []
-    owner: list[int] = []
-    for i, t in enumerate(texts):
-        for p in split_passages(t, max_words, overlap_words):
-            passages.append(p)
-            owner.append(i)
-    return passages, owner
-
-
 def best_passage_scores(cosines: np.ndarray, owner: np.ndarray, n: int, *, pool: str = "max") -> np.ndarray:
     """Per text, the pooled score of its passages (``owner[j]``: the text of passage ``j``).
 
     ``pool``: "max" (the best passage) or "top2" (the mean of the two best; a text with one
     passage keeps that passage's score). Texts without a passage score 0.
     """
+    if not len(owner):
+        return np.zeros(n, dtype=np.float64)
     out = np.full(n, -np.inf, dtype=np.float64)
     np.maximum.at(out, owner, cosines)
     if pool == "top2":
