@@ -805,8 +805,13 @@ def run_cv(questions, fusion_base, plot_path: str | None, only: str | None = Non
     print(f"\nleave-one-conversation-out on {len(namespaces)} conversations ({len(questions)} questions); "
           "each row's constants fit on three conversations (best mean recall@10 of its grid), "
           "scored on the fourth")
+    have = set(questions[0].channels) if questions else set()
     for n_row, (name, variant, points) in enumerate(cv_rows()):
         if only and only not in name and n_row and name != SHIPPED_ROW:
+            continue
+        needed = {p.get("variant", variant) for p in points}
+        if not needed <= have:  # index variants only the three-corpus study builds (cv_corpora)
+            print(f"  (row {name!r} needs --corpora: index variants {', '.join(sorted(needed - have))})")
             continue
         evals = [eval_setting(questions, fusion_base, p, variant) for p in points]
         R10 = np.stack([e[0] for e in evals])
