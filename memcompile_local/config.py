@@ -146,6 +146,19 @@ class FusionConfig:
     # Context vectors: "embedded" = each turn's neighbour document (previous, own, next turn)
     # embedded; "composed" = the normalized sum of those turns' dense vectors (nothing embedded).
     dense_context: Literal["embedded", "composed"] = "embedded"
+    # The context vector counts only for turns whose context document has at most this many
+    # words (whitespace runs; 0: for every turn). An embedder reads its first window only
+    # (all-MiniLM-L6-v2: 256 word pieces, about 190 words), so the context document of a long
+    # turn is embedded as the turn before it, which the question often resembles more.
+    context_window_words: NonNegInt = 300
+    # Long turns (issue 25 item 3): a turn of more than ``passage_words`` words (whitespace runs)
+    # is also embedded as overlapping passages of at most that many words on sentence boundaries
+    # (address/passages.py), and its dense score is its passages' pooled cosine
+    # (``passage_pool``: "max" = the best passage, "top2" = the mean of the two best); the
+    # selected unit stays the turn. 0 turns passages off.
+    passage_words: NonNegInt = 0
+    passage_overlap_words: NonNegInt = 30
+    passage_pool: Literal["max", "top2"] = "top2"
     bm25_k1: NonNeg = 1.5
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (on only where that kept them).

@@ -552,6 +552,33 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
          [{"name_term_weight": w} for w in (1.0, 0.5, 0.25, 0.0)]),
         ("+ named participant's terms down-weighted only when no other term matches (name_term_scope alone)",
          "plain+q+names", [{"name_term_weight": w, "name_term_scope": "alone"} for w in (1.0, 0.5, 0.25, 0.0)]),
+        # Long turns (issue 25 item 3): what the dense channel embeds per turn (index variants
+        # of cv_corpora.dense_variants over the same builds; the first point is the package's).
+        ("+ dense context vector only where its document fits (context_window_words 150/200/300)", "plain+q",
+         [{"variant": f"plain+q+z+cw{w}"} for w in (0, 150, 200, 300)]),
+        ("+ dense: long turns scored by their passages (150 or 100 words; best or top-2 mean)", "plain+q",
+         [{"variant": "plain+q+z+cw0"}] + [{"variant": f"plain+q+z+cw0+p{pw}/{pool}"}
+                                           for pw in (150, 100) for pool in ("max", "top2")]),
+        ("+ dense document: the raw turn instead of z(p)", "plain+q",
+         [{"variant": f"plain+q+{doc}+cw0"} for doc in ("z", "turn")]),
+        ("dense, no fit: the release before (context vector everywhere)", "plain+q", [{"variant": "plain+q+z+cw0"}]),
+        ("dense, no fit: context vector where its document has at most 150 words", "plain+q",
+         [{"variant": "plain+q+z+cw150"}]),
+        ("dense, no fit: at most 300 words (shipped)", "plain+q", [{"variant": "plain+q+z+cw300"}]),
+        ("dense, no fit: raw-turn document, context at most 150 words", "plain+q", [{"variant": "plain+q+turn+cw150"}]),
+        ("dense, no fit: raw-turn document, context at most 300 words", "plain+q", [{"variant": "plain+q+turn+cw300"}]),
+        ("dense, no fit: raw-turn document, context at most 300 words, dense weight 2", "plain+q",
+         [{"variant": "plain+q+turn+cw300", "packet_weight": 2.0}]),
+        ("dense, no fit: raw-turn document, context at most 150 words, dense weight 2", "plain+q",
+         [{"variant": "plain+q+turn+cw150", "packet_weight": 2.0}]),
+        ("dense, no fit: raw-turn document, context at most 150 words, passages 150/top-2", "plain+q",
+         [{"variant": "plain+q+turn+cw150+p150/top2"}]),
+        ("combined: dense document, context gate, passages", "plain+q",
+         [{"variant": f"plain+q+{doc}+cw{w}{p}"} for doc in ("z", "turn") for w in (0, 150, 200, 300)
+          for p in ("", "+p150/top2", "+p150/max")]),
+        ("combined: dense document, context gate, passages, dense weight refit", "plain+q",
+         [{"variant": f"plain+q+{doc}+cw{w}{p}", "packet_weight": pw} for pw in (1.5, 1.0, 2.0)
+          for doc in ("z", "turn") for w in (0, 150, 200, 300) for p in ("", "+p150/top2")]),
         ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows
@@ -741,6 +768,7 @@ def eval_setting(questions, fusion_base, changes: dict, variant: str):
     changes = dict(changes)
     select = changes.pop("select", None)
     params = changes.pop("params", {})
+    variant = changes.pop("variant", variant)  # a grid point may read another index variant
     cfg = dataclasses.replace(fusion_base, **changes)
     r10 = np.zeros(len(questions))
     r12 = np.zeros(len(questions))
@@ -777,8 +805,13 @@ def run_cv(questions, fusion_base, plot_path: str | None, only: str | None = Non
     print(f"\nleave-one-conversation-out on {len(namespaces)} conversations ({len(questions)} questions); "
           "each row's constants fit on three conversations (best mean recall@10 of its grid), "
           "scored on the fourth")
+    have = set(questions[0].channels) if questions else set()
     for n_row, (name, variant, points) in enumerate(cv_rows()):
         if only and only not in name and n_row and name != SHIPPED_ROW:
+            continue
+        needed = {p.get("variant", variant) for p in points}
+        if not needed <= have:  # index variants only the three-corpus study builds (cv_corpora)
+            print(f"  (row {name!r} needs --corpora: index variants {', '.join(sorted(needed - have))})")
             continue
         evals = [eval_setting(questions, fusion_base, p, variant) for p in points]
         R10 = np.stack([e[0] for e in evals])
@@ -973,13 +1006,19 @@ def main() -> int:
                                                                    "(and the two reference rows)")
     g = ap.add_argument_group("several corpora (--cv --corpora; scripts/cv_corpora.py)")
     g.add_argument("--corpora", default=None, metavar="NAMES",
-                   help="comma-separated corpora to cross-validate over: locomo, realtalk, beam")
+                   help="comma-separated corpora to cross-validate over: locomo, realtalk, beam, longmemeval (a measurement: one haystack)")
     g.add_argument("--realtalk", default=None, help="REALTALK chat folder (default ../shared/data/realtalk)")
     g.add_argument("--beam", default=None, help="BEAM size folder (default ../shared/data/beam/100K)")
     g.add_argument("--cache", default="~/.cache/memcompile-local/ablate",
                    help="folder of the built stores, one per corpus, conversation and configuration")
     g.add_argument("--cv-json", default=None, metavar="PATH", help="also write the rows' figures as JSON")
     g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--embed-model", default=None, metavar="NAME_OR_DIR",
+                   help="sentence-transformers model of the builds (default: the package's, all-MiniLM-L6-v2)")
+    g.add_argument("--beam-chats", type=int, default=None, metavar="N",
+                   help="only the first N BEAM chats (a slow embedder's subset)")
+    g.add_argument("--no-dense-variants", action="store_true",
+                   help="skip the dense document / context gate / passage variants (their rows then fail)")
     args = ap.parse_args()
     if args.corpora:
         if not args.cv:
@@ -987,6 +1026,9 @@ def main() -> int:
         import cv_corpora  # scripts/ is on sys.path when this file runs as a script
 
         cfg = apply_preset("model-free", PipelineConfig())
+        if args.embed_model:
+            cfg = cfg.replace(model={"embed_model": str(Path(args.embed_model).expanduser())
+                                     if Path(args.embed_model).expanduser().exists() else args.embed_model})
         return cv_corpora.run(args, cfg=cfg, cv_rows=cv_rows, eval_setting=eval_setting,
                               default_variant=default_variant, fusion_base=AblationFusion.of(cfg.fusion))
 

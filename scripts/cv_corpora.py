@@ -42,8 +42,8 @@ from memcompile_local.bench.baselines import _raw_matrix, _raw_text
 from memcompile_local.bench.corpora import split_reachable
 from memcompile_local.bench.coverage import gold_recall
 from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
-                                   load_locomo, load_realtalk)
-from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel
+                                   load_locomo, load_longmemeval, load_realtalk)
+from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, packet_channel
 from memcompile_local.fused.index import FusionIndex
 from memcompile_local.fused.retriever import FusedRetriever, select_rows
 from memcompile_local.language.stemming import stem_terms
@@ -54,10 +54,11 @@ from memcompile_local.pipeline.compile import query_intent
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation
 
-CORPUS_NAMES = ("locomo", "realtalk", "beam")
-TITLES = {"locomo": "LoCoMo dev4", "realtalk": "REALTALK", "beam": "BEAM 100K"}
+CORPUS_NAMES = ("locomo", "realtalk", "beam", "longmemeval")
+TITLES = {"locomo": "LoCoMo dev4", "realtalk": "REALTALK", "beam": "BEAM 100K", "longmemeval": "LongMemEval S"}
 DEFAULT_DATA = {"locomo": "../shared/data/locomo/locomo_dev4.json", "realtalk": "../shared/data/realtalk",
-                "beam": "../shared/data/beam/100K"}
+                "beam": "../shared/data/beam/100K",
+                "longmemeval": "../shared/data/longmemeval/longmemeval_s_single.json"}
 BASELINES = ("baseline: MiniLM cosine, raw turns (top 10)", "baseline: BM25, raw turns (top 10)")
 REFERENCE_PREFIX = "package defaults"  # the shipped row: the bar of the shipping rule
 
@@ -74,6 +75,9 @@ def load_corpus(name: str, data: str) -> Corpus:
         return Corpus(name, load_locomo(data), {c: LOCOMO_CATEGORY_NAMES[c] for c in (1, 2, 3, 4)})
     if name == "realtalk":
         return Corpus(name, load_realtalk(data), dict(REALTALK_CATEGORY_NAMES))
+    if name == "longmemeval":  # one haystack per question: a measurement, not a cross-validation
+        convs = load_longmemeval(data)
+        return Corpus(name, convs, {c: c for c in dict.fromkeys(q.category for cv in convs for q in cv.questions)})
     if name == "beam":
         # The released chats hold one 348,853-character reply: the study reads every turn.
         return Corpus(name, load_beam(data, max_turn_chars=None),
@@ -96,7 +100,9 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 
 # Query-side FusionConfig fields added after the cached stores were first built: they change
 # no build, so they stay out of the key and the stores already built are reused.
-QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope")
+QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words")
+# Passage fields change a build only when passages are on (passage_words > 0).
+PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
 
 
 def build_key(cfg, fusion=None) -> str:
@@ -107,7 +113,8 @@ def build_key(cfg, fusion=None) -> str:
     built, so the key of an unchanged build stays the same."""
     config = cfg.to_dict()
     fused = dataclasses.asdict(fusion if fusion is not None else cfg.fusion)
-    config["fusion"] = {k: v for k, v in fused.items() if k not in QUERY_ONLY_FUSION_FIELDS}
+    config["fusion"] = {k: v for k, v in fused.items() if k not in QUERY_ONLY_FUSION_FIELDS
+                        and (fused.get("passage_words") or k not in PASSAGE_FUSION_FIELDS)}
     return stable_hash({"config": config, "package": __version__,
                         "rule_extractor": extract_rule.RULE_EXTRACTOR_VERSION})[:12]
 
@@ -135,6 +142,54 @@ def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool, fusio
     return memories, built_s
 
 
+# ---------------------------------------------------------------------------- dense variants
+# Issue 25 item 3: what the dense channel embeds per turn, measured as index variants over the
+# same build. Each is the package view's fused index with another packet matrix (the raw turn
+# instead of z(p)), the context vector gated by the context document's length
+# (context_window_words) and/or long turns' passages; their vectors are embedded into the
+# cached store once (content-addressed, as a build embeds them), so a rerun only reads them.
+
+NO_DENSE_VARIANTS = False  # set by run() from --no-dense-variants
+CONTEXT_WINDOWS = (150, 200, 300)  # context_window_words grid (words)
+PASSAGES = ((150, 30), (100, 20))  # (passage_words, passage_overlap_words) grid
+
+
+def _stored_matrix(store, ns, model_id, embedder, keys, docs):
+    from memcompile_local.build.stages import _embed_missing, _load_matrix
+    _embed_missing(store, ns, model_id, embedder, keys, docs, batch_size=256, on_progress=None)
+    return _load_matrix(store, ns, model_id, embedder, keys, "variant")
+
+
+def dense_variants(mem: Memory, view, cfg) -> dict[str, FusionIndex]:
+    """Index variants "plain+q+<doc>+cw<W>+p<words>/<pool>" (see above); "<doc>" is "z" (the
+    build's z(p)) or "turn" (the raw turn with its speaker), cw0 = context everywhere."""
+    from memcompile_local.build.stages import (embedding_model_id, packet_document_keys, passage_document_keys,
+                                               passage_model_id)
+    from memcompile_local.fused.documents import context_documents
+    store, ns, emb = mem.store, view.namespace, mem.embedder
+    packets = list(view.packets)
+    base = view.fusion
+    keys, docs = packet_document_keys(store, ns, "", packets=packets, document="turn")
+    matrices = {"z": view.packet_matrix, "turn": _stored_matrix(store, ns, embedding_model_id(emb), emb, keys, docs)}
+    words = np.asarray([len(d.split()) for d in context_documents(packets)])
+    gates = {0: None, **{w: words <= w for w in CONTEXT_WINDOWS}}
+    passages = {None: (None, None)}
+    for pw, ov in PASSAGES:
+        pkeys, pdocs, owner = passage_document_keys(packets, pw, ov)
+        pm = _stored_matrix(store, ns, passage_model_id(emb), emb, pkeys, pdocs) if pkeys else None
+        passages[(pw, ov)] = (pm, np.asarray(owner, dtype=np.int64) if pkeys else None)
+    out = {}
+    for doc, m in matrices.items():
+        for w, gate in gates.items():
+            for pk, (pm, owner) in passages.items():
+                pools = ("max", "top2") if pk is not None else ("top2",)
+                for pool in pools:
+                    tag = f"plain+q+{doc}+cw{w}" + (f"+p{pk[0]}/{pool}" if pk is not None else "")
+                    out[tag] = dataclasses.replace(base, packet_matrix=m, context_rows=gate, passage_matrix=pm,
+                                                   passage_owner=owner, passage_pool=pool)
+    return out
+
+
 class CorpusQuestion:
     """A scored question with its channels under each index variant (the fields
     ``ablate_model_free.eval_setting`` reads) and its two baselines' picks."""
@@ -158,6 +213,8 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                "burst": FusionIndex.build(view.packets, view.descriptors_by_packet, burst_cfg,
                                           packet_matrix=view.packet_matrix, context_matrix=view.fusion.context_matrix)}
     indexes["plain+q"] = indexes["plain+q+names"] = indexes["plain"]
+    variants = {} if NO_DENSE_VARIANTS else dense_variants(mem, view, cfg)
+    indexes.update(variants)
     retriever = FusedRetriever(view.fusion, cfg.fusion)  # the package's: Memory.compile's query vector
     packets = mem.store.packets(ns)
     raw_dense = _raw_matrix(mem.store, mem.embedder, ns, packets)
@@ -175,7 +232,10 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                 view.fusion, dataclasses.replace(cfg.fusion, dense_query=mode)).query_vector(
                 mem.embedder, q.question, intent.lexical_query())
         channels = {name: FusedRetriever(ix, channel_cfg).scores(q.question, qvecs[name]).channels
-                    for name, ix in indexes.items()}
+                    for name, ix in indexes.items() if name not in variants}
+        for name, ix in variants.items():  # only the dense channel differs from "plain+q"
+            qvecs[name] = qvecs["plain+q"]
+            channels[name] = dict(channels["plain+q"], packet=packet_channel(ix, FusedQuery(q.question, qvecs[name])))
         # The lexical channel without the named participant's terms (name_term_weight 0); the
         # ablation's sum mixes it with the full one for any weight (the channel is linear in it).
         channels["plain+q+names"]["lexical_unnamed"] = lexical_channel(
@@ -304,9 +364,15 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
     the variants dropped from the package."""
     if fusion_base is None:
         fusion_base = cfg.fusion
+    global NO_DENSE_VARIANTS
+    NO_DENSE_VARIANTS = bool(getattr(args, "no_dense_variants", False))
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]
-    data = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam}
+    data = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam, "longmemeval": None}
     corpora = [load_corpus(n, data[n] or DEFAULT_DATA[n]) for n in names]
+    if getattr(args, "beam_chats", None):
+        for c in corpora:
+            if c.name == "beam":
+                c.convs = c.convs[: args.beam_chats]
     cache = Path(args.cache).expanduser()
     progress = not args.quiet
     t0 = time.perf_counter()

@@ -475,3 +475,21 @@ def test_a_question_date_resolves_relative_times_in_the_one_scoring_of_a_search(
     ctx = mem.compile("n", question, question_date="2024-06-03")
     assert ctx.packet_ids[0] == hits[0].packet.packet_id
     assert ctx.scores[hits[0].packet.packet_id] == hits[0].score
+
+
+def test_the_context_vector_counts_only_where_its_document_fits_the_window():
+    # Every context vector equals the query vector: with a 12-word window a row whose context
+    # document (previous, own and next turn with speakers) is longer keeps its own cosine.
+    own = np.eye(5, 4, dtype=np.float32)
+    ctx = np.tile(np.asarray([[0, 0, 0, 1]], dtype=np.float32), (5, 1))  # every context vector: the query
+    q = np.asarray([0, 0, 0, 1], dtype=np.float32)
+    words = [len(d.split()) for d in context_documents(PACKETS)]
+    everywhere = FusionIndex.build(PACKETS, {}, FusionConfig(context_window_words=0), packet_matrix=own,
+                                   context_matrix=ctx)
+    gated = FusionIndex.build(PACKETS, {}, FusionConfig(context_window_words=12), packet_matrix=own,
+                              context_matrix=ctx)
+    full = fused_scores(everywhere, "", q, FusionConfig(context_window_words=0)).channels["packet"]
+    cut = fused_scores(gated, "", q, FusionConfig(context_window_words=12)).channels["packet"]
+    assert full.tolist() == [1.0] * 5
+    assert cut.tolist() == [1.0 if w <= 12 else float(own[i] @ q) for i, w in enumerate(words)]
+    assert any(w > 12 for w in words) and any(w <= 12 for w in words)

@@ -13,7 +13,10 @@ very high BM25 score) keeps that confidence. A channel whose weight is 0 is not 
   ``name_term_scope="alone"`` only when no other term of the question matches any turn;
 - packet: the cosine between the query vector and the packet document z(p); with
   ``dense_neighbor_context`` the larger of that and the cosine with the packet's context
-  document, so the dense channel sees the neighbourhood the lexical one does;
+  document, so the dense channel sees the neighbourhood the lexical one does (with
+  ``context_window_words``, only for packets whose context document has at most that many
+  words: a longer one is cut to its first window, mostly the previous turn); with
+  ``passage_words``, a turn longer than that scores by its passages' pooled cosine;
 - speaker: 1 for packets spoken by the one participant the question names (questions about a
   person are mostly answered by that person's own turns);
 - temporal: for a question that asks about time, 1 for packets with a claim whose event time
@@ -32,6 +35,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from ..address.passages import best_passage_scores
 from ..config import FusionConfig
 from ..language.stemming import stem_terms
 from ..language.timecues import is_temporal_question
@@ -85,10 +89,18 @@ def packet_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray | None:
     """None (no channel) without a query vector or packet embeddings."""
     if query.vector is None or index.packet_matrix is None:
         return None
-    cos = index.packet_matrix @ query.vector
+    cos = (index.packet_matrix @ query.vector).astype(np.float64)
+    if index.passage_matrix is not None:
+        # A long turn scores by its passages (the turn's own vector read only its first window).
+        rows = np.unique(index.passage_owner)
+        pooled = best_passage_scores((index.passage_matrix @ query.vector).astype(np.float64), index.passage_owner,
+                                     len(cos), pool=index.passage_pool)
+        cos[rows] = pooled[rows]
     if index.context_matrix is not None:
-        cos = np.maximum(cos, index.context_matrix @ query.vector)
-    return cos.astype(np.float64)
+        ctx = (index.context_matrix @ query.vector).astype(np.float64)
+        cos = np.maximum(cos, ctx) if index.context_rows is None else np.where(index.context_rows,
+                                                                               np.maximum(cos, ctx), cos)
+    return cos
 
 
 def speaker_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:

@@ -17,6 +17,7 @@ from ..types import Descriptor, SourcePacket
 from .documents import (
     Period,
     canonical_names,
+    context_documents,
     lexical_documents,
     packet_periods,
     period_key,
@@ -86,6 +87,13 @@ class FusionIndex:
     period_rows: Mapping[Period, np.ndarray]  # (year, month, day) -> rows of packets dated then
     expansion_terms: tuple[tuple[str, ...], ...]  # stemmed names/keywords of each packet's claims
     tolerant_names: bool = False
+    # Long turns' passages (FusionConfig.passage_words): (P, d) l2-normalized vectors and the
+    # packet row of each; a packet with passages scores by their pooled cosine.
+    passage_matrix: np.ndarray | None = None
+    passage_owner: np.ndarray | None = None
+    passage_pool: str = "top2"
+    # (N,) True where the context vector counts (FusionConfig.context_window_words); None: everywhere.
+    context_rows: np.ndarray | None = None
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -101,9 +109,10 @@ class FusionIndex:
         *,
         packet_matrix: np.ndarray | None = None,
         context_matrix: np.ndarray | None = None,
+        passages: "tuple[np.ndarray, np.ndarray] | None" = None,
     ) -> "FusionIndex":
         return cls.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
-                                 context_matrix=context_matrix)[0]
+                                 context_matrix=context_matrix, passages=passages)[0]
 
     @classmethod
     def build_reusing(
@@ -115,10 +124,12 @@ class FusionIndex:
         packet_matrix: np.ndarray | None = None,
         context_matrix: np.ndarray | None = None,
         previous: "FusionParts | None" = None,
+        passages: "tuple[np.ndarray, np.ndarray] | None" = None,
     ) -> "tuple[FusionIndex, FusionParts]":
         """``build``, taking each per-text result (stemmed document, dated periods, expansion
         terms) from ``previous`` where its input is unchanged; returns the index and the parts
-        to hand to the next build (a view reload after an append recomputes only new turns)."""
+        to hand to the next build (a view reload after an append recomputes only new turns).
+        ``passages``: (passage vectors, packet row of each) of the long turns, or None."""
         for name, m in (("packet_matrix", packet_matrix), ("context_matrix", context_matrix)):
             if m is not None and m.shape[0] != len(packets):
                 raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
@@ -138,7 +149,7 @@ class FusionIndex:
         dated: list[float] = []
         add_packet_rows(packets, 0, descriptors_by_packet, parts, old, rows, expansion, dated)
         index = cls.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
-                             period_rows=rows, expansion_terms=expansion, dated=dated)
+                             period_rows=rows, expansion_terms=expansion, dated=dated, passages=passages)
         return index, parts
 
     @classmethod
@@ -153,9 +164,15 @@ class FusionIndex:
         period_rows: Mapping[Period, Sequence[int]],
         expansion_terms: Sequence[tuple[str, ...]],
         dated: Sequence[float],
+        passages: "tuple[np.ndarray, np.ndarray] | None" = None,
     ) -> "FusionIndex":
         """The index of ``packets`` from its computed parts (a build, or an append in place)."""
         speakers = tuple(p.speaker for p in packets)
+        if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
+            raise ValueError("a passage names a packet row past the packets")
+        context_rows = None
+        if context_matrix is not None and cfg.dense_neighbor_context and cfg.context_window_words:
+            context_rows = np.asarray([len(d.split()) <= cfg.context_window_words for d in context_documents(packets)])
         return cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,
@@ -167,6 +184,10 @@ class FusionIndex:
             period_rows={k: np.asarray(v, dtype=np.int64) for k, v in period_rows.items()},
             expansion_terms=tuple(expansion_terms),
             tolerant_names=cfg.tolerant_names,
+            passage_matrix=passages[0] if passages is not None and len(passages[1]) else None,
+            passage_owner=np.asarray(passages[1], dtype=np.int64) if passages is not None and len(passages[1]) else None,
+            passage_pool=cfg.passage_pool,
+            context_rows=context_rows,
         )
 
     def query_terms(self, question: str) -> list[str]:

@@ -43,7 +43,8 @@ from ..address.layouts import build_layout
 # Helpers of build/stages.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
 from ..build.spec import BuildSpec
-from ..build.stages import _embed_missing, _keyed, composed_contexts, context_model_id, embedding_model_id, text_address
+from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_model_id, embedding_model_id,
+                            passage_document_keys, passage_model_id, text_address)
 from ..config import FusionConfig
 from ..fused.documents import canonical_names, context_documents, lexical_documents
 from ..fused.index import FusionIndex, FusionParts, add_packet_rows
@@ -230,7 +231,7 @@ class ViewLoader:
             for d in descriptors:
                 by_packet.setdefault(d.packet_id, []).append(d)
             embedded = 0
-            matrix = context = None
+            matrix = context = passages = None
             if embedder is not None:
                 model_id = embedding_model_id(embedder)
                 pdocs, documents = _packet_documents(packets, by_packet, documents, dense.document)
@@ -247,6 +248,13 @@ class ViewLoader:
                     rows[cid], n = _matrix(store, namespace, cid, embedder, ckeys, cdocs, rows.get(cid), "context")
                     embedded += n
                     context = rows[cid].matrix
+                if dense.passage_words:  # long turns' passages (their keys name their packet and text)
+                    pmid = passage_model_id(embedder)
+                    pkeys, pdocs, owner = passage_document_keys(packets, dense.passage_words,
+                                                                dense.passage_overlap_words)
+                    rows[pmid], n = _matrix(store, namespace, pmid, embedder, pkeys, pdocs, rows.get(pmid), "passage")
+                    embedded += n
+                    passages = (rows[pmid].matrix, np.asarray(owner, dtype=np.int64))
             if not embedded and store.generation(namespace) == generation:
                 break
         descriptors_by_packet = {k: tuple(v) for k, v in by_packet.items()}
@@ -260,7 +268,7 @@ class ViewLoader:
                     donor = dataclasses.replace(memo, fusion=shared)
             fusion, parts = FusionIndex.build_reusing(packets, descriptors_by_packet, cfg.fusion,
                                                       packet_matrix=matrix, context_matrix=context,
-                                                      previous=donor.fusion)
+                                                      previous=donor.fusion, passages=passages)
         flat = cfg.placement.layout == "flat"
         index = LazyAddressIndex(lambda: AddressIndex.build(
             packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
@@ -314,7 +322,7 @@ class ViewLoader:
         rows = dict(memo.rows)
         documents = dict(memo.documents)
         saves: list[tuple[str, list[str], np.ndarray, list[str], str]] = []
-        matrix = context = None
+        matrix = context = passages = None
         if embedder is not None:
             model_id = embedding_model_id(embedder)
             new_docs, memo_docs = _packet_documents(packets, by_packet, {}, dense.document)
@@ -337,8 +345,19 @@ class ViewLoader:
                 changed = {start + j: (k, d) for j, (k, d) in enumerate(zip(ckeys, cdocs))
                            if start + j < n_old and k != old_ckeys[start + j]}
                 ckeys, cdocs = ckeys[n_old - start:], cdocs[n_old - start:]
-            # Every new text of both kinds in one embed call (a model's per-call cost is most of it).
-            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs])
+            # A passage reads its own turn only: the old turns' passages stay as they are.
+            pkeys: list[str] = []
+            pdocs: list[str] = []
+            powner: list[int] = []
+            if dense.passage_words:
+                pmid = passage_model_id(embedder)
+                old_owner = base.fusion.passage_owner if base.fusion is not None else None
+                n_old_passages = 0 if old_owner is None else len(old_owner)
+                if pmid not in rows or len(rows[pmid].row_of) != n_old_passages:
+                    return None
+                pkeys, pdocs, powner = passage_document_keys(packets, dense.passage_words, dense.passage_overlap_words)
+            # Every new text of all kinds in one embed call (a model's per-call cost is most of it).
+            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs, *pdocs])
             rows[model_id], save = _grown_rows(vectors_of, embedder, model_id, rows.get(model_id), n_old, {},
                                                keys, docs)
             saves.extend(save)
@@ -349,13 +368,20 @@ class ViewLoader:
                 rows[cid], save = _grown_rows(vectors_of, embedder, cid, rows[cid], n_old, changed, ckeys, cdocs)
                 saves.extend(save)
                 context = rows[cid].matrix
+            if dense.passage_words:
+                rows[pmid], save = _grown_rows(vectors_of, embedder, pmid, rows[pmid], n_old_passages, {}, pkeys, pdocs)
+                saves.extend(save)
+                owner = np.concatenate([old_owner if old_owner is not None else np.zeros(0, np.int64),
+                                        np.asarray(powner, dtype=np.int64) + n_old])
+                passages = (rows[pmid].matrix, owner)
         parts, fusion, lexical_docs = memo.fusion, None, memo.lexical_docs
         if use_fusion:
             grown = _grown_fusion(base.fusion, memo, allp, n_old, by_packet, cfg.fusion,
-                                  packet_matrix=matrix, context_matrix=context)
+                                  packet_matrix=matrix, context_matrix=context, passages=passages)
             if grown is None:
                 fusion, parts = FusionIndex.build_reusing(allp, by_packet, cfg.fusion, packet_matrix=matrix,
-                                                          context_matrix=context, previous=memo.fusion)
+                                                          context_matrix=context, previous=memo.fusion,
+                                                          passages=passages)
                 lexical_docs = None
             else:
                 fusion, parts, lexical_docs = grown
@@ -499,6 +525,7 @@ def _lexical_tail(packets: Sequence[SourcePacket], n_old: int, bursts: bool) -> 
 def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[SourcePacket], n_old: int,
                   by_packet: Mapping[str, Sequence[Descriptor]], cfg: FusionConfig, *,
                   packet_matrix: np.ndarray | None, context_matrix: np.ndarray | None,
+                  passages: "tuple[np.ndarray, np.ndarray] | None" = None,
                   ) -> tuple[FusionIndex, FusionParts, tuple[str, ...]] | None:
     """The fused index of ``packets`` from ``base`` (the index of the first ``n_old``), or None
     when it has to be built afresh (no base, a new participant under tolerant names)."""
@@ -539,7 +566,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     parts = FusionParts(participants, tokens, periods, expansion)
     add_packet_rows(packets, n_old, by_packet, parts, FusionParts(), rows, terms, dated)
     index = FusionIndex.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
-                                 period_rows=rows, expansion_terms=terms, dated=dated)
+                                 period_rows=rows, expansion_terms=terms, dated=dated, passages=passages)
     return index, parts, docs
 
 

@@ -18,7 +18,8 @@ import threading
 
 from ..address.index import AddressIndex
 from ..build.spec import BuildSpec
-from ..build.stages import embed_contexts, embed_packets, load_context_matrix, load_packet_matrix
+from ..build.stages import (embed_contexts, embed_packets, embed_passages, load_context_matrix, load_packet_matrix,
+                            load_passage_matrix)
 from ..errors import ConfigError
 from ..fused.index import FusionIndex
 from ..protocols import Embedder
@@ -61,6 +62,9 @@ class PartialViews:
             embed_packets(store, namespace, dset, embedder, document=dense.document)
             if dense.context == "embedded":
                 embed_contexts(store, namespace, embedder, packets=packets)
+            if dense.passage_words:
+                embed_passages(store, namespace, embedder, dense.passage_words, dense.passage_overlap_words,
+                               packets=packets)
         generation = store.generation(namespace)
         packets = store.packets(namespace)
         descriptors = store.descriptors(namespace, dset)
@@ -81,8 +85,11 @@ class PartialViews:
             context = (load_context_matrix(store, namespace, embedder, packets,
                                            composed_from=matrix if dense.context == "composed" else None)
                        if dense.context != "none" else None)
+            passages = (load_passage_matrix(store, namespace, embedder, dense.passage_words,
+                                            dense.passage_overlap_words, packets)
+                        if embedder is not None and dense.passage_words else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, cfg.fusion,
-                                       packet_matrix=matrix, context_matrix=context)
+                                       packet_matrix=matrix, context_matrix=context, passages=passages)
         index = AddressIndex.build(packets, descriptors, cells, matrix, layout=cfg.placement.layout,
                                    placement=cfg.placement, routing=cfg.routing)
         view = MemoryView(

@@ -1,0 +1,141 @@
+"""Passages of long turns (address/passages.py; FusionConfig.passage_words).
+
+A turn longer than an embedder's window is embedded as passages and scores by its best ones;
+the selected unit stays the turn. The embedder here reads only its first WINDOW words (as a
+sentence transformer reads its first 256 word pieces), so a fact deep in a long reply is out
+of reach of the turn's own vector and found only through its passage.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pytest
+
+from memcompile_local.adapters.scripted import HashEmbedder
+from memcompile_local.address.passages import best_passage_scores, long_turn_passages, sentences, split_passages
+from memcompile_local.config import PipelineConfig
+from memcompile_local.llm.client import LLMClient, NoModelBackend
+from memcompile_local.memory import Memory
+from memcompile_local.pipeline.presets import apply_preset
+from memcompile_local.store import MemoryStore
+
+WINDOW = 12
+
+
+class WindowEmbedder(HashEmbedder):
+    """The hash embedder over each text's first ``WINDOW`` words only."""
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "window": WINDOW}
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return super().embed([" ".join(t.split()[:WINDOW]) for t in texts])
+
+
+# A long assistant reply whose one fact about the sourdough starter sits in its last sentences.
+FILLER = ("Here is a plan for the week. Monday is for stretching and a short walk. Tuesday adds "
+          "light weights for the arms and shoulders. Wednesday rests the legs with an easy swim. "
+          "Thursday repeats Tuesday with a little more weight. Friday is a long walk by the river. ")
+LONG_REPLY = FILLER + "About your kitchen: the sourdough starter Pip lives in the blue jar on the fridge."
+SESSIONS = [
+    {"time": "2024-03-01 09:00", "id": "s1", "turns": [
+        {"speaker": "user", "text": "Can you plan my exercise week?", "id": "t1"},
+        {"speaker": "assistant", "text": LONG_REPLY, "id": "t2"},
+        {"speaker": "user", "text": "Thanks, the river walk sounds good.", "id": "t3"},
+    ]},
+    {"time": "2024-03-02 09:00", "id": "s2", "turns": [
+        {"speaker": "user", "text": "I bought a new jar of honey for the kitchen.", "id": "u1"},
+        {"speaker": "assistant", "text": "Honey keeps for years in a closed jar.", "id": "u2"},
+    ]},
+]
+QUESTION = "Where does the sourdough starter Pip live?"
+
+
+def test_a_short_text_is_one_passage_and_a_long_one_is_cut_on_sentences():
+    assert split_passages("Three short words.", 5, 1) == ("Three short words.",)
+    assert long_turn_passages("Three short words.", 5, 1) == ()
+    text = "One two three. Four five six. Seven eight nine. Ten eleven twelve."
+    passages = split_passages(text, 6, 3)
+    assert passages == ("One two three. Four five six.", "Four five six. Seven eight nine.",
+                        "Seven eight nine. Ten eleven twelve.")
+    assert all(len(p.split()) <= 6 for p in passages)
+    # Every sentence is in some passage, in order, and the cut is the same every time.
+    assert all(any(s in p for p in passages) for s in sentences(text))
+    assert split_passages(text, 6, 3) == passages
+    # A sentence longer than a window is cut into runs of words; no overlap is allowed.
+    assert split_passages("a b c d e f g", 3, 0) == ("a b c", "d e f", "g")
+    with pytest.raises(ValueError):
+        split_passages(text, 4, 4)
+
+
+def test_pooled_passage_scores_by_hand():
+    cos = np.asarray([0.2, 0.9, 0.5, 0.4, 0.1])
+    owner = np.asarray([0, 0, 0, 2, 2])
+    assert best_passage_scores(cos, owner, 3, pool="max").tolist() == [0.9, 0.0, 0.4]
+    assert np.allclose(best_passage_scores(cos, owner, 3, pool="top2"), [(0.9 + 0.5) / 2, 0.0, (0.4 + 0.1) / 2])
+    assert np.allclose(best_passage_scores(np.asarray([0.3]), np.asarray([1]), 2, pool="top2"), [0.0, 0.3])
+
+
+def memory(store: MemoryStore, **fusion) -> Memory:
+    cfg = apply_preset("model-free", PipelineConfig())
+    cfg = cfg.replace(fusion={"lexical_weight": 0.0, "complement": "none", **fusion})  # the dense channel alone
+    return Memory(store, cfg, embedder=WindowEmbedder(dim=256), client=LLMClient(NoModelBackend(), store))
+
+
+def dense_order(mem: Memory, ns: str) -> list[str]:
+    return list(mem.compile(ns, QUESTION).packet_ids)
+
+
+def test_a_fact_deep_in_a_long_reply_is_found_through_its_passage(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    off = memory(store)
+    off.add("u", SESSIONS)
+    assert dense_order(off, "u")[0] != "t2"  # the reply's own vector never read its last sentence
+    on = memory(store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="max")
+    first = dense_order(on, "u")
+    assert first[0] == "t2"  # the turn is selected, not a passage
+    view = on.view("u")
+    assert view.fusion.passage_matrix is not None and set(view.fusion.passage_owner.tolist()) == {1}
+    # Deterministic: a second Memory over the same store selects and scores the same.
+    again = memory(store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="max")
+    assert dense_order(again, "u") == first
+    assert np.array_equal(again.view("u").fusion.passage_matrix, view.fusion.passage_matrix)
+    store.close()
+
+
+def test_passages_are_embedded_once_at_build(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    mem = memory(store, passage_words=WINDOW, passage_overlap_words=3)
+    mem.add("u", SESSIONS)
+    mem.build("u")
+    calls: list[int] = []
+    real = mem.embedder.embed
+    mem.embedder.embed = lambda texts: calls.append(len(texts)) or real(texts)  # type: ignore[method-assign]
+    mem.view("u")
+    assert calls == []  # the view read every passage vector from the store
+    store.close()
+
+
+def test_an_appended_long_reply_ranks_as_after_a_rebuild(tmp_path):
+    store = MemoryStore(tmp_path / "m.sqlite")
+    live = memory(store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="top2")
+    live.add("u", SESSIONS[1:])
+    live.view("u")
+    live.add("u", [{"time": "2024-03-03 09:00", "id": "s3", "turns": [
+        {"speaker": "user", "text": "Can you plan my exercise week?", "id": "t1"},
+        {"speaker": "assistant", "text": LONG_REPLY, "id": "t2"}]}])
+    grown = live.view("u")
+    scratch_store = MemoryStore(tmp_path / "scratch.sqlite")
+    scratch = memory(scratch_store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="top2")
+    scratch.add("u", SESSIONS[1:])
+    scratch.add("u", [{"time": "2024-03-03 09:00", "id": "s3", "turns": [
+        {"speaker": "user", "text": "Can you plan my exercise week?", "id": "t1"},
+        {"speaker": "assistant", "text": LONG_REPLY, "id": "t2"}]}])
+    rebuilt = scratch.view("u")
+    assert np.array_equal(grown.fusion.passage_owner, rebuilt.fusion.passage_owner)
+    assert np.array_equal(grown.fusion.passage_matrix, rebuilt.fusion.passage_matrix)
+    assert dense_order(live, "u") == dense_order(scratch, "u") and dense_order(live, "u")[0] == "t2"
+    store.close()
+    scratch_store.close()
