@@ -44,6 +44,47 @@ def check_metadata_json(value: object, what: str) -> str | None:
         raise StoreError(f"{what} {e}") from None
 
 
+# What a stored packet may never change, beside its content hash (ingest compares these).
+IMMUTABLE_PACKET_FIELDS = ("session_index", "session_id", "session_time", "speaker", "image_query",
+                           "agent_id", "metadata_json")
+STORED_TURN_COLS = "sha256, " + ", ".join(IMMUTABLE_PACKET_FIELDS)
+"""The columns :func:`stored_turn_diffs` compares, in its order."""
+
+
+def turn_values(session: Any, turn: Any, where: str) -> tuple:
+    """A turn's checked values for the packets row: (session_index, session_id, session_time,
+    speaker, text, image_caption, image_query, agent_id, canonical metadata_json); StoreError
+    naming ``where`` for a value of the wrong type."""
+    for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query"),
+                        (turn.agent_id, "agent_id")):
+        if value is not None and not isinstance(value, str):
+            raise StoreError(f"Turn.{name} ({where}) must be a str or None")
+    return (
+        require_int(session.index, f"Session.index ({where})"),
+        require_str(session.session_id, f"Session.session_id ({where})", allow_empty=True),
+        require_str(session.time, f"Session.time ({where})", allow_empty=True),
+        require_str(turn.speaker, f"Turn.speaker ({where})", allow_empty=True),
+        require_str(turn.text, f"Turn.text ({where})", allow_empty=True),
+        turn.image_caption,
+        turn.image_query,
+        turn.agent_id,
+        check_metadata_json(turn.metadata_json, f"Turn.metadata_json ({where})"),
+    )
+
+
+def stored_turn_diffs(old: Sequence[Any], sha: str, new: tuple) -> list[str]:
+    """How a stored packet (a row of :data:`STORED_TURN_COLS`) differs from a turn with content
+    hash ``sha`` and :func:`turn_values` ``new``; [] when it is the same turn."""
+    diffs = []
+    if old[0] != sha:
+        diffs.append(f"content sha256 {str(old[0])[:12]}.. -> {sha[:12]}..")
+    for name, was, now in zip(IMMUTABLE_PACKET_FIELDS, old[1:], (new[0], new[1], new[2], new[3], new[6], new[7],
+                                                                 new[8])):
+        if was != now:
+            diffs.append(f"{name} {was!r} -> {now!r}")
+    return diffs
+
+
 def require_int(value: object, what: str, *, minimum: int | None = None) -> int:
     """``value`` as an ``int`` (numpy integers accepted, bools refused), at least ``minimum``."""
     # bool is an int subclass; a True token count is a bug, not a count.

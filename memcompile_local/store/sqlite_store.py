@@ -54,7 +54,7 @@ from .codecs import (
     PACKET_COLS,
     cell_from_row,
     cell_row,
-    check_metadata_json,
+    STORED_TURN_COLS,
     chunks,
     descriptor_from_row,
     descriptor_row,
@@ -62,6 +62,8 @@ from .codecs import (
     packet_from_row,
     require_int,
     require_str,
+    stored_turn_diffs,
+    turn_values,
     vector_from_blob,
 )
 from .base import ForgetResult, IngestResult
@@ -284,39 +286,12 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         for session, turn in conversation.iter_turns():
             pid = require_str(turn.packet_id, "Turn.packet_id")
             where = f"namespace {ns!r}, packet {pid!r}"
-            new = (
-                require_int(session.index, f"Session.index ({where})"),
-                require_str(session.session_id, f"Session.session_id ({where})", allow_empty=True),
-                require_str(session.time, f"Session.time ({where})", allow_empty=True),
-                require_str(turn.speaker, f"Turn.speaker ({where})", allow_empty=True),
-                require_str(turn.text, f"Turn.text ({where})", allow_empty=True),
-                turn.image_caption,
-                turn.image_query,
-                turn.agent_id,
-                check_metadata_json(turn.metadata_json, f"Turn.metadata_json ({where})"),
-            )
-            for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query"),
-                                (turn.agent_id, "agent_id")):
-                if value is not None and not isinstance(value, str):
-                    raise StoreError(f"Turn.{name} ({where}) must be a str or None")
+            new = turn_values(session, turn, where)
             sha = content_sha256(turn.text, turn.image_caption)
-            old = c.execute(
-                "SELECT sha256, session_index, session_id, session_time, speaker, image_query, "
-                "agent_id, metadata_json FROM packets WHERE namespace = ? AND packet_id = ?",
-                (ns, pid),
-            ).fetchone()
+            old = c.execute(f"SELECT {STORED_TURN_COLS} FROM packets WHERE namespace = ? AND packet_id = ?",
+                            (ns, pid)).fetchone()
             if old is not None:
-                diffs = []
-                if old[0] != sha:
-                    diffs.append(f"content sha256 {str(old[0])[:12]}.. -> {sha[:12]}..")
-                for name, was, now in zip(
-                    ("session_index", "session_id", "session_time", "speaker", "image_query",
-                     "agent_id", "metadata_json"),
-                    old[1:],
-                    (new[0], new[1], new[2], new[3], new[6], new[7], new[8]),
-                ):
-                    if was != now:
-                        diffs.append(f"{name} {was!r} -> {now!r}")
+                diffs = stored_turn_diffs(old, sha, new)
                 if diffs:
                     raise ImmutablePacketError(
                         f"{self.path}: {where} is already stored with different data "

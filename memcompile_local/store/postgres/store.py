@@ -34,13 +34,14 @@ from ..codecs import (
     PACKET_COLS,
     cell_from_row,
     cell_row,
-    check_metadata_json,
+    STORED_TURN_COLS,
     descriptor_from_row,
     descriptor_row,
     optional_namespace,
     packet_from_row,
-    require_int,
     require_str,
+    stored_turn_diffs,
+    turn_values,
     vector_from_blob,
 )
 from ..namespace import validate_namespace
@@ -207,40 +208,19 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         turns = list(conversation.iter_turns())
         ids = [t.packet_id for _, t in turns if isinstance(t.packet_id, str)]
         stored = {r[0]: r[1:] for r in c.execute(
-            "SELECT packet_id, sha256, session_index, session_id, session_time, speaker, image_query, agent_id, "
-            "metadata_json FROM packets WHERE namespace = %s AND packet_id = ANY(%s)", (ns, ids))}
+            f"SELECT packet_id, {STORED_TURN_COLS} FROM packets WHERE namespace = %s AND packet_id = ANY(%s)",
+            (ns, ids))}
         top = c.execute("SELECT MAX(ordinal) FROM packets WHERE namespace = %s", (ns,)).fetchone()[0]
         next_ordinal = 0 if top is None else int(top) + 1
         rows = []
         for session, turn in turns:
             pid = require_str(turn.packet_id, "Turn.packet_id")
             where = f"namespace {ns!r}, packet {pid!r}"
-            new = (
-                require_int(session.index, f"Session.index ({where})"),
-                require_str(session.session_id, f"Session.session_id ({where})", allow_empty=True),
-                require_str(session.time, f"Session.time ({where})", allow_empty=True),
-                require_str(turn.speaker, f"Turn.speaker ({where})", allow_empty=True),
-                require_str(turn.text, f"Turn.text ({where})", allow_empty=True),
-                turn.image_caption,
-                turn.image_query,
-                turn.agent_id,
-                check_metadata_json(turn.metadata_json, f"Turn.metadata_json ({where})"),
-            )
-            for value, name in ((turn.image_caption, "image_caption"), (turn.image_query, "image_query"),
-                                (turn.agent_id, "agent_id")):
-                if value is not None and not isinstance(value, str):
-                    raise StoreError(f"Turn.{name} ({where}) must be a str or None")
+            new = turn_values(session, turn, where)
             sha = content_sha256(turn.text, turn.image_caption)
             old = stored.get(pid)
             if old is not None:
-                diffs = []
-                if old[0] != sha:
-                    diffs.append(f"content sha256 {str(old[0])[:12]}.. -> {sha[:12]}..")
-                for name, was, now in zip(("session_index", "session_id", "session_time", "speaker", "image_query",
-                                           "agent_id", "metadata_json"),
-                                          old[1:], (new[0], new[1], new[2], new[3], new[6], new[7], new[8])):
-                    if was != now:
-                        diffs.append(f"{name} {was!r} -> {now!r}")
+                diffs = stored_turn_diffs(old, sha, new)
                 if diffs:
                     raise ImmutablePacketError(
                         f"{self.path}: {where} is already stored with different data ({'; '.join(diffs)}); "
