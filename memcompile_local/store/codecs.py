@@ -44,6 +44,31 @@ def check_metadata_json(value: object, what: str) -> str | None:
         raise StoreError(f"{what} {e}") from None
 
 
+def cache_entry(key: str, namespace: str | None, stage: str, identity_json: str,
+                response: dict) -> tuple[str, str | None, str, str, int, int]:
+    """A request-cache entry checked for storing: (key, namespace, stage, response as JSON
+    text, prompt tokens, completion tokens); StoreError naming what is wrong."""
+    k = require_str(key, "cache key")
+    ns = optional_namespace(namespace)
+    st = require_str(stage, "stage")
+    require_str(identity_json, "identity_json")
+    try:
+        json.loads(identity_json)
+    except ValueError as exc:
+        raise StoreError(f"identity_json of cache key {k!r} is not JSON ({exc})") from exc
+    if not isinstance(response, dict):
+        raise StoreError(f"response must be a dict, got {type(response).__name__}")
+    pt = require_int(response.get("prompt_tokens", 0), "response['prompt_tokens']", minimum=0)
+    ct = require_int(response.get("completion_tokens", 0), "response['completion_tokens']", minimum=0)
+    try:
+        # NaN is allowed: Python's json parser accepts it in model output, and a valid response
+        # must not become uncacheable because of it.
+        body = json.dumps(response, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"response of cache key {k!r} is not JSON-serialisable ({exc})") from exc
+    return k, ns, st, body, pt, ct
+
+
 # What a stored packet may never change, beside its content hash (ingest compares these).
 IMMUTABLE_PACKET_FIELDS = ("session_index", "session_id", "session_time", "speaker", "image_query",
                            "agent_id", "metadata_json")

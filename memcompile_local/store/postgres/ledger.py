@@ -9,7 +9,7 @@ import time
 from typing import Any, Iterable
 
 from ...errors import StoreError
-from ..codecs import optional_namespace, require_int, require_str, row_error
+from ..codecs import cache_entry, optional_namespace, require_int, require_str, row_error
 
 
 def _totals(rows: Iterable[tuple]) -> dict[str, dict]:
@@ -47,22 +47,7 @@ class PgLedger:
     def cache_put(self, key: str, *, namespace: str | None, stage: str, identity_json: str,
                   response: dict) -> bool:
         """Cache ``response`` under ``key``; ``True`` when newly inserted (first write wins)."""
-        k = require_str(key, "cache key")
-        ns = optional_namespace(namespace)
-        st = require_str(stage, "stage")
-        require_str(identity_json, "identity_json")
-        try:
-            json.loads(identity_json)
-        except ValueError as exc:
-            raise StoreError(f"identity_json of cache key {k!r} is not JSON ({exc})") from exc
-        if not isinstance(response, dict):
-            raise StoreError(f"response must be a dict, got {type(response).__name__}")
-        pt = require_int(response.get("prompt_tokens", 0), "response['prompt_tokens']", minimum=0)
-        ct = require_int(response.get("completion_tokens", 0), "response['completion_tokens']", minimum=0)
-        try:
-            body = json.dumps(response, ensure_ascii=False, sort_keys=True)
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"response of cache key {k!r} is not JSON-serialisable ({exc})") from exc
+        k, ns, st, body, pt, ct = cache_entry(key, namespace, stage, identity_json, response)
         with self._write() as c:  # type: ignore[attr-defined]
             cur = c.execute(
                 "INSERT INTO request_cache (key, namespace, stage, identity_json, response_json, prompt_tokens, "
