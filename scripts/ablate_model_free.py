@@ -57,7 +57,8 @@ from memcompile_local.pipeline.normalize import normalize_to_packets  # noqa: E4
 from memcompile_local.pipeline.compile import _embed_query, query_intent  # noqa: E402
 from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
-from memcompile_local.fused.channels import channel_weights, fused_scores, score_order  # noqa: E402
+from memcompile_local.fused.channels import (  # noqa: E402
+    FusedQuery, channel_weights, fused_scores, lexical_channel, name_weighted, score_order)
 from memcompile_local.fused.documents import lexical_documents, raw_text as _raw, session_neighbours  # noqa: E402
 from memcompile_local.fused.index import FusionIndex  # noqa: E402
 from memcompile_local.fused.retriever import (  # noqa: E402
@@ -123,11 +124,8 @@ def combine(channels, cfg, n=None) -> np.ndarray:
     for name, values in channels.items():
         if name == "lexical_unnamed":  # read with "lexical" below
             continue
-        if name == "lexical" and "lexical_unnamed" in channels:  # the package's name_term_weight
-            unnamed = channels["lexical_unnamed"]
-            if cfg.name_term_scope == "always" or not unnamed.any():  # "alone": no other term matched
-                w = cfg.name_term_weight
-                values = w * values + (1.0 - w) * unnamed
+        if name == "lexical" and "lexical_unnamed" in channels:  # the row's name_term_weight
+            values = name_weighted(values, channels["lexical_unnamed"], cfg.name_term_weight, cfg.name_term_scope)
         if name == "packet" and _knob(cfg, "packet_scale") == "max":
             top_value = float(values.max()) if values.size else 0.0
             values = values / top_value if top_value > 0 else values
@@ -552,6 +550,8 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
          [{"name_term_weight": w} for w in (1.0, 0.5, 0.25, 0.0)]),
         ("+ named participant's terms down-weighted only when no other term matches (name_term_scope alone)",
          "plain+q+names", [{"name_term_weight": w, "name_term_scope": "alone"} for w in (1.0, 0.5, 0.25, 0.0)]),
+        ("+ named-user fix fixed at 0.25 alone (nothing fitted)", "plain+q+names",
+         [{"name_term_weight": 0.25, "name_term_scope": "alone"}]),
         # Long turns (issue 25 item 3): what the dense channel embeds per turn (index variants
         # of cv_corpora.dense_variants over the same builds; the first point is the package's).
         ("+ dense context vector only where its document fits (context_window_words 150/200/300)", "plain+q",
@@ -922,7 +922,8 @@ def default_store(data: str) -> Path:
 def load_questions(mem, convs, cfg) -> list[CVQuestion]:
     """Every scored question with its channels under the plain and the burst index."""
     channel_cfg = dataclasses.replace(cfg.fusion, time_match_weight=1.0, temporal_weight=1.0,
-                                      speaker_weight=1.0, packet_weight=1.0, lexical_weight=1.0)
+                                      speaker_weight=1.0, packet_weight=1.0, lexical_weight=1.0,
+                                      name_term_weight=1.0, name_term_scope="always")
     burst_cfg = dataclasses.replace(channel_cfg, bursts=True, tolerant_names=True)
     # Which query vector each variant's dense channel uses: the intent text alone, or its
     # mean with the question's (FusionConfig.dense_query); the package default's is the one
@@ -955,6 +956,12 @@ def load_questions(mem, convs, cfg) -> list[CVQuestion]:
                 qvecs[name] = qvec if mode == cfg.fusion.dense_query else _embed_query(mem.embedder, intent, texts)
             channels = {name: fused_scores(ix, q.question, qvecs[name], channel_cfg).channels
                         for name, ix in indexes.items()}
+            # Beside each lexical channel, the same without the named participant's terms, which
+            # ``combine`` mixes in for the row's name_term_weight (as the package does).
+            unnamed = {id(ix): lexical_channel(ix, FusedQuery(q.question, None, name_term_weight=0.0))
+                       for ix in {id(ix): ix for ix in indexes.values()}.values()}
+            for name, ix in indexes.items():
+                channels[name]["lexical_unnamed"] = unnamed[id(ix)]
             Q = CVQuestion(q, conv.namespace, view, qvecs, indexes, channels, channel_ms)
             out.append(Q)
             total = combine(channels[default_variant(cfg.fusion)], cfg.fusion)

@@ -43,7 +43,7 @@ from memcompile_local.bench.corpora import split_reachable
 from memcompile_local.bench.coverage import gold_recall
 from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
                                    load_locomo, load_longmemeval, load_realtalk)
-from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, packet_channel
+from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, name_weighted, packet_channel
 from memcompile_local.fused.index import FusionIndex
 from memcompile_local.fused.retriever import FusedRetriever, select_rows
 from memcompile_local.language.stemming import stem_terms
@@ -199,11 +199,23 @@ class CorpusQuestion:
         self.indexes, self.channels, self.channel_ms, self.baselines = indexes, channels, channel_ms, baselines
 
 
+def with_name_weight(channels: dict, fusion) -> dict:
+    """``channels`` with the lexical channel at ``fusion``'s name_term_weight and scope, computed
+    from the full-weight channel and ``lexical_unnamed`` (the channel is linear in the weight)."""
+    ch = dict(channels)
+    unnamed = ch.pop("lexical_unnamed", None)
+    if unnamed is not None:
+        ch["lexical"] = name_weighted(ch["lexical"], unnamed, fusion.name_term_weight, fusion.name_term_scope)
+    return ch
+
+
 def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, default_variant: str) -> tuple[list, int]:
     """Every scored question of one conversation with its channels; also how many of them the
     package's default setting selects exactly as ``Memory.compile`` does."""
+    # Channels at unit weight and the name at full weight; each row applies its own (with_name_weight).
     channel_cfg = dataclasses.replace(cfg.fusion, time_match_weight=1.0, temporal_weight=1.0,
-                                      speaker_weight=1.0, packet_weight=1.0, lexical_weight=1.0)
+                                      speaker_weight=1.0, packet_weight=1.0, lexical_weight=1.0,
+                                      name_term_weight=1.0, name_term_scope="always")
     burst_cfg = dataclasses.replace(channel_cfg, bursts=True, tolerant_names=True)
     dense_query = {"plain": "intent", "burst": "intent", "plain+q": "intent+question",
                    "plain+q+names": "intent+question"}
@@ -233,13 +245,18 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                 mem.embedder, q.question, intent.lexical_query())
         channels = {name: FusedRetriever(ix, channel_cfg).scores(q.question, qvecs[name]).channels
                     for name, ix in indexes.items() if name not in variants}
+        # The lexical channel without the named participant's terms (name_term_weight 0) beside
+        # every lexical channel: the ablation's sum mixes the two for the row's weight (the
+        # channel is linear in it), as the package does for its default weight.
+        unnamed: dict[int, np.ndarray] = {}
+        for name, ix in indexes.items():
+            if name not in variants:
+                if id(ix) not in unnamed:
+                    unnamed[id(ix)] = lexical_channel(ix, FusedQuery(q.question, None, name_term_weight=0.0))
+                channels[name]["lexical_unnamed"] = unnamed[id(ix)]
         for name, ix in variants.items():  # only the dense channel differs from "plain+q"
             qvecs[name] = qvecs["plain+q"]
             channels[name] = dict(channels["plain+q"], packet=packet_channel(ix, FusedQuery(q.question, qvecs[name])))
-        # The lexical channel without the named participant's terms (name_term_weight 0); the
-        # ablation's sum mixes it with the full one for any weight (the channel is linear in it).
-        channels["plain+q+names"]["lexical_unnamed"] = lexical_channel(
-            indexes["plain+q+names"], FusedQuery(q.question, None, name_term_weight=0.0))
         # The baselines, as eval --baseline dense / bm25 compute them (ties in dialogue order).
         qraw = np.asarray(mem.embedder.embed([q.question]), dtype=np.float32)[0]
         cos = raw_dense @ qraw
@@ -249,7 +266,7 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                      BASELINES[1]: [packets[i].packet_id for i, _ in bm25_hits]}
         Q = CorpusQuestion(corpus.name, q, ns, view, qvecs, indexes, channels, channel_ms, baselines)
         out.append(Q)
-        total = combine(channels[default_variant], cfg.fusion)
+        total = combine(with_name_weight(channels[default_variant], cfg.fusion), cfg.fusion)
         mine = [view.packets[i].packet_id for i in select_rows(view.fusion, q.question, total, qvec, cfg.fusion,
                                                                cfg.evidence.k0)]
         same += list(mem.compile(ns, q.question).packet_ids) == mine

@@ -15,6 +15,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memcompile_local import Memory, PipelineConfig
@@ -61,7 +62,7 @@ def test_the_fixture_names_the_user_in_most_questions():
 
 
 def test_with_the_name_at_full_weight_small_talk_outranks_the_facts(full_weight):
-    # Today's behaviour (name_term_weight 1): several questions that name the user miss.
+    # The release before (name_term_weight 1): several questions that name the user miss.
     assert len(_misses(full_weight, 3, NAMED)) >= 2
 
 
@@ -78,7 +79,8 @@ def _packet(i: int, speaker: str, text: str) -> SourcePacket:
 def test_name_term_weight_scales_the_name_share_of_bm25_only():
     packets = [_packet(0, "Ilse", "Ilse is tired."), _packet(1, "Bo", "Ilse plays the cello every evening."),
                _packet(2, "Ilse", "Bo bakes bread.")]
-    full = dataclasses.replace(apply_preset("model-free", PipelineConfig()).fusion, neighbor_context=False)
+    full = dataclasses.replace(apply_preset("model-free", PipelineConfig()).fusion, neighbor_context=False,
+                               name_term_weight=1.0, name_term_scope="always")
     index = FusionIndex.build(packets, {}, full)
     lex = {w: fused_scores(index, q, None, dataclasses.replace(full, name_term_weight=w)).channels["lexical"]
            for q in ("What does Ilse play?",) for w in (1.0, 0.5, 0.0)}
@@ -97,3 +99,27 @@ def test_name_term_weight_scales_the_name_share_of_bm25_only():
     assert fused_scores(index, q, None, alone).channels["lexical"].tolist() == lex[1.0].tolist()
     only_name = fused_scores(index, "What is Ilse's job?", None, alone).channels["lexical"]
     assert not only_name.any()
+
+
+def test_the_package_default_finds_the_turn_of_every_question_that_names_the_user():
+    cfg = apply_preset("model-free", PipelineConfig())
+    assert (cfg.fusion.name_term_weight, cfg.fusion.name_term_scope) == (0.25, "alone")
+    top = _top(cfg)
+    assert _misses(top, 3) == [] and _misses(top, 1, NAMED) == []
+
+
+def test_the_channel_at_any_name_weight_is_a_mix_of_full_and_unnamed():
+    # What the ablation harness relies on to score a grid of weights from two channels.
+    from memcompile_local.fused.channels import FusedQuery, lexical_channel, name_weighted
+
+    packets = [_packet(0, "Ilse", "Ilse is tired."), _packet(1, "Bo", "Ilse plays the cello every evening."),
+               _packet(2, "Ilse", "Bo bakes bread.")]
+    fusion = dataclasses.replace(apply_preset("model-free", PipelineConfig()).fusion, neighbor_context=False)
+    index = FusionIndex.build(packets, {}, fusion)
+    for q in ("What does Ilse play?", "What is Ilse's job?", "What do Ilse and Bo do?"):
+        full = lexical_channel(index, FusedQuery(q, None, name_term_weight=1.0))
+        unnamed = lexical_channel(index, FusedQuery(q, None, name_term_weight=0.0))
+        for w in (0.0, 0.25, 0.5):
+            for scope in ("always", "alone"):
+                want = lexical_channel(index, FusedQuery(q, None, name_term_weight=w, name_term_scope=scope))
+                np.testing.assert_allclose(name_weighted(full, unnamed, w, scope), want)

@@ -85,6 +85,16 @@ def lexical_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
     return (rest + query.name_term_weight * name) / top if top > 0 else np.zeros(len(rest))
 
 
+def name_weighted(full: np.ndarray, unnamed: np.ndarray, weight: float, scope: str) -> np.ndarray:
+    """:func:`lexical_channel` at name weight ``weight`` and ``scope``, from the same channel at
+    weight 1 (``full``) and at weight 0 (``unnamed``): the channel is linear in the weight, and
+    under "alone" the weight applies only where no other term matched (``unnamed`` all zero).
+    What an ablation uses to score many weights from two computed channels."""
+    if scope == "alone" and unnamed.any():
+        return full
+    return weight * full + (1.0 - weight) * unnamed
+
+
 def packet_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray | None:
     """None (no channel) without a query vector or packet embeddings."""
     if query.vector is None or index.packet_matrix is None:
