@@ -122,3 +122,50 @@ def test_a_database_restarted_under_load_gives_503_then_recovers_and_loses_nothi
         assert check_store(url).ok
     finally:
         pg.remove()
+
+
+@pytest.mark.slow
+def test_a_server_whose_pool_is_taken_answers_503_fast_instead_of_hanging_and_then_recovers(pg_url, tmp_path):
+    import psycopg
+
+    keys = write_keys(tmp_path / "keys.yaml", {"acme": [(KEY, False)]})
+    srv = start(pg_url + "&pool_size=1&pool_timeout=0.5", "--keys", str(keys),
+                config=write_config(tmp_path / "run.yaml", MODEL_FREE), log=tmp_path / "serve.log")
+    h = {"Authorization": f"Bearer {KEY}"}
+    c = httpx.Client(base_url=srv.url, headers=h, timeout=30)
+    try:
+        assert c.post("/v1/memories/ann/turns", json={"speaker": "Ann", "text": "I swim on Mondays."}).status_code == 200
+        # Another client of the database locks the packets table: the server's append takes its
+        # one pooled connection and waits on the lock; every other request then finds no free one.
+        locker = psycopg.connect(pg_url.split("&pool")[0])
+        locker.execute("BEGIN")
+        locker.execute("LOCK TABLE packets IN ACCESS EXCLUSIVE MODE")
+        blocked: list[httpx.Response] = []
+        t = threading.Thread(target=lambda: blocked.append(
+            httpx.post(srv.url + "/v1/memories/bob/turns", headers=h, timeout=60,
+                       json={"speaker": "Bob", "text": "I run on Fridays."})))
+        t.start()
+        time.sleep(1.0)  # the append is now inside the database, on the pool's only connection
+        t0 = time.monotonic()
+        r = c.post("/v1/memories/ann/search", json={"query": "when do I swim?"})
+        assert time.monotonic() - t0 < 10, "a request waited instead of failing fast"
+        assert r.status_code == 503 and r.headers.get("Retry-After"), r.text
+        assert r.json()["error"]["code"] == "store_unavailable"
+        locker.rollback()
+        locker.close()
+        t.join(30)
+        # The append that met the lock either went through once it was lifted or found no free
+        # connection itself (another of the server's threads was waiting on the lock): a typed 503.
+        assert blocked and blocked[0].status_code in (200, 503), blocked and blocked[0].text
+        # Recovered by itself: the same search now answers; the append is stored exactly when it
+        # was acknowledged (and a retry of a refused one goes through).
+        assert c.post("/v1/memories/ann/search", json={"query": "when do I swim?"}).status_code == 200
+        r = c.get("/v1/memories/bob/turns")
+        texts = [t["text"] for t in r.json()["turns"]] if r.status_code == 200 else []
+        assert texts == (["I run on Fridays."] if blocked[0].status_code == 200 else [])
+        if blocked[0].status_code == 503:
+            assert c.post("/v1/memories/bob/turns", json={"speaker": "Bob", "text": "I run on Fridays."}
+                          ).status_code == 200
+    finally:
+        c.close()
+        srv.stop()
