@@ -8,6 +8,7 @@ row's key, never a bare ``json.JSONDecodeError`` or ``TypeError``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import fields
 from functools import lru_cache
@@ -42,6 +43,32 @@ def check_metadata_json(value: object, what: str) -> str | None:
         return canonical_metadata_json(value)
     except ValueError as e:
         raise StoreError(f"{what} {e}") from None
+
+
+def vector_rows(ns: str, mid: str, keys: Sequence[str], vectors: Any,
+                content: Sequence[str] | None) -> tuple[list[str], list[bytes], list[str], int]:
+    """Vectors checked for storing under ``keys``: (keys, float32 little-endian blobs, content
+    addresses, dim). An address is the caller's (``content``) or the sha256 of the vector's bytes;
+    StoreError for a wrong shape or dtype, NaN or infinity, repeated keys."""
+    keys = [require_str(k, "embedding key") for k in keys]
+    arr = np.asarray(vectors)
+    if arr.ndim != 2 or arr.shape[0] != len(keys) or arr.shape[1] < 1:
+        raise StoreError(f"vectors must have shape ({len(keys)}, dim>=1) to match the keys; got {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise StoreError(f"vectors must be real numbers, got dtype {arr.dtype}")
+    arr = np.ascontiguousarray(arr, dtype="<f4")
+    if not np.isfinite(arr).all():
+        raise StoreError(f"vectors for {ns!r}/{mid!r} contain NaN or infinite values")
+    if len(set(keys)) != len(keys):
+        raise StoreError(f"embedding keys for {ns!r}/{mid!r} contain duplicates")
+    blobs = [arr[i].tobytes() for i in range(len(keys))]
+    if content is None:
+        addresses = ["v:" + hashlib.sha256(b).hexdigest() for b in blobs]
+    else:
+        addresses = [require_str(a, "content address") for a in content]
+        if len(addresses) != len(keys):
+            raise StoreError(f"{len(addresses)} content addresses for {len(keys)} embedding keys")
+    return keys, blobs, addresses, int(arr.shape[1])
 
 
 def cache_entry(key: str, namespace: str | None, stage: str, identity_json: str,

@@ -16,7 +16,6 @@ the README.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -42,6 +41,7 @@ from ..codecs import (
     require_str,
     stored_turn_diffs,
     turn_values,
+    vector_rows,
     vector_from_blob,
 )
 from ..namespace import validate_namespace
@@ -372,25 +372,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         ns = validate_namespace(namespace)
         mid = require_str(model_id, "model_id")
         sp = mid if space is None else require_str(space, "vector space")
-        keys = [require_str(k, "embedding key") for k in keys]
-        arr = np.asarray(vectors)
-        if arr.ndim != 2 or arr.shape[0] != len(keys) or arr.shape[1] < 1:
-            raise StoreError(f"vectors must have shape ({len(keys)}, dim>=1) to match the keys; got {arr.shape}")
-        if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-            raise StoreError(f"vectors must be real numbers, got dtype {arr.dtype}")
-        arr = np.ascontiguousarray(arr, dtype="<f4")
-        if not np.isfinite(arr).all():
-            raise StoreError(f"vectors for {ns!r}/{mid!r} contain NaN or infinite values")
-        if len(set(keys)) != len(keys):
-            raise StoreError(f"embedding keys for {ns!r}/{mid!r} contain duplicates")
-        blobs = [arr[i].tobytes() for i in range(len(keys))]
-        if content is None:
-            addresses = ["v:" + hashlib.sha256(b).hexdigest() for b in blobs]
-        else:
-            addresses = [require_str(a, "content address") for a in content]
-            if len(addresses) != len(keys):
-                raise StoreError(f"{len(addresses)} content addresses for {len(keys)} embedding keys")
-        dim = int(arr.shape[1])
+        keys, blobs, addresses, dim = vector_rows(ns, mid, keys, vectors, content)
         with self._write() as c:
             self._lock_namespace(c, ns)
             row = c.execute("SELECT dim FROM vectors WHERE space = %s LIMIT 1", (sp,)).fetchone()
