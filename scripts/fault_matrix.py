@@ -216,12 +216,12 @@ def probe_kill_points(work: Path, tries: int, rng: random.Random) -> Probe:
 _WRITER = textwrap.dedent(
     """
     import os, sys, time
-    from memcompile_local.store import MemoryStore
+    from memcompile_local.store import open_store
     from memcompile_local.types import Conversation, Session, Turn
-    db, ns, go = sys.argv[1], sys.argv[2], sys.argv[3]
+    db, ns, go = sys.argv[1], sys.argv[2], sys.argv[3]  # db: a store file or a database URL
     while not os.path.exists(go):
         time.sleep(0.001)
-    with MemoryStore(db) as s:
+    with open_store(db) as s:
         for b in range(5):
             turns = tuple(Turn(f"D{b + 1}:{i + 1}", "Ann", f"{ns} batch {b} turn {i}") for i in range(6))
             s.ingest(Conversation(namespace=ns, sessions=(Session(b + 1, f"s{b + 1}", "noon", turns),)))
@@ -898,20 +898,6 @@ def probe_pg_kill_points(work: Path, pg: _PgServer, tries: int, rng: random.Rand
     return p
 
 
-_PG_WRITER = textwrap.dedent(
-    """
-    import os, sys, time
-    from memcompile_local.store import open_store
-    from memcompile_local.types import Conversation, Session, Turn
-    db, ns, go = sys.argv[1], sys.argv[2], sys.argv[3]
-    while not os.path.exists(go):
-        time.sleep(0.001)
-    with open_store(db) as s:
-        for b in range(5):
-            turns = tuple(Turn(f"D{b + 1}:{i + 1}", "Ann", f"{ns} batch {b} turn {i}") for i in range(6))
-            s.ingest(Conversation(namespace=ns, sessions=(Session(b + 1, f"s{b + 1}", "noon", turns),)))
-    """
-)
 
 
 def probe_pg_writers(work: Path, pg: _PgServer, rounds: int, width: int) -> Probe:
@@ -923,7 +909,7 @@ def probe_pg_writers(work: Path, pg: _PgServer, rounds: int, width: int) -> Prob
     for r in range(rounds):
         url = server.fresh_database(with_schema=False)
         go = work / f"pg-go-{r}"
-        procs = [subprocess.Popen([sys.executable, "-c", _PG_WRITER, url, f"w{k}", str(go)], env=CHILD_ENV,
+        procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url, f"w{k}", str(go)], env=CHILD_ENV,
                                   cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                  for k in range(width)]
         time.sleep(0.3)
