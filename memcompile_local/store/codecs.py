@@ -71,6 +71,21 @@ def vector_rows(ns: str, mid: str, keys: Sequence[str], vectors: Any,
     return keys, blobs, addresses, int(arr.shape[1])
 
 
+def capsule_rows(ns: str, writer: str, budget: int,
+                 capsules: Sequence[Any]) -> list[tuple[str, str, str, int, str]]:
+    """The ``capsules`` rows (namespace, capsule_id, writer, budget, body as JSON) of retained
+    capsules (retention/: ``Capsule.to_dict`` rows); StoreError for a capsule without an id or
+    without source packets."""
+    w = require_str(writer, "retention writer")
+    rows = []
+    for cap in capsules:
+        cid = require_str(cap.get("capsule_id"), "capsule id")
+        if not isinstance(cap.get("sources"), (list, tuple)) or not cap["sources"]:
+            raise StoreError(f"capsule {cid!r} of {ns!r} names no source packet")
+        rows.append((ns, cid, w, int(budget), json.dumps(dict(cap), ensure_ascii=False, sort_keys=True)))
+    return rows
+
+
 def cache_entry(key: str, namespace: str | None, stage: str, identity_json: str,
                 response: dict) -> tuple[str, str | None, str, str, int, int]:
     """A request-cache entry checked for storing: (key, namespace, stage, response as JSON

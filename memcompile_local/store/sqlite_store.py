@@ -54,6 +54,7 @@ from .codecs import (
     cell_from_row,
     cell_row,
     STORED_TURN_COLS,
+    capsule_rows,
     chunks,
     descriptor_from_row,
     descriptor_row,
@@ -582,13 +583,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         """Replace the retained evidence capsules of ``namespace`` (retention/: ``Capsule.to_dict``
         rows, each with a ``capsule_id`` and its ``sources``) with ``capsules``, in one transaction."""
         ns = validate_namespace(namespace)
-        w = require_str(writer, "retention writer")
-        rows = []
-        for cap in capsules:
-            cid = require_str(cap.get("capsule_id"), "capsule id")
-            if not isinstance(cap.get("sources"), (list, tuple)) or not cap["sources"]:
-                raise StoreError(f"capsule {cid!r} of {ns!r} names no source packet")
-            rows.append((ns, cid, w, int(budget), json.dumps(dict(cap), ensure_ascii=False, sort_keys=True)))
+        rows = capsule_rows(ns, writer, budget, capsules)
         with self._write() as c:
             self._register(c, ns)
             c.execute("DELETE FROM capsules WHERE namespace = ?", (ns,))

@@ -34,6 +34,7 @@ from ..codecs import (
     cell_from_row,
     cell_row,
     STORED_TURN_COLS,
+    capsule_rows,
     descriptor_from_row,
     descriptor_row,
     optional_namespace,
@@ -450,13 +451,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
     def put_capsules(self, namespace: str, writer: str, budget: int, capsules: Sequence[Mapping[str, Any]]) -> None:
         """Replace the retained evidence capsules of ``namespace`` (one transaction)."""
         ns = validate_namespace(namespace)
-        w = require_str(writer, "retention writer")
-        rows = []
-        for cap in capsules:
-            cid = require_str(cap.get("capsule_id"), "capsule id")
-            if not isinstance(cap.get("sources"), (list, tuple)) or not cap["sources"]:
-                raise StoreError(f"capsule {cid!r} of {ns!r} names no source packet")
-            rows.append((ns, cid, w, int(budget), json.dumps(dict(cap), ensure_ascii=False, sort_keys=True)))
+        rows = capsule_rows(ns, writer, budget, capsules)
         with self._write() as c:
             self._lock_namespace(c, ns)
             c.execute("DELETE FROM capsules WHERE namespace = %s", (ns,))
