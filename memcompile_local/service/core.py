@@ -437,17 +437,35 @@ class MemoryService:
         are matched against the turns' dates from that day (as ``Memory.search`` does).
         ``filters`` (see ``filters``): evidence only from matching turns, k of them when k match."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
-        ns = self._existing(tenant, user_id)
+        ns = self.namespace(tenant, user_id)
+        # One store read per search while this process holds a current view of the user: the
+        # generation, since a held view with turns in it says that the user exists. Without a
+        # held view the store is asked first whether the user exists (404 for no memory).
+        generation = None
+        held = self._held(ns, preset)
+        if held is not None:
+            generation = self._probe.generation(ns)
+            if held[1] != generation:
+                self._existing(tenant, user_id)
+        else:
+            self._existing(tenant, user_id)
         selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date,
-                                               filters=filters)
+                                               filters=filters, generation=generation)
         return self._context_json(user_id, selected, behind)
 
+    def _held(self, ns: str, preset: str | None) -> tuple[MemoryView, int] | None:
+        """The view of ``ns`` (with turns) and its generation that the Memory of ``preset`` (one
+        made already) holds, whatever the store's generation is now; None when none."""
+        mem = self._presets.get(preset) if preset else self.memory
+        held = mem.cached_view(ns) if mem is not None else None
+        return held if held is not None and held[0].packets else None
+
     def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None,
-                 filters: TurnFilter | None = None):
+                 filters: TurnFilter | None = None, generation: int | None = None):
         mem = self.memory_for(preset)
         # A view held for the store's current generation is complete (only built namespaces
         # are cached there): serve it without the build checks below.
-        held = mem.cached_view(ns, generation=self._probe.generation(ns))
+        held = mem.cached_view(ns, generation=self._probe.generation(ns) if generation is None else generation)
         if held is not None:
             view, behind = held[0], 0
         else:
