@@ -34,13 +34,14 @@ from ..errors import ConfigError, ImmutablePacketError, MissingExtraError, Trans
 from ..memory import Memory, selection_scores
 from ..pipeline.presets import PRESETS, apply_presets
 from ..store import is_database_url, open_store
+from ..store.factory import sqlite_path
 from ..types import Conversation, Session, Turn
 from ..views.pending import PartialViews, pending_turns
 from ..views.record import MemoryView
 from ..llm.registry import embedder_kwargs, load_embedder
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .embed_batch import DEFAULT_WINDOW_S, BatchedQueryEmbedder
-from .imports import Importer
+from .imports import FileStatus, HeldStatus, Importer, StoreStatus
 from .errors import ServiceError
 from .limits import Limits
 from ..views.filters import TurnFilter, time_bound
@@ -126,9 +127,16 @@ class MemoryService:
         self._warm_waiting: set[str] = set()
         self._warm_thread = threading.Thread(target=self._warm_views, name="memcompile-view-warmer", daemon=True)
         self._warm_thread.start()
-        # Batch imports (imports.py): job status files beside a local store file.
-        local = str(store_path) != ":memory:" and "://" not in str(store_path)
-        self.importer = Importer(self, Path(f"{store_path}.imports") if local else None, owner_alive)
+        # Batch imports (imports.py): job status in the database of a database store (every
+        # replica reads it), in files beside a store file (every process of this machine does).
+        file = None if is_database_url(store_path) else sqlite_path(store_path)
+        if file is None:
+            status = StoreStatus(self.store)
+        elif file == ":memory:":
+            status = HeldStatus()
+        else:
+            status = FileStatus(Path(f"{file}.imports"))
+        self.importer = Importer(self, status, owner_alive)
 
     def _store_changed(self, namespace: str, generation: int) -> None:
         """Another process committed ``generation`` of ``namespace``: drop each held view of it

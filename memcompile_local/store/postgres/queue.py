@@ -199,10 +199,11 @@ class PgBuildQueue:
 
     # ------------------------------------------------------------------ forget
     def forget_build_state(self, namespace: str) -> int:
-        """Remove the namespace's queue entry, lease and session indexes (after ``forget``)."""
+        """Remove the namespace's queue entry, lease, session indexes and import job status
+        (after ``forget``)."""
         ns = validate_namespace(namespace)
         n = 0
         with self._write() as c:  # type: ignore[attr-defined]
-            for table in ("service_build_queue", "service_build_leases", "service_sessions"):
+            for table in ("service_build_queue", "service_build_leases", "service_sessions", "service_import_jobs"):
                 n += self._rowcount(c.execute(f"DELETE FROM {table} WHERE namespace = %s", (ns,)))
         return n

@@ -21,7 +21,7 @@ import time
 
 from ...errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The largest ``memcompile_schema.version`` this code writes; a larger one is refused."""
 
 SCHEMA_LOCK = 0x4D434C31  # "MCL1": the advisory lock key held while the schema is set up
@@ -35,7 +35,7 @@ MEMORY_TABLES = (
     "vectors", "embeddings", "generations",
 )
 LEDGER_TABLES = ("request_cache", "run_calls", "waste")
-SERVICE_TABLES = ("service_build_queue", "service_build_leases", "service_sessions")
+SERVICE_TABLES = ("service_build_queue", "service_build_leases", "service_sessions", "service_import_jobs")
 OUR_TABLES = (*MEMORY_TABLES, *LEDGER_TABLES, "counters", *SERVICE_TABLES)
 
 _VERSION_1 = f"""
@@ -196,9 +196,25 @@ CREATE TABLE service_sessions (
 )
 """
 
+# Version 2: batch-import job status in the database, so that every replica answers for a job
+# (service.imports); a version 1 store gains the table in place.
+_VERSION_2 = """
+CREATE TABLE service_import_jobs (
+    namespace     TEXT NOT NULL,
+    job_id        TEXT NOT NULL,
+    owner         TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    body          TEXT NOT NULL,
+    heartbeat_at  DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (namespace, job_id)
+);
+CREATE INDEX service_import_jobs_unfinished ON service_import_jobs (owner) WHERE state IN ('queued', 'running')
+"""
+
 # version -> the statements that bring version - 1 to it
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: tuple(s.strip() for s in _VERSION_1.split(";") if s.strip()),
+    2: tuple(s.strip() for s in _VERSION_2.split(";") if s.strip()),
 }
 
 

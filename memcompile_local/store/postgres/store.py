@@ -47,6 +47,7 @@ from ..codecs import (
 )
 from ..namespace import validate_namespace
 from .connection import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_S, PgConnection
+from .jobs import PgImportJobs
 from .ledger import PgLedger
 from .queue import PgBuildQueue
 from .schema import GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
@@ -84,7 +85,7 @@ _FORGET_STEPS = (
 )
 
 
-class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
+class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
     """Namespaced memories in the PostgreSQL database at ``url`` (see the module doc).
 
     ``create``: set the schema up in a database that has none (else an empty database is an
