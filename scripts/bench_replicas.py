@@ -82,7 +82,7 @@ class CpuSampler(threading.Thread):
     def run(self) -> None:
         start: dict[int, float] = {}
         last: dict[int, tuple[str, float]] = {}
-        began = None
+        began = ended = None
         while not self.stop.wait(0.2):
             procs = _procs()
             groups = {pid: self._group(pid, procs) for pid in procs}
@@ -92,13 +92,16 @@ class CpuSampler(threading.Thread):
                     continue
                 began = time.monotonic()
                 start = {pid: procs[pid][1] for pid, g in groups.items() if g}
+            now = time.monotonic()
+            if serving:
+                ended = now
+            elif ended is not None and now - ended > 1.0:
+                continue  # the servers are gone: what the benchmark does after them is not counted
             for pid, g in groups.items():
                 if g:
                     last[pid] = (g, procs[pid][1])
-            if not serving:
-                break  # the servers are gone: the setup's run is over
         if began is not None:
-            self.wall = time.monotonic() - began
+            self.wall = (ended or time.monotonic()) - began
         for pid, (g, cpu) in last.items():
             self.used[g] += cpu - start.get(pid, 0.0)
 

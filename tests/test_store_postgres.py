@@ -297,7 +297,8 @@ def test_a_version_1_store_gains_the_import_job_table_in_place(pg_url):
     store.ingest(turns("ns", ["kept through the upgrade"]))
     store.close()
     # What version 1 of the schema was: everything but the import job table.
-    raw(pg_url, "DROP TABLE service_import_jobs", "DELETE FROM memcompile_schema WHERE version = 2")
+    raw(pg_url, "DROP TABLE service_import_jobs", "DROP FUNCTION memcompile_check(boolean, text)",
+        "DELETE FROM memcompile_schema WHERE version = 2")
     with pytest.raises(StoreError, match="schema version 2 .found 1.; open it once with a writing command"):
         open_store(pg_url, read_only=True)
     assert raw(pg_url, "SELECT MAX(version) FROM memcompile_schema")[0] == [(1,)]  # the read changed nothing

@@ -271,7 +271,8 @@ class PgConnection:
 
     _LOCK_SQL = ("SELECT pg_advisory_xact_lock(%s, %s), "
                  "(SELECT generation FROM generations WHERE namespace = %s), "
-                 f"(SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {GENERATION_SEQUENCE})")
+                 f"(SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {GENERATION_SEQUENCE}), "
+                 f"nextval('{GENERATION_SEQUENCE}')")
 
     def _lock_namespace(self, c: Any, namespace: str) -> None:
         """Hold ``namespace``'s advisory lock until the transaction on ``c`` ends (taken once per
@@ -279,7 +280,8 @@ class PgConnection:
 
         The same statement reads the namespace's generation as it stands once the lock is held
         (only a holder of the lock changes it), so ``generation()`` inside the transaction needs
-        no statement of its own; nobody waits for the result until it is asked for."""
+        no statement of its own, and draws the value a write under this lock will make the next
+        generation (see ``_reserved``); nobody waits for the row until it is asked for."""
         tx = self._tx()
         if tx is not None and namespace in tx.locked:
             return
@@ -287,6 +289,27 @@ class PgConnection:
         if tx is not None:
             tx.locked.add(namespace)
             tx.generations[namespace] = cur
+            tx.reserved[namespace] = cur
+
+    def _reserved(self, namespace: str) -> int | None:
+        """Inside a transaction that holds ``namespace``'s lock: the generation value drawn with
+        the lock, when its row has already arrived (else None: drawing one now is as cheap as
+        waiting for it). Drawn under the lock, it is larger than any generation the namespace
+        had, and a reader of a namespace without rows waits for the lock (``generation``)."""
+        tx = self._tx()
+        cur = None if tx is None else tx.reserved.get(namespace)
+        if cur is None or cur.pgresult is None:
+            return None
+        row = self._lock_row(tx, namespace, cur)
+        return int(row[3])
+
+    @staticmethod
+    def _lock_row(tx: "_Tx", namespace: str, cur: Any) -> tuple:
+        row = tx.rows.get(namespace)
+        if row is None or row[0] is not cur:
+            row = (cur, cur.fetchone())
+            tx.rows[namespace] = row
+        return row[1]
 
     def _tx_generation(self, namespace: str) -> int:
         """Inside a transaction: ``namespace``'s generation (its lock taken first)."""
@@ -299,9 +322,9 @@ class PgConnection:
         if value is None:  # forgotten in this transaction: read it again
             value = tx.conn.execute(self._LOCK_SQL, (NAMESPACE_LOCK_CLASS, namespace_lock_key(namespace),
                                                      namespace))
-        row = value.fetchone()
-        # A lock row carries (lock, generation, counter); a bump's row (generation, notify).
-        generation = int(row[1] if row[1] is not None else row[2]) if len(row) == 3 else int(row[0])
+        row = self._lock_row(tx, namespace, value) if tx.reserved.get(namespace) is value else value.fetchone()
+        # A lock row carries (lock, generation, counter, reserved); a bump's row (generation, notify).
+        generation = int(row[1] if row[1] is not None else row[2]) if len(row) == 4 else int(row[0])
         tx.generations[namespace] = generation
         return generation
 
@@ -337,21 +360,25 @@ class _Tx:
     it has locked, their generations (a number, or the cursor whose row will give it), the
     namespaces it has already moved to a new generation, and the packets it inserted."""
 
-    __slots__ = ("conn", "pipeline", "locked", "generations", "bumped", "packets", "savepoints")
+    __slots__ = ("conn", "pipeline", "locked", "generations", "reserved", "rows", "bumped", "packets",
+                 "savepoints")
 
     def __init__(self, conn: Any, pipeline: Any):
         self.conn, self.pipeline = conn, pipeline
         self.locked: set[str] = set()
         self.generations: dict[str, Any] = {}
+        self.reserved: dict[str, Any] = {}  # namespace -> the cursor of its lock statement
+        self.rows: dict[str, tuple] = {}  # namespace -> (lock cursor, its row) once read
         self.bumped: set[str] = set()
         self.packets: dict[tuple[str, str], tuple] = {}
         self.savepoints = 0
 
     def save(self) -> tuple:
-        return set(self.locked), dict(self.generations), set(self.bumped), dict(self.packets)
+        return (set(self.locked), dict(self.generations), dict(self.reserved), set(self.bumped),
+                dict(self.packets))
 
     def restore(self, saved: tuple) -> None:
-        locked, generations, bumped, packets = saved
-        self.locked, self.generations, self.bumped, self.packets = set(locked), dict(generations), set(bumped), \
-            dict(packets)
+        locked, generations, reserved, bumped, packets = saved
+        self.locked, self.generations, self.reserved = set(locked), dict(generations), dict(reserved)
+        self.bumped, self.packets = set(bumped), dict(packets)
 

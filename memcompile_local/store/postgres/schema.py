@@ -30,6 +30,8 @@ VERSION_TABLE = "memcompile_schema"
 
 GENERATION_SEQUENCE = "memcompile_generation"
 
+CHECK_FUNCTION = "memcompile_check"
+
 MEMORY_TABLES = (
     "namespaces", "packets", "extraction_markers", "descriptors", "cells", "meta", "capsules",
     "vectors", "embeddings", "generations",
@@ -211,10 +213,18 @@ CREATE TABLE service_import_jobs (
 CREATE INDEX service_import_jobs_unfinished ON service_import_jobs (owner) WHERE state IN ('queued', 'running')
 """
 
+# Also version 2: a check that a statement makes on the server, so that a write whose result
+# nobody waits for can still refuse itself (the transaction then fails at its next sync). Kept
+# apart from the text above, which is split on semicolons.
+_CHECK_FUNCTION = (
+    f"CREATE FUNCTION {CHECK_FUNCTION}(ok BOOLEAN, message TEXT) RETURNS BOOLEAN LANGUAGE plpgsql AS "
+    "$$ BEGIN IF ok IS NOT TRUE THEN RAISE EXCEPTION USING MESSAGE = message, ERRCODE = 'check_violation'; "
+    "END IF; RETURN TRUE; END $$")
+
 # version -> the statements that bring version - 1 to it
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: tuple(s.strip() for s in _VERSION_1.split(";") if s.strip()),
-    2: tuple(s.strip() for s in _VERSION_2.split(";") if s.strip()),
+    2: (*(s.strip() for s in _VERSION_2.split(";") if s.strip()), _CHECK_FUNCTION),
 }
 
 

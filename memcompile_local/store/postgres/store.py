@@ -50,7 +50,7 @@ from .connection import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_S, PgConnection
 from .jobs import PgImportJobs
 from .ledger import PgLedger
 from .queue import PgBuildQueue
-from .schema import GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
+from .schema import CHECK_FUNCTION, GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,19 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
         queued; ``generation()`` reads its row when asked."""
         tx = self._tx()
         if tx is not None and namespace in tx.bumped:
+            return
+        reserved = self._reserved(namespace)
+        if reserved is not None:
+            # The value drawn with the lock is here already: the new generation is known without
+            # waiting for this statement.
+            c.execute(
+                "WITH reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING), "
+                "up AS (INSERT INTO generations (namespace, generation) VALUES (%s, %s) "
+                "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation) "
+                "SELECT pg_notify(%s, %s)",
+                (namespace, time.time(), namespace, reserved, CHANNEL, f"{reserved} {namespace} {self._writer}"))
+            tx.bumped.add(namespace)
+            tx.generations[namespace] = reserved
             return
         # One statement: the namespace registered (if new), its generation drawn and announced.
         cur = c.execute(
@@ -401,57 +414,46 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
         keys, blobs, addresses, dim = vector_rows(ns, mid, keys, vectors, content)
         # In address order: two writers sharing vectors wait for each other in one order.
         fresh = sorted(dict(zip(addresses, blobs)).items())
-        wanted = [a for a, _ in fresh]
         with self._write() as c:
             self._lock_namespace(c, ns)
-            # One statement reads all that is needed before the embeddings rows: the id of every
-            # vector (inserted now, or stored before: the statement's snapshot sees those), the
-            # vectors the keys pointed at until now, and the dimension the space already has.
-            ids: dict[str, int] = {}
-            replaced: set[int] = set()
-            known_dim = None
-            for kind, name, value in c.execute(
-                    "WITH ins AS (INSERT INTO vectors (space, content, dim, vector) "
-                    "SELECT %(sp)s, t.c, %(dim)s, t.v FROM unnest(%(cs)s::text[], %(vs)s::bytea[]) AS t(c, v) "
-                    "ORDER BY t.c ON CONFLICT (space, content) DO NOTHING RETURNING content, id) "
-                    "SELECT 'v', content, id FROM ins "
-                    "UNION ALL SELECT 'v', content, id FROM vectors WHERE space = %(sp)s AND content = ANY(%(cs)s) "
-                    "UNION ALL SELECT 'o', key, vector_id FROM embeddings "
-                    "WHERE namespace = %(ns)s AND model_id = %(mid)s AND key = ANY(%(keys)s) "
-                    "UNION ALL (SELECT 'd', NULL, dim FROM vectors WHERE space = %(sp)s LIMIT 1)",
-                    {"sp": sp, "dim": dim, "cs": wanted, "vs": [b for _, b in fresh], "ns": ns, "mid": mid,
-                     "keys": list(keys)}).fetchall():
-                if kind == "v":
-                    ids[name] = int(value)
-                elif kind == "o":
-                    replaced.add(int(value))
-                else:
-                    known_dim = int(value)
-            if known_dim is not None and known_dim != dim:
-                raise StoreError(
-                    f"{self.path}: embeddings of vector space {sp!r} (model {mid!r}) have dim {known_dim}; got {dim}")
-            missing = [a for a in wanted if a not in ids]
-            if missing:
-                # Another writer committed one of them after this statement's snapshot was taken
-                # (its INSERT was skipped here): a new statement sees it.
-                ids.update(c.execute("SELECT content, id FROM vectors WHERE space = %s AND content = ANY(%s)",
-                                     (sp, missing)).fetchall())
-                lost = [a for a in missing if a not in ids]
-                if lost:
-                    raise StoreError(f"{self.path}: vectors {lost[:3]} of space {sp!r} vanished while being saved")
-            if keys:
-                c.execute(
-                    "INSERT INTO embeddings (namespace, model_id, key, vector_id) "
-                    "SELECT %s, %s, t.k, t.v FROM unnest(%s::text[], %s::bigint[]) AS t(k, v) "
-                    "ON CONFLICT (namespace, model_id, key) DO UPDATE SET vector_id = EXCLUDED.vector_id",
-                    (ns, mid, list(keys), [ids[a] for a in addresses]))
-            gone = sorted(replaced - set(ids.values()))
-            if gone:
-                self._drop_unreferenced(c, gone, count=False)
-            if keys:
-                self._bump(c, ns)
-            else:
+            if not keys:
                 self._register(c, ns)
+                return
+            # Two statements that nobody waits for: the server checks what needs checking and
+            # refuses the transaction itself (memcompile_check), so they travel with the next
+            # statement that is read, or with COMMIT. First the vectors, with the dimension check
+            # against what the space holds already.
+            c.execute(
+                f"WITH ok AS (SELECT {CHECK_FUNCTION}(NOT EXISTS (SELECT 1 FROM vectors WHERE space = %(sp)s "
+                "AND dim <> %(dim)s), format('%%s: embeddings of vector space %%s (model %%s) have dim %%s; got %%s', "
+                "%(where)s::text, quote_literal(%(sp)s), quote_literal(%(mid)s), "
+                "(SELECT dim FROM vectors WHERE space = %(sp)s AND dim <> %(dim)s LIMIT 1), %(dim)s)) AS ok) "
+                "INSERT INTO vectors (space, content, dim, vector) "
+                "SELECT %(sp)s, t.c, %(dim)s, t.v FROM ok, unnest(%(cs)s::text[], %(vs)s::bytea[]) AS t(c, v) "
+                "WHERE ok.ok ORDER BY t.c ON CONFLICT (space, content) DO NOTHING",
+                {"sp": sp, "dim": dim, "mid": mid, "where": self.path, "cs": [a for a, _ in fresh],
+                 "vs": [b for _, b in fresh]})
+            # Then the keys, pointed at those vectors (this statement sees the rows the one above
+            # inserted, and those other writers committed); a key whose vector is not there fails
+            # the check. The vectors the keys pointed at before go when nothing else points at them.
+            c.execute(
+                "WITH new AS (SELECT t.k, v.id FROM unnest(%(keys)s::text[], %(cs)s::text[]) AS t(k, c) "
+                "JOIN vectors v ON v.space = %(sp)s AND v.content = t.c), "
+                "old AS (SELECT vector_id FROM embeddings WHERE namespace = %(ns)s AND model_id = %(mid)s "
+                "AND key = ANY(%(keys)s)), "
+                "up AS (INSERT INTO embeddings (namespace, model_id, key, vector_id) "
+                "SELECT %(ns)s, %(mid)s, k, id FROM new ON CONFLICT (namespace, model_id, key) "
+                "DO UPDATE SET vector_id = EXCLUDED.vector_id RETURNING 1), "
+                "gone AS (DELETE FROM vectors d WHERE d.id IN (SELECT vector_id FROM old) "
+                "AND d.id NOT IN (SELECT id FROM new) AND NOT EXISTS (SELECT 1 FROM embeddings e "
+                "WHERE e.vector_id = d.id AND NOT (e.namespace = %(ns)s AND e.model_id = %(mid)s "
+                "AND e.key = ANY(%(keys)s)))) "
+                f"SELECT {CHECK_FUNCTION}((SELECT COUNT(*) FROM up) = %(n)s, "
+                "%(where)s::text || ': a vector of the embeddings saved for ' || quote_literal(%(ns)s) "
+                "|| ' vanished while they were written')",
+                {"keys": list(keys), "cs": list(addresses), "sp": sp, "ns": ns, "mid": mid, "n": len(keys),
+                 "where": self.path})
+            self._bump(c, ns)
 
     def _drop_unreferenced(self, c: Any, vector_ids: Sequence[int], *, count: bool = True) -> int:
         """Delete the vectors of ``vector_ids`` that no embeddings row points at; returns how
@@ -577,6 +579,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 if tx is not None:  # a write after this one in the transaction draws a new generation
                     tx.bumped.discard(ns)
                     tx.generations.pop(ns, None)
+                    tx.reserved.pop(ns, None)  # drawn before the forget's value: too small now
                     tx.packets = {k: v for k, v in tx.packets.items() if k[0] != ns}
                 self._mark_scrub_pending(c)
         except StoreError as exc:
