@@ -8,6 +8,14 @@ every helper called on that thread joins it; a joined write runs under a savepoi
 own only where the caller asks for one (``savepoint()``): a write that fails inside a longer
 transaction fails the transaction, which the caller rolls back (or undoes to its savepoint).
 
+A write transaction runs in psycopg's pipeline mode with BEGIN, SAVEPOINT and COMMIT sent as
+plain statements: what nobody reads the result of is queued and sent with the next statement
+whose result is read (or with COMMIT), so a transaction costs a round trip per read, one per
+savepoint and one for its COMMIT, however many rows it writes. Each savepoint's end waits for
+its statements, so an error the server raises undoes that savepoint's body and no other; an
+error that surfaces at COMMIT fails the whole transaction. A transaction in which a statement
+failed is never committed (COMMIT would quietly roll it back; it is refused instead).
+
 Writers of one namespace are serialised by a transaction-level advisory lock on the namespace
 (``_lock_namespace``): what a transaction read about a namespace it locked (its generation, its
 packets, its build lease) stays so until it commits, which is what SQLite's single write lock
