@@ -99,7 +99,9 @@ class CpuSampler(threading.Thread):
                 continue  # the servers are gone: what the benchmark does after them is not counted
             for pid, g in groups.items():
                 if g:
-                    last[pid] = (g, procs[pid][1])
+                    # A process keeps the group it was first seen in: an exiting one's command
+                    # line reads empty, which would hand its CPU to its parent's group.
+                    last[pid] = (last[pid][0] if pid in last else g, procs[pid][1])
         if began is not None:
             self.wall = (ended or time.monotonic()) - began
         for pid, (g, cpu) in last.items():
