@@ -74,7 +74,7 @@ def test_concurrent_openers_of_an_empty_database_create_the_schema_once(pg_serve
             stores.append(s)
 
     assert run_threads(open_one, 6) == []
-    assert raw(url, "SELECT version FROM memcompile_schema")[0] == [(1,)]
+    assert raw(url, "SELECT version FROM memcompile_schema ORDER BY version")[0] == [(1,), (2,)]
     for s in stores:
         s.close()
     with pytest.raises(StoreError, match="holds no store"):
@@ -290,3 +290,39 @@ def test_commits_wait_for_the_wal_even_on_a_server_set_otherwise(pg_url):
             assert s._query("SHOW synchronous_commit") == [("on",)]
     finally:
         raw(pg_url, "ALTER SYSTEM RESET synchronous_commit", "SELECT pg_reload_conf()")
+
+
+def test_a_version_1_store_gains_the_import_job_table_in_place(pg_url):
+    store = open_store(pg_url)
+    store.ingest(turns("ns", ["kept through the upgrade"]))
+    store.close()
+    # What version 1 of the schema was: everything but the import job table.
+    raw(pg_url, "DROP TABLE service_import_jobs", "DROP FUNCTION memcompile_check(boolean, text)",
+        "DELETE FROM memcompile_schema WHERE version = 2")
+    with pytest.raises(StoreError, match="schema version 2 .found 1.; open it once with a writing command"):
+        open_store(pg_url, read_only=True)
+    assert raw(pg_url, "SELECT MAX(version) FROM memcompile_schema")[0] == [(1,)]  # the read changed nothing
+    store = open_store(pg_url)
+    try:
+        assert [p.content for p in store.packets("ns")] == ["kept through the upgrade"]
+        store.put_import_job("ns", "ab" * 16, "1-x@h", "running", '{"state": "running"}')
+        assert store.import_job("ns", "ab" * 16)[0] == '{"state": "running"}'
+    finally:
+        store.close()
+    assert raw(pg_url, "SELECT version FROM memcompile_schema ORDER BY version")[0] == [(1,), (2,)]
+    assert check_store(pg_url).ok
+
+
+def test_import_job_rows_go_with_the_namespace_s_service_state(pg_url):
+    store = open_store(pg_url)
+    try:
+        store.put_import_job("a", "ab" * 16, "1-x@h", "running", "{}")
+        store.put_import_job("b", "cd" * 16, "1-x@h", "done", "{}")
+        assert [ns for ns, _, _ in store.unfinished_import_jobs()] == ["a"]
+        assert store.touch_import_jobs("1-x@h") == 1  # only unfinished jobs beat
+        assert store.end_import_job("a", "ab" * 16, "1-x@h", "failed", '{"state": "failed"}')
+        assert not store.end_import_job("a", "ab" * 16, "1-x@h", "failed", "{}")  # ended already
+        assert store.forget_build_state("a") >= 1
+        assert store.import_job("a", "ab" * 16) is None and store.import_job("b", "cd" * 16) is not None
+    finally:
+        store.close()

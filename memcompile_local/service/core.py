@@ -34,13 +34,14 @@ from ..errors import ConfigError, ImmutablePacketError, MissingExtraError, Trans
 from ..memory import Memory, selection_scores
 from ..pipeline.presets import PRESETS, apply_presets
 from ..store import is_database_url, open_store
+from ..store.factory import sqlite_path
 from ..types import Conversation, Session, Turn
 from ..views.pending import PartialViews, pending_turns
 from ..views.record import MemoryView
 from ..llm.registry import embedder_kwargs, load_embedder
 from .auth import namespace_for, tenant_prefix, user_of, validate_user_id
 from .embed_batch import DEFAULT_WINDOW_S, BatchedQueryEmbedder
-from .imports import Importer
+from .imports import FileStatus, HeldStatus, Importer, StoreStatus
 from .errors import ServiceError
 from .limits import Limits
 from ..views.filters import TurnFilter, time_bound
@@ -126,9 +127,16 @@ class MemoryService:
         self._warm_waiting: set[str] = set()
         self._warm_thread = threading.Thread(target=self._warm_views, name="memcompile-view-warmer", daemon=True)
         self._warm_thread.start()
-        # Batch imports (imports.py): job status files beside a local store file.
-        local = str(store_path) != ":memory:" and "://" not in str(store_path)
-        self.importer = Importer(self, Path(f"{store_path}.imports") if local else None, owner_alive)
+        # Batch imports (imports.py): job status in the database of a database store (every
+        # replica reads it), in files beside a store file (every process of this machine does).
+        file = None if is_database_url(store_path) else sqlite_path(store_path)
+        if file is None:
+            status = StoreStatus(self.store)
+        elif file == ":memory:":
+            status = HeldStatus()
+        else:
+            status = FileStatus(Path(f"{file}.imports"))
+        self.importer = Importer(self, status, owner_alive)
 
     def _store_changed(self, namespace: str, generation: int) -> None:
         """Another process committed ``generation`` of ``namespace``: drop each held view of it
@@ -437,17 +445,35 @@ class MemoryService:
         are matched against the turns' dates from that day (as ``Memory.search`` does).
         ``filters`` (see ``filters``): evidence only from matching turns, k of them when k match."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
-        ns = self._existing(tenant, user_id)
+        ns = self.namespace(tenant, user_id)
+        # One store read per search while this process holds a current view of the user: the
+        # generation, since a held view with turns in it says that the user exists. Without a
+        # held view the store is asked first whether the user exists (404 for no memory).
+        generation = None
+        held = self._held(ns, preset)
+        if held is not None:
+            generation = self._probe.generation(ns)
+            if held[1] != generation:
+                self._existing(tenant, user_id)
+        else:
+            self._existing(tenant, user_id)
         selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date,
-                                               filters=filters)
+                                               filters=filters, generation=generation)
         return self._context_json(user_id, selected, behind)
 
+    def _held(self, ns: str, preset: str | None) -> tuple[MemoryView, int] | None:
+        """The view of ``ns`` (with turns) and its generation that the Memory of ``preset`` (one
+        made already) holds, whatever the store's generation is now; None when none."""
+        mem = self._presets.get(preset) if preset else self.memory
+        held = mem.cached_view(ns) if mem is not None else None
+        return held if held is not None and held[0].packets else None
+
     def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None,
-                 filters: TurnFilter | None = None):
+                 filters: TurnFilter | None = None, generation: int | None = None):
         mem = self.memory_for(preset)
         # A view held for the store's current generation is complete (only built namespaces
         # are cached there): serve it without the build checks below.
-        held = mem.cached_view(ns, generation=self._probe.generation(ns))
+        held = mem.cached_view(ns, generation=self._probe.generation(ns) if generation is None else generation)
         if held is not None:
             view, behind = held[0], 0
         else:

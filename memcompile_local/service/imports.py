@@ -15,10 +15,14 @@ say) stops the job: state ``failed`` with the error, the conversations before it
 nothing of it is. Importing the same file again adds only what is missing.
 
 ``GET /v1/memories/{user_id}/imports/{job_id}`` reads the status: ``state`` (queued, running,
-done, failed), ``turns_written`` of ``turns_total``, conversations done, the error. The status
-lives in a small JSON file per job beside the store (``<store>.imports/``), so any server
-process on the store answers for a job and it outlasts a restart; a job whose process died
-before it finished reads ``failed``. Only the tenant and user that created a job can read it.
+done, failed), ``turns_written`` of ``turns_total``, conversations done, the error. Any server
+process on the store answers for a job, and the status outlasts a restart: on a store file it
+is a small JSON file per job beside it (``<store>.imports/``, which every process on that
+machine reads); on a database it is a row of the store (``service_import_jobs``), which every
+replica on any machine reads. A job whose process died before it finished reads ``failed``
+(code ``interrupted``): the reader sees that the owner's process is gone (one on this machine),
+or that its heartbeat, renewed every few seconds while a job of it is unfinished, has stopped
+(any machine, database stores). Only the tenant and user that created a job can read it.
 """
 
 from __future__ import annotations
@@ -71,66 +75,185 @@ class Part:
         return sum(len(s.turns) for s in self.conversation.sessions)
 
 
-class ImportStatus:
-    """The job status files of one store: ``<dir>/<job id>.json`` (None: held in memory only)."""
+HEARTBEAT_S = 5.0
+"""How often a process renews the heartbeat of its unfinished jobs on a database store."""
 
-    def __init__(self, folder: Path | None):
+STALE_S = 60.0
+"""An unfinished job whose heartbeat is older than this has lost its process (on whichever
+machine): it reads failed. Many heartbeats long, so a busy or briefly cut-off owner is not
+declared dead."""
+
+
+class FileStatus:
+    """Job status files of a store file: ``<dir>/<job id>.json``, read by every process of this
+    machine."""
+
+    heartbeats = False  # a file's reader judges the owner by its process id
+
+    def __init__(self, folder: Path):
         self.folder = folder
-        self._held: dict[str, dict] = {}
         self._lock = threading.Lock()
 
-    def write(self, job: dict) -> None:
+    def write(self, ns: str, job: dict) -> None:
         with self._lock:
-            self._held[job["id"]] = dict(job)
-            if self.folder is None:
-                return
             self.folder.mkdir(parents=True, exist_ok=True)  # on the first import, not at every start
             target = self.folder / f"{job['id']}.json"
             tmp = target.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(job, ensure_ascii=False), encoding="utf-8")
             os.replace(tmp, target)  # a reader sees the old status or the new one, never half
 
-    def read(self, job_id: str) -> dict | None:
-        if not _JOB_ID.match(job_id):
-            return None
-        if self.folder is None:
-            with self._lock:
-                job = self._held.get(job_id)
-                return dict(job) if job else None
+    def end(self, ns: str, job: dict) -> bool:
+        self.write(ns, job)
+        return True
+
+    def read(self, ns: str, job_id: str) -> tuple[dict, float | None] | None:
         try:
-            return json.loads((self.folder / f"{job_id}.json").read_text(encoding="utf-8"))
+            return json.loads((self.folder / f"{job_id}.json").read_text(encoding="utf-8")), None
         except (OSError, ValueError):
             return None
 
-    def unfinished(self) -> list[dict]:
+    def unfinished(self) -> list[tuple[str, dict, float | None]]:
         """The stored jobs still queued or running (by any process)."""
-        if self.folder is None or not self.folder.is_dir():
+        if not self.folder.is_dir():
             return []
         out = []
         for path in self.folder.glob("*.json"):
-            job = self.read(path.stem)
-            if job is not None and job.get("state") in ("queued", "running"):
-                out.append(job)
+            found = self.read("", path.stem)
+            if found is not None and found[0].get("state") in UNFINISHED:
+                out.append(("", found[0], None))
         return out
+
+    def touch(self, owner: str) -> None:
+        pass
+
+
+class HeldStatus:
+    """Job status held by this process only: a store in memory has no other reader."""
+
+    heartbeats = False
+
+    def __init__(self):
+        self._held: dict[str, dict] = {}
+        self._lock = threading.Lock()
+
+    def write(self, ns: str, job: dict) -> None:
+        with self._lock:
+            self._held[job["id"]] = dict(job)
+
+    def end(self, ns: str, job: dict) -> bool:
+        self.write(ns, job)
+        return True
+
+    def read(self, ns: str, job_id: str) -> tuple[dict, float | None] | None:
+        with self._lock:
+            job = self._held.get(job_id)
+            return (dict(job), None) if job else None
+
+    def unfinished(self) -> list[tuple[str, dict, float | None]]:
+        return []
+
+    def touch(self, owner: str) -> None:
+        pass
+
+
+class StoreStatus:
+    """Job status rows of a database store (``PgImportJobs``), read by every replica."""
+
+    heartbeats = True
+
+    def __init__(self, store: Any):
+        for name in ("put_import_job", "import_job", "unfinished_import_jobs", "touch_import_jobs",
+                     "end_import_job"):
+            if not callable(getattr(store, name, None)):
+                raise ConfigError(f"{store.path}: this store keeps no import job status ({name} is missing)")
+        self.store = store
+
+    def write(self, ns: str, job: dict) -> None:
+        self.store.put_import_job(ns, job["id"], job["owner"], job["state"], json.dumps(job, ensure_ascii=False))
+
+    def end(self, ns: str, job: dict) -> bool:
+        """Write ``job`` (a final state) only if its stored status is still unfinished."""
+        return self.store.end_import_job(ns, job["id"], job["owner"], job["state"],
+                                         json.dumps(job, ensure_ascii=False))
+
+    def read(self, ns: str, job_id: str) -> tuple[dict, float | None] | None:
+        found = self.store.import_job(ns, job_id)
+        if found is None:
+            return None
+        try:
+            return json.loads(found[0]), found[1]
+        except ValueError:
+            log.warning("import %s of %s: the stored status is not JSON", job_id, ns)
+            return None
+
+    def unfinished(self) -> list[tuple[str, dict, float | None]]:
+        out = []
+        for ns, body, age in self.store.unfinished_import_jobs():
+            try:
+                out.append((ns, json.loads(body), age))
+            except ValueError:
+                continue
+        return out
+
+    def touch(self, owner: str) -> None:
+        self.store.touch_import_jobs(owner)
+
+
+UNFINISHED = ("queued", "running")
+
+
+def interrupted(job: dict) -> dict:
+    """``job`` as it reads once its process is gone."""
+    return {**job, "state": "failed", "finished_at": _now(),
+            "error": {"status": 503, "code": "interrupted",
+                      "message": "the server stopped before the import finished; the conversations counted in "
+                                 "conversations_done were written, import the file again for the rest"}}
 
 
 class Importer:
     """Parses uploads and runs import jobs for one ``MemoryService`` (see the module doc)."""
 
-    def __init__(self, service: Any, folder: Path | None, owner_alive: Callable[[str], bool]):
+    def __init__(self, service: Any, status: FileStatus | HeldStatus | StoreStatus,
+                 owner_alive: Callable[[str], bool]):
         # ``service``: the MemoryService (core.py) this importer writes through.
         self.service = service
-        self.status = ImportStatus(folder)
+        self.status = status
+        self.owner_alive = owner_alive
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcompile-import")
         self._stop = threading.Event()
-        for job in self.status.unfinished():
-            if not owner_alive(job.get("owner", "")):
-                job.update(state="failed", finished_at=_now(),
-                           error={"status": 503, "code": "interrupted",
-                                  "message": "the server stopped before the import finished; the conversations "
-                                             "counted in conversations_done were written, import the file again "
-                                             "for the rest"})
-                self.status.write(job)
+        self._mine: set[str] = set()  # ids of this process's unfinished jobs (their heartbeat)
+        self._mine_lock = threading.Lock()
+        for ns, job, age in self.status.unfinished():
+            self._judge(ns, job, age)
+        self._heart = None
+        if status.heartbeats:
+            self._heart = threading.Thread(target=self._beat, name="memcompile-import-heartbeat", daemon=True)
+            self._heart.start()
+
+    def _judge(self, ns: str, job: dict, age: float | None) -> dict:
+        """``job`` as a reader must see it: an unfinished job of a process that is gone (by its
+        process id on this machine, or by its stopped heartbeat) reads failed, and is stored so."""
+        owner = job.get("owner", "")
+        if job.get("state") not in UNFINISHED or owner == self.service.owner:
+            return job
+        if self.owner_alive(owner) and (age is None or age <= STALE_S):
+            return job
+        ended = interrupted(job)
+        if self.status.end(ns, ended):
+            return ended
+        found = self.status.read(ns, job["id"])  # it moved on meanwhile: what it is now
+        return found[0] if found is not None else ended
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with self._mine_lock:
+                busy = bool(self._mine)
+            if not busy:
+                continue
+            try:
+                self.status.touch(self.service.owner)
+            except Exception as exc:  # the database is down: the next beat tries again
+                log.warning("import heartbeat failed: %s", exc)
 
     def close(self, timeout: float = 30.0) -> None:
         """Let a running job finish its current conversation, then stop (queued jobs fail)."""
@@ -194,22 +317,34 @@ class Importer:
                "state": "queued", "format": fmt, "turns_total": sum(p.turn_count for p in parts),
                "turns_written": 0, "turns_skipped": 0, "conversations_total": len(parts), "conversations_done": 0,
                "built": False, "error": None, "created_at": _now(), "started_at": None, "finished_at": None}
-        self.status.write(job)
+        self.status.write(ns, job)
         first = public(job)  # before the job thread starts changing it
+        with self._mine_lock:
+            self._mine.add(job["id"])
         self._pool.submit(self._run, job, ns, parts)
         return first
 
     def get(self, tenant: str, user_id: str, job_id: str) -> dict:
-        job = self.status.read(job_id)
+        found = self.status.read(self.service.namespace(tenant, user_id), job_id) if _JOB_ID.match(job_id) else None
+        job = None if found is None else found[0]
         if job is None or job.get("tenant") != tenant or job.get("user_id") != user_id:
             raise ServiceError(404, "not_found", f"user {user_id!r} has no import {job_id!r}", field="job_id")
-        return public(job)
+        return public(self._judge(self.service.namespace(tenant, user_id), job, found[1]))
 
     # ------------------------------------------------------------------ the job
     def _run(self, job: dict, ns: str, parts: list[Part]) -> None:
+        try:
+            self._run_job(job, ns, parts)
+        except Exception:  # the status could not be stored; readers see the job end by its heartbeat
+            log.exception("import %s: its status could not be written", job["id"])
+        finally:
+            with self._mine_lock:
+                self._mine.discard(job["id"])
+
+    def _run_job(self, job: dict, ns: str, parts: list[Part]) -> None:
         svc = self.service
         job.update(state="running", started_at=_now())
-        self.status.write(job)
+        self.status.write(ns, job)
         added = 0
         try:
             for part in parts:
@@ -226,7 +361,7 @@ class Importer:
                 job.update(turns_written=job["turns_written"] + res.added,
                            turns_skipped=job["turns_skipped"] + res.skipped,
                            conversations_done=job["conversations_done"] + 1)
-                self.status.write(job)
+                self.status.write(ns, job)
             if added:
                 built = svc.inline_build and svc.build_now(ns, wait_s=60.0)
                 if built:
@@ -242,7 +377,7 @@ class Importer:
             if err.status >= 500 and err.code == "internal":
                 log.exception("import %s failed", job["id"])
             job.update(state="failed", finished_at=_now(), error=err.body()["error"])
-        self.status.write(job)
+        self.status.write(ns, job)
 
 
 def public(job: dict) -> dict:

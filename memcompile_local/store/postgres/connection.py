@@ -8,6 +8,14 @@ every helper called on that thread joins it; a joined write runs under a savepoi
 own only where the caller asks for one (``savepoint()``): a write that fails inside a longer
 transaction fails the transaction, which the caller rolls back (or undoes to its savepoint).
 
+A write transaction runs in psycopg's pipeline mode with BEGIN, SAVEPOINT and COMMIT sent as
+plain statements: what nobody reads the result of is queued and sent with the next statement
+whose result is read (or with COMMIT), so a transaction costs a round trip per read, one per
+savepoint and one for its COMMIT, however many rows it writes. Each savepoint's end waits for
+its statements, so an error the server raises undoes that savepoint's body and no other; an
+error that surfaces at COMMIT fails the whole transaction. A transaction in which a statement
+failed is never committed (COMMIT would quietly roll it back; it is refused instead).
+
 Writers of one namespace are serialised by a transaction-level advisory lock on the namespace
 (``_lock_namespace``): what a transaction read about a namespace it locked (its generation, its
 packets, its build lease) stays so until it commits, which is what SQLite's single write lock
@@ -28,6 +36,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 from ...errors import StoreError
+from .schema import GENERATION_SEQUENCE
 from .url import redact_url, require_driver
 
 logger = logging.getLogger(__name__)
@@ -123,11 +132,15 @@ class PgConnection:
     # ------------------------------------------------------------------ transactions
 
     def _joined(self):
-        return getattr(self._local, "conn", None)
+        tx = getattr(self._local, "tx", None)
+        return None if tx is None else tx.conn
+
+    def _tx(self) -> "_Tx | None":
+        return getattr(self._local, "tx", None)
 
     @contextmanager
     def _write(self) -> Iterator[Any]:
-        """One write transaction (or, inside ``transaction()``, a savepoint of it)."""
+        """One write transaction (or, inside ``transaction()``, a part of it)."""
         self._check_open()
         if self.read_only:
             raise StoreError(f"{self.path}: cannot write to this store: {self.read_only_reason}")
@@ -139,12 +152,54 @@ class PgConnection:
                 raise self._error(exc, "write failed; the transaction is rolled back") from exc
             return
         with self._connection("write failed and was rolled back") as conn:
-            with conn.transaction():
-                self._local.locked = set()
-                try:
+            # Pipeline mode: a statement whose result nobody reads (BEGIN, a lock, an INSERT, the
+            # generation bump) travels with the next one that is read, or with COMMIT, instead of
+            # costing a round trip (a wake-up of the server process) of its own. BEGIN and COMMIT
+            # are plain statements here, so they pipeline too.
+            tx = None
+            try:
+                with conn.pipeline() as pipeline:
+                    tx = self._local.tx = _Tx(conn, pipeline)
+                    conn.execute("BEGIN")
                     yield conn
-                finally:
-                    self._local.locked = None
+                    self._local.tx = None
+                    if conn.pgconn.transaction_status == self._psycopg.pq.TransactionStatus.INERROR:
+                        # A statement failed and its error was handled: COMMIT would roll back quietly.
+                        raise StoreError(f"{self.path}: a statement of the transaction failed; nothing was written")
+                    done = conn.execute("COMMIT")
+                # Leaving the pipeline sent COMMIT with whatever was still queued, and raised the
+                # first error of those; COMMIT of a transaction that failed says ROLLBACK.
+                if done.statusmessage != "COMMIT":
+                    raise StoreError(f"{self.path}: the server rolled the transaction back ({done.statusmessage})")
+            except BaseException:
+                self._local.tx = None
+                self._rollback(conn)
+                raise
+            finally:
+                self._local.tx = None
+
+    def _rollback(self, conn: Any) -> None:
+        """End a failed transaction (out of pipeline mode by now); a connection that broke is
+        discarded by the pool."""
+        psycopg = self._psycopg
+        try:
+            if not conn.closed and conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+        except (psycopg.Error, OSError) as exc:
+            logger.debug("%s: rollback after a failed write did not finish (%s)", self.path, _first_line(exc))
+
+    def _sync(self) -> None:
+        """Inside a transaction: send what is queued and collect its results now (a rowcount,
+        or an error that must surface at this point)."""
+        tx = self._tx()
+        if tx is not None:
+            tx.pipeline.sync()
+
+    def _rowcount(self, cur: Any) -> int:
+        """The rows ``cur``'s statement changed (in a pipeline its result comes with a sync)."""
+        if cur.pgresult is None:
+            self._sync()
+        return int(cur.rowcount)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -153,28 +208,43 @@ class PgConnection:
         if self._joined() is not None:
             yield
             return
-        with self._write() as conn:
-            self._local.conn = conn
-            try:
-                yield
-            finally:
-                self._local.conn = None
+        with self._write():
+            yield
 
     @contextmanager
     def savepoint(self) -> Iterator[None]:
         """Inside ``transaction()``: the body's writes are undone alone when it raises (the
         exception goes on); the rest of the transaction stands."""
-        held = self._joined()
-        if held is None:
+        tx = self._tx()
+        if tx is None:
             with self._write():
                 yield
             return
-        locked = set(self._local.locked or ())
+        psycopg, conn = self._psycopg, tx.conn
+        tx.savepoints += 1
+        name = f"memcompile_sp{tx.savepoints}"
+        saved = tx.save()
+        conn.execute(f"SAVEPOINT {name}")
         try:
-            with held.transaction():
-                yield
-        except BaseException:
-            self._local.locked = locked  # the locks taken under the savepoint went with it
+            yield
+            conn.execute(f"RELEASE SAVEPOINT {name}")
+            tx.pipeline.sync()  # the body's own errors surface here, so they undo only the body
+        except BaseException as exc:
+            tx.restore(saved)  # the locks, bumps and rows of the body went with it
+            try:
+                try:
+                    tx.pipeline.sync()
+                except psycopg.Error:
+                    pass
+                conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+                conn.execute(f"RELEASE SAVEPOINT {name}")
+                tx.pipeline.sync()
+            except psycopg.Error as undo:
+                # The savepoint is gone (an earlier statement failed): the whole transaction
+                # fails, and its COMMIT is refused.
+                raise self._error(undo, "write failed and the transaction cannot go on") from exc
+            if isinstance(exc, psycopg.Error):
+                raise self._error(exc, "write failed and was undone to its savepoint") from exc
             raise
 
     @contextmanager
@@ -207,15 +277,64 @@ class PgConnection:
         with self._connection(what) as conn:
             return conn.execute(sql, params).fetchall()
 
+    _LOCK_SQL = ("SELECT pg_advisory_xact_lock(%s, %s), "
+                 "(SELECT generation FROM generations WHERE namespace = %s), "
+                 f"(SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {GENERATION_SEQUENCE}), "
+                 f"nextval('{GENERATION_SEQUENCE}')")
+
     def _lock_namespace(self, c: Any, namespace: str) -> None:
         """Hold ``namespace``'s advisory lock until the transaction on ``c`` ends (taken once per
-        transaction of this thread)."""
-        locked = getattr(self._local, "locked", None)
-        if locked is not None and namespace in locked:
+        transaction of this thread).
+
+        The same statement reads the namespace's generation as it stands once the lock is held
+        (only a holder of the lock changes it), so ``generation()`` inside the transaction needs
+        no statement of its own, and draws the value a write under this lock will make the next
+        generation (see ``_reserved``); nobody waits for the row until it is asked for."""
+        tx = self._tx()
+        if tx is not None and namespace in tx.locked:
             return
-        c.execute("SELECT pg_advisory_xact_lock(%s, %s)", (NAMESPACE_LOCK_CLASS, namespace_lock_key(namespace)))
-        if locked is not None:
-            locked.add(namespace)
+        cur = c.execute(self._LOCK_SQL, (NAMESPACE_LOCK_CLASS, namespace_lock_key(namespace), namespace))
+        if tx is not None:
+            tx.locked.add(namespace)
+            tx.generations[namespace] = cur
+            tx.reserved[namespace] = cur
+
+    def _reserved(self, namespace: str) -> int | None:
+        """Inside a transaction that holds ``namespace``'s lock: the generation value drawn with
+        the lock, when its row has already arrived (else None: drawing one now is as cheap as
+        waiting for it). Drawn under the lock, it is larger than any generation the namespace
+        had, and a reader of a namespace without rows waits for the lock (``generation``)."""
+        tx = self._tx()
+        cur = None if tx is None else tx.reserved.get(namespace)
+        if cur is None or cur.pgresult is None:
+            return None
+        row = self._lock_row(tx, namespace, cur)
+        return int(row[3])
+
+    @staticmethod
+    def _lock_row(tx: "_Tx", namespace: str, cur: Any) -> tuple:
+        row = tx.rows.get(namespace)
+        if row is None or row[0] is not cur:
+            row = (cur, cur.fetchone())
+            tx.rows[namespace] = row
+        return row[1]
+
+    def _tx_generation(self, namespace: str) -> int:
+        """Inside a transaction: ``namespace``'s generation (its lock taken first)."""
+        tx = self._tx()
+        assert tx is not None
+        self._lock_namespace(tx.conn, namespace)
+        value = tx.generations.get(namespace)
+        if isinstance(value, int):
+            return value
+        if value is None:  # forgotten in this transaction: read it again
+            value = tx.conn.execute(self._LOCK_SQL, (NAMESPACE_LOCK_CLASS, namespace_lock_key(namespace),
+                                                     namespace))
+        row = self._lock_row(tx, namespace, value) if tx.reserved.get(namespace) is value else value.fetchone()
+        # A lock row carries (lock, generation, counter, reserved); a bump's row (generation, notify).
+        generation = int(row[1] if row[1] is not None else row[2]) if len(row) == 4 else int(row[0])
+        tx.generations[namespace] = generation
+        return generation
 
     def verify_file(self) -> None:
         """Raise :class:`StoreError` unless the database answers a query now (a health check)."""
@@ -242,3 +361,32 @@ class PgConnection:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class _Tx:
+    """What one thread's open transaction knows: its connection and pipeline, the namespaces
+    it has locked, their generations (a number, or the cursor whose row will give it), the
+    namespaces it has already moved to a new generation, and the packets it inserted."""
+
+    __slots__ = ("conn", "pipeline", "locked", "generations", "reserved", "rows", "bumped", "packets",
+                 "savepoints")
+
+    def __init__(self, conn: Any, pipeline: Any):
+        self.conn, self.pipeline = conn, pipeline
+        self.locked: set[str] = set()
+        self.generations: dict[str, Any] = {}
+        self.reserved: dict[str, Any] = {}  # namespace -> the cursor of its lock statement
+        self.rows: dict[str, tuple] = {}  # namespace -> (lock cursor, its row) once read
+        self.bumped: set[str] = set()
+        self.packets: dict[tuple[str, str], tuple] = {}
+        self.savepoints = 0
+
+    def save(self) -> tuple:
+        return (set(self.locked), dict(self.generations), dict(self.reserved), set(self.bumped),
+                dict(self.packets))
+
+    def restore(self, saved: tuple) -> None:
+        locked, generations, reserved, bumped, packets = saved
+        self.locked, self.generations, self.reserved = set(locked), dict(generations), dict(reserved)
+        self.bumped, self.packets = set(bumped), dict(packets)
+

@@ -54,7 +54,7 @@ class PgLedger:
                 "completion_tokens, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (key) DO NOTHING",
                 (k, ns, st, identity_json, body, pt, ct, time.time()))
-            inserted = cur.rowcount == 1
+            inserted = self._rowcount(cur) == 1  # type: ignore[attr-defined]
             if inserted and ns is not None:
                 self._register(c, ns)  # type: ignore[attr-defined]
         return inserted

@@ -75,8 +75,8 @@ class PgBuildQueue:
         """Drop the entry if nothing was enqueued since ``job`` was claimed; release the lease.
         True when the entry is gone (False: new turns came in, it stays for another round)."""
         with self._write() as c:  # type: ignore[attr-defined]
-            gone = c.execute("DELETE FROM service_build_queue WHERE namespace = %s AND seq = %s",
-                             (job.namespace, job.seq)).rowcount
+            gone = self._rowcount(c.execute("DELETE FROM service_build_queue WHERE namespace = %s AND seq = %s",
+                             (job.namespace, job.seq)))
             if not gone:
                 c.execute(
                     "UPDATE service_build_queue SET pending_turns = GREATEST(pending_turns - %s, 1), attempts = 0, "
@@ -114,10 +114,10 @@ class PgBuildQueue:
             for ns, turns in namespaces_behind:
                 if turns <= 0:
                     continue
-                added += c.execute(
+                added += self._rowcount(c.execute(
                     "INSERT INTO service_build_queue (namespace, pending_turns, seq, enqueued_at) "
                     "VALUES (%s, %s, 1, %s) ON CONFLICT (namespace) DO NOTHING",
-                    (validate_namespace(ns), int(turns), time.time())).rowcount
+                    (validate_namespace(ns), int(turns), time.time())))
         return added
 
     # ------------------------------------------------------------------ leases
@@ -153,7 +153,7 @@ class PgBuildQueue:
         if not dead:
             return 0
         with self._write() as c:  # type: ignore[attr-defined]
-            return c.execute("DELETE FROM service_build_leases WHERE owner = ANY(%s)", (dead,)).rowcount
+            return self._rowcount(c.execute("DELETE FROM service_build_leases WHERE owner = ANY(%s)", (dead,)))
 
     def release(self, namespace: str, owner: str) -> None:
         with self._write() as c:  # type: ignore[attr-defined]
@@ -199,10 +199,11 @@ class PgBuildQueue:
 
     # ------------------------------------------------------------------ forget
     def forget_build_state(self, namespace: str) -> int:
-        """Remove the namespace's queue entry, lease and session indexes (after ``forget``)."""
+        """Remove the namespace's queue entry, lease, session indexes and import job status
+        (after ``forget``)."""
         ns = validate_namespace(namespace)
         n = 0
         with self._write() as c:  # type: ignore[attr-defined]
-            for table in ("service_build_queue", "service_build_leases", "service_sessions"):
-                n += c.execute(f"DELETE FROM {table} WHERE namespace = %s", (ns,)).rowcount
+            for table in ("service_build_queue", "service_build_leases", "service_sessions", "service_import_jobs"):
+                n += self._rowcount(c.execute(f"DELETE FROM {table} WHERE namespace = %s", (ns,)))
         return n

@@ -21,7 +21,7 @@ import time
 
 from ...errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The largest ``memcompile_schema.version`` this code writes; a larger one is refused."""
 
 SCHEMA_LOCK = 0x4D434C31  # "MCL1": the advisory lock key held while the schema is set up
@@ -30,12 +30,14 @@ VERSION_TABLE = "memcompile_schema"
 
 GENERATION_SEQUENCE = "memcompile_generation"
 
+CHECK_FUNCTION = "memcompile_check"
+
 MEMORY_TABLES = (
     "namespaces", "packets", "extraction_markers", "descriptors", "cells", "meta", "capsules",
     "vectors", "embeddings", "generations",
 )
 LEDGER_TABLES = ("request_cache", "run_calls", "waste")
-SERVICE_TABLES = ("service_build_queue", "service_build_leases", "service_sessions")
+SERVICE_TABLES = ("service_build_queue", "service_build_leases", "service_sessions", "service_import_jobs")
 OUR_TABLES = (*MEMORY_TABLES, *LEDGER_TABLES, "counters", *SERVICE_TABLES)
 
 _VERSION_1 = f"""
@@ -196,9 +198,33 @@ CREATE TABLE service_sessions (
 )
 """
 
+# Version 2: batch-import job status in the database, so that every replica answers for a job
+# (service.imports); a version 1 store gains the table in place.
+_VERSION_2 = """
+CREATE TABLE service_import_jobs (
+    namespace     TEXT NOT NULL,
+    job_id        TEXT NOT NULL,
+    owner         TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    body          TEXT NOT NULL,
+    heartbeat_at  DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (namespace, job_id)
+);
+CREATE INDEX service_import_jobs_unfinished ON service_import_jobs (owner) WHERE state IN ('queued', 'running')
+"""
+
+# Also version 2: a check that a statement makes on the server, so that a write whose result
+# nobody waits for can still refuse itself (the transaction then fails at its next sync). Kept
+# apart from the text above, which is split on semicolons.
+_CHECK_FUNCTION = (
+    f"CREATE FUNCTION {CHECK_FUNCTION}(ok BOOLEAN, message TEXT) RETURNS BOOLEAN LANGUAGE plpgsql AS "
+    "$$ BEGIN IF ok IS NOT TRUE THEN RAISE EXCEPTION USING MESSAGE = message, ERRCODE = 'check_violation'; "
+    "END IF; RETURN TRUE; END $$")
+
 # version -> the statements that bring version - 1 to it
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: tuple(s.strip() for s in _VERSION_1.split(";") if s.strip()),
+    2: (*(s.strip() for s in _VERSION_2.split(";") if s.strip()), _CHECK_FUNCTION),
 }
 
 

@@ -47,9 +47,10 @@ from ..codecs import (
 )
 from ..namespace import validate_namespace
 from .connection import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_S, PgConnection
+from .jobs import PgImportJobs
 from .ledger import PgLedger
 from .queue import PgBuildQueue
-from .schema import GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
+from .schema import CHECK_FUNCTION, GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ _FORGET_STEPS = (
 )
 
 
-class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
+class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
     """Namespaced memories in the PostgreSQL database at ``url`` (see the module doc).
 
     ``create``: set the schema up in a database that has none (else an empty database is an
@@ -121,18 +122,40 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         c.execute("INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                   (namespace, time.time()))
 
-    def _bump(self, c: Any, namespace: str) -> int:
+    def _bump(self, c: Any, namespace: str) -> None:
         """A new generation for ``namespace`` inside the caller's transaction (which holds the
-        namespace's lock), announced on :data:`CHANNEL` when it commits; returns it."""
-        # One round trip: the namespace registered (if new), its generation drawn and announced.
-        row = c.execute(
+        namespace's lock), announced on :data:`CHANNEL` when it commits.
+
+        Once per transaction: nothing outside it sees the writes before COMMIT, so every write
+        of the namespace in it shares one new generation (and one NOTIFY). The statement is
+        queued; ``generation()`` reads its row when asked."""
+        tx = self._tx()
+        if tx is not None and namespace in tx.bumped:
+            return
+        reserved = self._reserved(namespace)
+        if reserved is not None:
+            # The value drawn with the lock is here already: the new generation is known without
+            # waiting for this statement.
+            c.execute(
+                "WITH reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING), "
+                "up AS (INSERT INTO generations (namespace, generation) VALUES (%s, %s) "
+                "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation) "
+                "SELECT pg_notify(%s, %s)",
+                (namespace, time.time(), namespace, reserved, CHANNEL, f"{reserved} {namespace} {self._writer}"))
+            tx.bumped.add(namespace)
+            tx.generations[namespace] = reserved
+            return
+        # One statement: the namespace registered (if new), its generation drawn and announced.
+        cur = c.execute(
             "WITH reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING), "
             f"g AS (SELECT nextval('{GENERATION_SEQUENCE}') AS v), "
             "up AS (INSERT INTO generations (namespace, generation) SELECT %s, v FROM g "
             "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation RETURNING generation) "
             "SELECT generation, pg_notify(%s, generation::text || ' ' || %s) FROM up",
-            (namespace, time.time(), namespace, CHANNEL, f"{namespace} {self._writer}")).fetchone()
-        return int(row[0])
+            (namespace, time.time(), namespace, CHANNEL, f"{namespace} {self._writer}"))
+        if tx is not None:
+            tx.bumped.add(namespace)
+            tx.generations[namespace] = cur
 
     def _counter(self, c: Any) -> int:
         """The last generation handed out store-wide (0 before the first)."""
@@ -153,11 +176,8 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         every process sharing the database; it never decreases and never repeats an old value,
         a forgotten namespace included (see ``MemoryStore.generation``)."""
         ns = validate_namespace(namespace)
-        held = self._joined()
-        if held is not None:  # stays what it is until this transaction commits
-            self._lock_namespace(held, ns)
-            row = held.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
-            return int(row[0]) if row is not None else self._counter(held)
+        if self._joined() is not None:  # stays what it is until this transaction commits
+            return self._tx_generation(ns)
         rows = self._query("SELECT generation FROM generations WHERE namespace = %s", (ns,), table="generations")
         if rows:
             return int(rows[0][0])
@@ -208,10 +228,15 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         self._lock_namespace(c, ns)
         turns = list(conversation.iter_turns())
         ids = [t.packet_id for _, t in turns if isinstance(t.packet_id, str)]
-        stored = {r[0]: r[1:] for r in c.execute(
-            f"SELECT packet_id, {STORED_TURN_COLS} FROM packets WHERE namespace = %s AND packet_id = ANY(%s)",
-            (ns, ids))}
-        top = c.execute("SELECT MAX(ordinal) FROM packets WHERE namespace = %s", (ns,)).fetchone()[0]
+        # One statement: the last ordinal, and the stored turns among these ids (none: one row
+        # of NULLs after the ordinal).
+        found = c.execute(
+            "SELECT (SELECT MAX(ordinal) FROM packets WHERE namespace = %s), p.packet_id, "
+            + ", ".join(f"p.{col.strip()}" for col in STORED_TURN_COLS.split(","))
+            + " FROM (SELECT 1) AS one LEFT JOIN packets p ON p.namespace = %s AND p.packet_id = ANY(%s)",
+            (ns, ns, ids)).fetchall()
+        top = found[0][0]
+        stored = {r[1]: r[2:] for r in found if r[1] is not None}
         next_ordinal = 0 if top is None else int(top) + 1
         rows = []
         for session, turn in turns:
@@ -235,6 +260,9 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             added += 1
         if rows:
             c.cursor().executemany(_PACKET_INSERT, rows)
+            tx = self._tx()
+            if tx is not None:  # what this transaction wrote is what a read of it would return
+                tx.packets.update(((ns, r[1]), r) for r in rows)
             self._bump(c, ns)  # registers the namespace too
         else:
             self._register(c, ns)
@@ -258,8 +286,12 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         """One packet by id (content hash checked), or ``None``."""
         ns = validate_namespace(namespace)
         self._hold_namespace(ns)
+        pid = require_str(packet_id, "packet_id")
+        tx = self._tx()
+        if tx is not None and (ns, pid) in tx.packets:  # inserted by this transaction: no need to read it back
+            return packet_from_row(tx.packets[(ns, pid)])
         rows = self._query(f"SELECT {PACKET_COLS} FROM packets WHERE namespace = %s AND packet_id = %s",
-                           (ns, require_str(packet_id, "packet_id")), table="packets")
+                           (ns, pid), table="packets")
         return packet_from_row(rows[0]) if rows else None
 
     # ---------------------------------------------------------------- descriptors
@@ -282,22 +314,28 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         if not prepared:
             return
         pids = [pid for pid, _ in prepared]
+        rows = [r for _, rs in prepared for r in rs]
+        seen: set[str] = set()
+        for r in rows:
+            if r[2] in seen:
+                raise StoreError(f"{self.path}: descriptors of {ns!r} in set {dset!r} repeat descriptor id {r[2]!r}; "
+                                 "descriptor ids must be unique within a set")
+            seen.add(r[2])
         with self._write() as c:
             self._lock_namespace(c, ns)
+            tx = self._tx()
+            unknown = [pid for pid in pids if tx is None or (ns, pid) not in tx.packets]
             present = {r[0] for r in c.execute(
-                "SELECT packet_id FROM packets WHERE namespace = %s AND packet_id = ANY(%s)", (ns, pids))}
-            for pid in pids:
+                "SELECT packet_id FROM packets WHERE namespace = %s AND packet_id = ANY(%s)", (ns, unknown))
+            } if unknown else set()
+            for pid in unknown:
                 if pid not in present:
                     raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r} to attach descriptors to")
             c.execute("DELETE FROM descriptors WHERE namespace = %s AND descriptor_set = %s AND packet_id = ANY(%s)",
                       (ns, dset, pids))
-            rows = [r for _, rs in prepared for r in rs]
-            try:
-                with c.transaction():
-                    c.cursor().executemany(_DESCRIPTOR_INSERT, rows)
-            except self._psycopg.errors.UniqueViolation as exc:
-                raise StoreError(f"{self.path}: descriptors of {ns!r} in set {dset!r} violate a constraint "
-                                 f"({exc}); descriptor ids must be unique within a set") from exc
+            # A descriptor id another packet of the set already has fails the INSERT, and with it
+            # the transaction (the error names the constraint when it surfaces).
+            c.cursor().executemany(_DESCRIPTOR_INSERT, rows)
             now = time.time()
             c.cursor().executemany(
                 "INSERT INTO extraction_markers (namespace, descriptor_set, packet_id, n_descriptors, created_at) "
@@ -374,39 +412,57 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
         mid = require_str(model_id, "model_id")
         sp = mid if space is None else require_str(space, "vector space")
         keys, blobs, addresses, dim = vector_rows(ns, mid, keys, vectors, content)
+        # In address order: two writers sharing vectors wait for each other in one order.
+        fresh = sorted(dict(zip(addresses, blobs)).items())
         with self._write() as c:
             self._lock_namespace(c, ns)
-            row = c.execute("SELECT dim FROM vectors WHERE space = %s LIMIT 1", (sp,)).fetchone()
-            if row is not None and row[0] != dim:
-                raise StoreError(
-                    f"{self.path}: embeddings of vector space {sp!r} (model {mid!r}) have dim {row[0]}; got {dim}")
-            replaced = {r[0] for r in c.execute(
-                "SELECT vector_id FROM embeddings WHERE namespace = %s AND model_id = %s AND key = ANY(%s)",
-                (ns, mid, keys))}
-            # In address order: two writers sharing vectors wait for each other in one order.
-            fresh = sorted(dict(zip(addresses, blobs)).items())
-            c.cursor().executemany(
-                "INSERT INTO vectors (space, content, dim, vector) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (space, content) DO NOTHING", [(sp, a, dim, b) for a, b in fresh])
-            ids = dict(c.execute("SELECT content, id FROM vectors WHERE space = %s AND content = ANY(%s)",
-                                 (sp, sorted(set(addresses)))).fetchall())
-            c.cursor().executemany(
-                "INSERT INTO embeddings (namespace, model_id, key, vector_id) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (namespace, model_id, key) DO UPDATE SET vector_id = EXCLUDED.vector_id",
-                [(ns, mid, k, ids[a]) for k, a in zip(keys, addresses)])
-            self._drop_unreferenced(c, sorted(replaced - set(ids.values())))
-            if keys:
-                self._bump(c, ns)
-            else:
+            if not keys:
                 self._register(c, ns)
+                return
+            # Two statements that nobody waits for: the server checks what needs checking and
+            # refuses the transaction itself (memcompile_check), so they travel with the next
+            # statement that is read, or with COMMIT. First the vectors, with the dimension check
+            # against what the space holds already.
+            c.execute(
+                f"WITH ok AS (SELECT {CHECK_FUNCTION}(NOT EXISTS (SELECT 1 FROM vectors WHERE space = %(sp)s "
+                "AND dim <> %(dim)s), format('%%s: embeddings of vector space %%s (model %%s) have dim %%s; got %%s', "
+                "%(where)s::text, quote_literal(%(sp)s), quote_literal(%(mid)s), "
+                "(SELECT dim FROM vectors WHERE space = %(sp)s AND dim <> %(dim)s LIMIT 1), %(dim)s)) AS ok) "
+                "INSERT INTO vectors (space, content, dim, vector) "
+                "SELECT %(sp)s, t.c, %(dim)s, t.v FROM ok, unnest(%(cs)s::text[], %(vs)s::bytea[]) AS t(c, v) "
+                "WHERE ok.ok ORDER BY t.c ON CONFLICT (space, content) DO NOTHING",
+                {"sp": sp, "dim": dim, "mid": mid, "where": self.path, "cs": [a for a, _ in fresh],
+                 "vs": [b for _, b in fresh]})
+            # Then the keys, pointed at those vectors (this statement sees the rows the one above
+            # inserted, and those other writers committed); a key whose vector is not there fails
+            # the check. The vectors the keys pointed at before go when nothing else points at them.
+            c.execute(
+                "WITH new AS (SELECT t.k, v.id FROM unnest(%(keys)s::text[], %(cs)s::text[]) AS t(k, c) "
+                "JOIN vectors v ON v.space = %(sp)s AND v.content = t.c), "
+                "old AS (SELECT vector_id FROM embeddings WHERE namespace = %(ns)s AND model_id = %(mid)s "
+                "AND key = ANY(%(keys)s)), "
+                "up AS (INSERT INTO embeddings (namespace, model_id, key, vector_id) "
+                "SELECT %(ns)s, %(mid)s, k, id FROM new ON CONFLICT (namespace, model_id, key) "
+                "DO UPDATE SET vector_id = EXCLUDED.vector_id RETURNING 1), "
+                "gone AS (DELETE FROM vectors d WHERE d.id IN (SELECT vector_id FROM old) "
+                "AND d.id NOT IN (SELECT id FROM new) AND NOT EXISTS (SELECT 1 FROM embeddings e "
+                "WHERE e.vector_id = d.id AND NOT (e.namespace = %(ns)s AND e.model_id = %(mid)s "
+                "AND e.key = ANY(%(keys)s)))) "
+                f"SELECT {CHECK_FUNCTION}((SELECT COUNT(*) FROM up) = %(n)s, "
+                "%(where)s::text || ': a vector of the embeddings saved for ' || quote_literal(%(ns)s) "
+                "|| ' vanished while they were written')",
+                {"keys": list(keys), "cs": list(addresses), "sp": sp, "ns": ns, "mid": mid, "n": len(keys),
+                 "where": self.path})
+            self._bump(c, ns)
 
-    @staticmethod
-    def _drop_unreferenced(c: Any, vector_ids: Sequence[int]) -> int:
-        """Delete the vectors of ``vector_ids`` that no embeddings row points at."""
+    def _drop_unreferenced(self, c: Any, vector_ids: Sequence[int], *, count: bool = True) -> int:
+        """Delete the vectors of ``vector_ids`` that no embeddings row points at; returns how
+        many (``count=False``: 0, and nobody waits for the statement's result)."""
         if not vector_ids:
             return 0
-        return c.execute("DELETE FROM vectors v WHERE v.id = ANY(%s) AND NOT EXISTS "
-                         "(SELECT 1 FROM embeddings e WHERE e.vector_id = v.id)", (list(vector_ids),)).rowcount
+        cur = c.execute("DELETE FROM vectors v WHERE v.id = ANY(%s) AND NOT EXISTS "
+                        "(SELECT 1 FROM embeddings e WHERE e.vector_id = v.id)", (list(vector_ids),))
+        return self._rowcount(cur) if count else 0
 
     def embeddings(self, namespace: str, model_id: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors (1-D float32 arrays) for those of ``keys`` that have one."""
@@ -508,20 +564,23 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             with self._write() as c:
                 c.execute(f"SET LOCAL lock_timeout = {max(1, int(budget * 1000))}")
                 self._lock_namespace(c, ns)
-                for table, sql in _FORGET_STEPS:
-                    if sql is None:
-                        gone = [r[0] for r in c.execute(
-                            "DELETE FROM embeddings WHERE namespace = %s RETURNING vector_id", (ns,))]
-                        counts["embeddings"] = len(gone)
-                        vector_ids = sorted(set(gone))
-                    else:
-                        counts[table] = c.execute(sql, (ns,)).rowcount
+                cursors = {table: c.execute(sql or "DELETE FROM embeddings WHERE namespace = %s RETURNING vector_id",
+                                            (ns,)) for table, sql in _FORGET_STEPS}
+                gone = [r[0] for r in cursors["embeddings"].fetchall()]  # the one wait for all of them
+                counts = {table: len(gone) if table == "embeddings" else self._rowcount(cur)
+                          for table, cur in cursors.items()}
                 # Content-addressed vectors go with their last reference (others still share them).
-                counts["vectors"] = self._drop_unreferenced(c, vector_ids)
+                counts["vectors"] = self._drop_unreferenced(c, sorted(set(gone)))
                 # The counter moves past every generation the namespace had; the NOTIFY tells
                 # every server to drop its view of it.
                 c.execute(f"SELECT pg_notify(%s, nextval('{GENERATION_SEQUENCE}')::text || ' ' || %s)",
                           (CHANNEL, f"{ns} {self._writer}"))
+                tx = self._tx()
+                if tx is not None:  # a write after this one in the transaction draws a new generation
+                    tx.bumped.discard(ns)
+                    tx.generations.pop(ns, None)
+                    tx.reserved.pop(ns, None)  # drawn before the forget's value: too small now
+                    tx.packets = {k: v for k, v in tx.packets.items() if k[0] != ns}
                 self._mark_scrub_pending(c)
         except StoreError as exc:
             if type(exc.__cause__).__name__ == "LockNotAvailable":
@@ -544,21 +603,20 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
             self._lock_namespace(c, ns)
             if c.execute("SELECT 1 FROM packets WHERE namespace = %s AND packet_id = %s", (ns, pid)).fetchone() is None:
                 raise StoreError(f"{self.path}: namespace {ns!r} has no packet {pid!r}")
-            row = c.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
-            if (int(row[0]) if row is not None else self._counter(c)) != plan.generation:
+            if self._tx_generation(ns) != plan.generation:
                 raise StalePlanError(f"{self.path}: namespace {ns!r} changed since the deletion of {pid!r} was planned")
             needles = sorted({json.dumps(line, ensure_ascii=False)[1:-1] for line in plan.quoted_lines})
             keys = sorted({r[0] for r in c.execute(
                 "SELECT key FROM request_cache WHERE namespace = %s AND EXISTS (SELECT 1 FROM unnest(%s::text[]) n "
                 "WHERE strpos(identity_json, n) > 0 OR strpos(response_json, n) > 0)", (ns, needles))}) if needles else []
-            counts["run_calls"] = c.execute("DELETE FROM run_calls WHERE key = ANY(%s)", (keys,)).rowcount
-            counts["request_cache"] = c.execute("DELETE FROM request_cache WHERE key = ANY(%s)", (keys,)).rowcount
+            counts["run_calls"] = self._rowcount(c.execute("DELETE FROM run_calls WHERE key = ANY(%s)", (keys,)))
+            counts["request_cache"] = self._rowcount(c.execute("DELETE FROM request_cache WHERE key = ANY(%s)", (keys,)))
             redo = list(plan.reextract)
-            counts["descriptors"] = c.execute(
-                "DELETE FROM descriptors WHERE namespace = %s AND packet_id = ANY(%s)", (ns, redo)).rowcount
-            counts["extraction_markers"] = c.execute(
-                "DELETE FROM extraction_markers WHERE namespace = %s AND packet_id = ANY(%s)", (ns, redo)).rowcount
-            counts["cells"] = (c.execute("DELETE FROM cells WHERE namespace = %s", (ns,)).rowcount
+            counts["descriptors"] = self._rowcount(c.execute(
+                "DELETE FROM descriptors WHERE namespace = %s AND packet_id = ANY(%s)", (ns, redo)))
+            counts["extraction_markers"] = self._rowcount(c.execute(
+                "DELETE FROM extraction_markers WHERE namespace = %s AND packet_id = ANY(%s)", (ns, redo)))
+            counts["cells"] = (self._rowcount(c.execute("DELETE FROM cells WHERE namespace = %s", (ns,)))
                                if plan.drop_cells else 0)
             gone: list[int] = []
             for prefix in plan.embedding_key_prefixes:
@@ -575,11 +633,14 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue):
                     c.execute("UPDATE meta SET value = %s WHERE namespace = %s AND key = %s",
                               (json.dumps([i for i in ids if i != pid]), ns, key))
                     counts["meta"] += 1
-            counts["capsules"] = c.execute(
+            counts["capsules"] = self._rowcount(c.execute(
                 "DELETE FROM capsules WHERE namespace = %s AND EXISTS (SELECT 1 FROM "
-                "jsonb_array_elements_text(body::jsonb -> 'sources') s WHERE s = %s)", (ns, pid)).rowcount
-            counts["packets"] = c.execute("DELETE FROM packets WHERE namespace = %s AND packet_id = %s",
-                                          (ns, pid)).rowcount
+                "jsonb_array_elements_text(body::jsonb -> 'sources') s WHERE s = %s)", (ns, pid)))
+            tx = self._tx()
+            if tx is not None:
+                tx.packets.pop((ns, pid), None)
+            counts["packets"] = self._rowcount(c.execute("DELETE FROM packets WHERE namespace = %s AND packet_id = %s",
+                                          (ns, pid)))
             self._bump(c, ns)
             self._mark_scrub_pending(c)
         complete = self._vacuum([t for t, n in counts.items() if n], deadline)
