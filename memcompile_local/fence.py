@@ -77,6 +77,10 @@ def label_problem(value: str) -> str | None:
 
 def escape_controls(text: str, *, keep_tabs: bool = True) -> str:
     """``text`` with every control and line-break character written as a visible escape."""
+    if text.isprintable():
+        # No character of category C* or Z* (but the space), so none to escape: the common
+        # case, and a rendered context quotes long turns line by line.
+        return text
     out = []
     for ch in text:
         if ch == "\t" and keep_tabs:

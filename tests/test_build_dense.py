@@ -76,13 +76,15 @@ def test_composed_context_vectors_are_the_normalized_sum_of_the_session_window()
 
 def test_the_plan_follows_the_fusion_section_only_on_the_fused_path():
     assert dense_plan(_config("turn", "composed"), True) == DensePlan("turn", "composed")
-    assert dense_plan(_config("lean", "embedded"), True) == DensePlan("lean", "embedded")
+    # Embedded context documents are embedded only up to the words the fused index reads.
+    assert dense_plan(_config("lean", "embedded"), True) == DensePlan("lean", "embedded", context_window_words=300)
     assert dense_plan(_config("turn", "composed"), False) == DensePlan("turn", "none")
     # The paper's path (LLM anchor selector) embeds z(p) whatever the fusion section says.
     paper = apply_preset("A0", PipelineConfig()).replace(fusion={"dense_document": "turn"})
     assert dense_plan(paper, False).document == "packet"
     # The shipped defaults are the paper's document and embedded context documents.
-    assert dense_plan(apply_preset("model-free", PipelineConfig()), True) == DensePlan("packet", "embedded")
+    assert dense_plan(apply_preset("model-free", PipelineConfig()), True) == DensePlan(
+        "packet", "embedded", context_window_words=300)
 
 
 def test_raw_turn_mode_embeds_exactly_one_document_per_turn(tmp_path):
@@ -145,4 +147,78 @@ def test_the_service_view_of_turns_not_built_yet_follows_the_dense_plan(tmp_path
     built = mem.view("alice")  # the build embeds nothing more: the documents are the same
     assert len(emb.texts) == len(packets)
     np.testing.assert_array_equal(built.packet_matrix, pending.packet_matrix)
+    store.close()
+
+
+# A user and an assistant whose replies run long (written for this test): with a context
+# window of 40 words most context documents are too long for the fused index to read.
+_LONG_REPLY = ("Here is a plan for the allotment. Start with the raised beds along the south fence, "
+               "where the soil drains well after rain, and keep the compost bins near the shed. "
+               "Broad beans go in first, then courgettes once the frost has passed, and the "
+               "rhubarb crowns can stay where they are for another season.")
+_LONG_CHAT = [
+    {"time": "2024-02-01 09:00", "id": "g1", "turns": [
+        {"speaker": "Tove", "text": "How should I lay out my allotment this spring?", "id": "g1a"},
+        {"speaker": "assistant", "text": _LONG_REPLY, "id": "g1b"},
+        {"speaker": "Tove", "text": "Thanks. Where do the compost bins go?", "id": "g1c"},
+    ]},
+    {"time": "2024-02-08 18:30", "id": "g2", "turns": [
+        {"speaker": "Tove", "text": "My neighbour Ruben gave me strawberry runners.", "id": "g2a"},
+        {"speaker": "assistant", "text": _LONG_REPLY.replace("allotment", "strawberry patch"), "id": "g2b"},
+    ]},
+    {"time": "2024-02-15 07:45", "id": "g3", "turns": [
+        {"speaker": "Tove", "text": "The broad beans are up!", "id": "g3a"},
+    ]},
+]
+_LONG_QUESTIONS = ["Where did Tove put the compost bins?", "Who gave Tove strawberry runners?",
+                   "What goes in after the frost?", "When did the broad beans come up?"]
+
+
+def test_context_documents_the_fused_index_never_reads_are_not_embedded_and_change_nothing(tmp_path):
+    from memcompile_local.build.stages import context_document_keys, context_model_id, unread_key
+    from memcompile_local.fused.channels import fused_scores
+    from memcompile_local.fused.documents import context_documents
+    from memcompile_local.fused.index import FusionIndex
+
+    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"context_window_words": 40})
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = Memory(store, cfg, embedder=emb)
+    mem.add("tove", _LONG_CHAT)
+    view = mem.view("tove")
+    packets = store.packets("tove")
+    every = context_documents(packets)
+    read = [len(d.split()) <= 40 for d in every]
+    assert 0 < sum(read) < len(read)  # the fixture has both kinds
+    # Only the context documents the index reads were embedded and stored.
+    assert not [d for d, r in zip(every, read) if not r and d in emb.texts]
+    assert all(d in emb.texts for d, r in zip(every, read) if r)
+    keys, _ = context_document_keys(store, "tove", packets, window=40)
+    stored = store.embeddings("tove", context_model_id(emb), keys)
+    assert set(stored) == {k for k, r in zip(keys, read) if r}
+    assert [k for k, r in zip(keys, read) if not r] == [unread_key(p.packet_id) for p, r in zip(packets, read) if not r]
+    # The old path: every context document embedded. Same gate, so the same scores and picks.
+    full = np.asarray(CountingEmbedder().embed(every), dtype=np.float32)
+    mask = np.asarray(read)
+    assert np.array_equal(view.fusion.context_matrix[mask], full[mask])
+    assert not view.fusion.context_matrix[~mask].any()
+    old = FusionIndex.build(packets, view.descriptors_by_packet, cfg.fusion, packet_matrix=view.packet_matrix,
+                            context_matrix=full)
+    assert np.array_equal(old.context_rows, view.fusion.context_rows)
+    for q in _LONG_QUESTIONS:
+        qvec = l2_normalize(emb.inner.embed([q]))[0]
+        np.testing.assert_array_equal(fused_scores(view.fusion, q, qvec, cfg.fusion).total,
+                                      fused_scores(old, q, qvec, cfg.fusion).total)
+    # An append that makes the last turn's context document too long (it now quotes a long
+    # reply) gives the view a fresh load gives, with no vector stored for the unread document.
+    mem.add("tove", [{"time": "2024-02-15 07:45", "id": "g3", "turns": [
+        {"speaker": "assistant", "text": _LONG_REPLY.replace("allotment", "bean rows"), "id": "g3b"}]}])
+    grown = mem.view("tove")
+    fresh = Memory(store, cfg, embedder=CountingEmbedder()).view("tove")
+    np.testing.assert_array_equal(grown.fusion.context_matrix, fresh.fusion.context_matrix)
+    np.testing.assert_array_equal(grown.fusion.context_rows, fresh.fusion.context_rows)
+    assert not grown.fusion.context_rows[-2] and not grown.fusion.context_matrix[-2].any()
+    for q in _LONG_QUESTIONS:
+        assert mem.compile("tove", q).packet_ids == Memory(store, cfg, embedder=CountingEmbedder()).compile(
+            "tove", q).packet_ids
     store.close()

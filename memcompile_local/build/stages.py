@@ -58,6 +58,10 @@ class DensePlan:
     context: str = "none"
     passage_words: int = 0  # long turns also embedded as passages of at most this many words (0: none)
     passage_overlap_words: int = 0
+    # With "embedded" context: only context documents of at most this many words get a vector
+    # (0: every one). The fused dense channel reads no other (FusionConfig.context_window_words),
+    # so on long-turn histories most of them were embedded for nothing.
+    context_window_words: int = 0
 
     def __post_init__(self) -> None:
         if self.document not in DENSE_DOCUMENTS or self.context not in ("none", "embedded", "composed"):
@@ -78,7 +82,8 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     document = config.fusion.dense_document if config.evidence.anchor_selector == "fused" else "packet"
     context = config.fusion.dense_context if context_vectors else "none"
     words = config.fusion.passage_words if fused else 0
-    return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0)
+    window = config.fusion.context_window_words if context == "embedded" else 0
+    return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0, window)
 
 
 FALLBACK_META_PREFIX = "fallback:"  # meta key of the turns the rule extractor stood in for, per set
@@ -272,13 +277,15 @@ def embed_contexts(
     packets: Sequence[SourcePacket] | None = None,
     batch_size: int = 256,
     on_progress: Callable[[int], None] | None = None,
+    window: int = 0,
 ) -> int:
     """Embed every context document (fused selector) not yet stored; returns how many now.
 
     A turn appended to a session changes the context document of the turn before it; the
-    text hash in the key makes exactly that one re-embed.
+    text hash in the key makes exactly that one re-embed. ``window``: documents of more words
+    are not embedded (``DensePlan.context_window_words``).
     """
-    keys, docs = context_document_keys(store, namespace, packets)
+    keys, docs = context_document_keys(store, namespace, packets, window=window)
     return _embed_missing(store, namespace, context_model_id(embedder), embedder, keys, docs,
                           batch_size=batch_size, on_progress=on_progress)
 
@@ -291,8 +298,9 @@ def _embed_missing(store: Store, namespace: str, model_id: str, embedder: Embedd
     another namespace or another document kind already embedded is linked, not embedded again,
     and each distinct missing text is embedded once.
     """
-    have = store.embeddings(namespace, model_id, keys)
-    missing = [(k, d, text_address(d)) for k, d in zip(keys, docs) if k not in have]
+    read = [(k, d) for k, d in zip(keys, docs) if not is_unread_key(k)]
+    have = store.embeddings(namespace, model_id, [k for k, _ in read])
+    missing = [(k, d, text_address(d)) for k, d in read if k not in have]
     if not missing:
         return 0
     space = embedding_model_id(embedder)
@@ -410,15 +418,39 @@ def packet_document_keys(
 
 
 def context_document_keys(
-    store: Store, namespace: str, packets: Sequence[SourcePacket] | None = None
+    store: Store | None, namespace: str, packets: Sequence[SourcePacket] | None = None, *, window: int = 0,
 ) -> tuple[list[str], list[str]]:
     """(keys, documents) of the fused selector's context documents, in packet order.
 
     ``packets``: the namespace's packets when the caller has them already (else read here).
+    ``window`` (words, 0: no limit): a longer document gets the unread key of its packet
+    (``unread_key``) and the empty text; it is never embedded and loads as a zero row. The
+    count is the one the fused index gates the context cosine by (whitespace runs).
     """
     if packets is None:
+        assert store is not None
         packets = store.packets(namespace)
-    return _keyed(packets, context_documents(packets))
+    docs = context_documents(packets)
+    keys, docs = _keyed(packets, docs)
+    if window:
+        for i, (p, d) in enumerate(zip(packets, docs)):
+            if len(d.split()) > window:
+                keys[i], docs[i] = unread_key(p.packet_id), ""
+    return keys, docs
+
+
+UNREAD_SUFFIX = "unread"
+
+
+def unread_key(packet_id: str) -> str:
+    """The key of a packet's context document that the dense channel never reads: no vector
+    is stored under it, and it loads as a zero row (a hash key is 16 hex digits, so no
+    stored key ends this way)."""
+    return f"{embedding_key_prefix(packet_id)}{UNREAD_SUFFIX}"
+
+
+def is_unread_key(key: str) -> bool:
+    return key.endswith("|" + UNREAD_SUFFIX)
 
 
 def load_packet_matrix(
@@ -431,17 +463,18 @@ def load_packet_matrix(
 
 def load_context_matrix(
     store: Store, namespace: str, embedder: Embedder, packets: Sequence[SourcePacket] | None = None,
-    *, composed_from: np.ndarray | None = None,
+    *, composed_from: np.ndarray | None = None, window: int = 0,
 ) -> np.ndarray:
     """The (N, d) matrix of context vectors in packet order (all must be built).
 
     ``composed_from``: the packet matrix, for the "composed" plan (``composed_contexts``).
+    ``window``: as in ``context_document_keys`` (rows of longer documents are zero).
     """
     if composed_from is not None:
         if packets is None:
             packets = store.packets(namespace)
         return composed_contexts(packets, composed_from)
-    keys, _ = context_document_keys(store, namespace, packets)
+    keys, _ = context_document_keys(store, namespace, packets, window=window)
     return _load_matrix(store, namespace, context_model_id(embedder), embedder, keys, "context")
 
 
@@ -453,11 +486,18 @@ def composed_contexts(packets: Sequence[SourcePacket], packet_matrix: np.ndarray
 
 def _load_matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
                  what: str) -> np.ndarray:
-    got = store.embeddings(namespace, model_id, keys)
-    missing = [k for k in keys if k not in got]
+    got = store.embeddings(namespace, model_id, [k for k in keys if not is_unread_key(k)])
+    missing = [k for k in keys if k not in got and not is_unread_key(k)]
     if missing:
         raise RuntimeError(f"{len(missing)} {what} embeddings missing in {namespace!r}; run the build first")
-    return np.stack([got[k] for k in keys]).astype(np.float32) if keys else np.zeros((0, embedder.dim), np.float32)
+    if not keys:
+        return np.zeros((0, embedder.dim), np.float32)
+    dim = len(next(iter(got.values()))) if got else embedder.dim
+    out = np.zeros((len(keys), dim), dtype=np.float32)
+    for i, k in enumerate(keys):
+        if k in got:
+            out[i] = got[k]
+    return out
 
 
 def build_memory(
@@ -503,7 +543,8 @@ def build_memory(
                                      packets=packets, descriptors=descriptors, document=dense.document)
         if dense.context == "embedded":
             with bar(total=n_packets, desc=f"embed context {namespace}", unit="doc", enabled=progress) as pb:
-                embedded += embed_contexts(store, namespace, embedder, packets=packets, on_progress=pb.update)
+                embedded += embed_contexts(store, namespace, embedder, packets=packets, on_progress=pb.update,
+                                           window=dense.context_window_words)
         if dense.passage_words:
             with bar(total=None, desc=f"embed passages {namespace}", unit="doc", enabled=progress) as pb:
                 embedded += embed_passages(store, namespace, embedder, dense.passage_words,

@@ -25,6 +25,7 @@ from ..protocols import Embedder
 from ..store.base import Store
 from .load import AppendPlan, ViewLoader
 from .record import MemoryView
+from .threads import limit_blas_threads
 
 
 DEFAULT_MAX_VIEW_BYTES = 1 << 30
@@ -168,6 +169,7 @@ class ViewCache:
     def load(self, spec: BuildSpec, store: Store, embedder: Embedder | None, namespace: str) -> tuple[MemoryView, int]:
         """Read built ``namespace`` into a view (``ViewLoader.load``), with the generation read
         before its data; the caller decides whether to ``put`` it."""
+        limit_blas_threads()  # searches on this view follow (views/threads.py)
         return self.loader.load(spec, store, embedder, namespace)
 
     def adopt(self, spec: BuildSpec, store: Store, plan: AppendPlan, generation: int) -> MemoryView | None:

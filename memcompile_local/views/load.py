@@ -43,10 +43,10 @@ from ..address.layouts import build_layout
 # Helpers of build/stages.py: the store's embedding key format and its "embed what is
 # missing" step must be exactly the build's, so they are shared rather than copied.
 from ..build.spec import BuildSpec
-from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_model_id, embedding_model_id,
-                            passage_document_keys, passage_model_id, text_address)
+from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_document_keys, context_model_id,
+                            embedding_model_id, is_unread_key, passage_document_keys, passage_model_id, text_address)
 from ..config import FusionConfig
-from ..fused.documents import canonical_names, context_documents, lexical_documents
+from ..fused.documents import canonical_names, lexical_documents
 from ..fused.index import FusionIndex, FusionParts, add_packet_rows
 from ..language.stemming import stem_terms
 from ..address.lexical_growth import GrowingLexicalIndex
@@ -148,9 +148,10 @@ def _matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, key
 
     Rows of keys the previous load had are copied from it; the other keys are embedded when the
     store lacks them (``build.stages._embed_missing``, content-addressed) and then read from the store.
+    An unread key (``build.stages.unread_key``) is a zero row, embedded and read never.
     """
     old_row = old.row_of if old is not None else {}
-    new = [(k, d) for k, d in zip(keys, docs) if k not in old_row]
+    new = [(k, d) for k, d in zip(keys, docs) if k not in old_row and not is_unread_key(k)]
     embedded = 0
     got: dict[str, np.ndarray] = {}
     if new:
@@ -170,7 +171,7 @@ def _matrix(store: Store, namespace: str, model_id: str, embedder: Embedder, key
         matrix[list(to)] = old.matrix[list(frm)]  # type: ignore[union-attr]
     for i, k in enumerate(keys):
         if k not in old_row:
-            matrix[i] = np.asarray(got[k], dtype=np.float32)
+            matrix[i] = 0.0 if is_unread_key(k) else np.asarray(got[k], dtype=np.float32)
     return _Rows({k: i for i, k in enumerate(keys)}, matrix), embedded
 
 
@@ -244,7 +245,7 @@ class ViewLoader:
                     context = composed_contexts(packets, matrix)
                 elif use_context:
                     cid = context_model_id(embedder)
-                    ckeys, cdocs = _keyed(packets, context_documents(packets))
+                    ckeys, cdocs = context_document_keys(None, namespace, packets, window=dense.context_window_words)
                     rows[cid], n = _matrix(store, namespace, cid, embedder, ckeys, cdocs, rows.get(cid), "context")
                     embedded += n
                     context = rows[cid].matrix
@@ -337,7 +338,7 @@ class ViewLoader:
                 # A context document quotes the turns before and after it in its session: of
                 # the old packets only the last one's can change.
                 start, near = max(0, n_old - 1), max(0, n_old - 2)
-                ckeys, cdocs = _keyed(allp[near:], context_documents(allp[near:]))
+                ckeys, cdocs = context_document_keys(None, namespace, allp[near:], window=dense.context_window_words)
                 ckeys, cdocs = ckeys[start - near:], cdocs[start - near:]
                 old_ckeys = list(rows[cid].row_of) if cid in rows else []
                 if len(old_ckeys) != n_old:
@@ -469,7 +470,7 @@ def _vectors_for(store: Store, embedder: Embedder, docs: Sequence[str]) -> dict[
     already embedded the same text in the embedder's space (as ``build.stages._embed_missing`` does),
     every other distinct text embedded now, all in one call."""
     space = embedding_model_id(embedder)
-    text_of = {text_address(d): d for d in docs}
+    text_of = {text_address(d): d for d in docs if d}  # "" is an unread context document: no vector
     vectors = dict(store.vectors_by_content(space, list(text_of))) if text_of else {}
     todo = [a for a in text_of if a not in vectors]
     if todo:
@@ -489,8 +490,11 @@ def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_
     new_docs = [d for _, d in changed.values()] + docs
     space = embedding_model_id(embedder)
     addresses = [text_address(d) for d in new_docs]
-    vectors = (np.stack([vectors_of[a] for a in addresses]) if addresses
-               else np.zeros((0, old.matrix.shape[1] if old.matrix.ndim == 2 else embedder.dim), np.float32))
+    width = old.matrix.shape[1] if old.matrix.ndim == 2 and old.matrix.shape[0] else embedder.dim
+    # An unread context document (``build.stages.unread_key``) is a zero row, and is not saved.
+    vectors = (np.stack([np.zeros(width, np.float32) if is_unread_key(k) else vectors_of[a]
+                         for k, a in zip(new_keys, addresses)]) if addresses
+               else np.zeros((0, width), np.float32))
     dim = old.matrix.shape[1] if old.matrix.ndim == 2 and old.matrix.shape[0] else vectors.shape[1]
     matrix = np.empty((n_old + len(keys), dim), dtype=np.float32)
     matrix[:n_old] = old.matrix
@@ -500,7 +504,9 @@ def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_
         old_keys[row] = k
     matrix[n_old:] = vectors[len(changed):]
     all_keys = old_keys + keys
-    save = [(model_id, new_keys, vectors, addresses, space)] if new_keys else []
+    kept = [j for j, k in enumerate(new_keys) if not is_unread_key(k)]
+    save = ([(model_id, [new_keys[j] for j in kept], vectors[kept], [addresses[j] for j in kept], space)]
+            if kept else [])
     return _Rows({k: i for i, k in enumerate(all_keys)}, matrix), save
 
 

@@ -61,7 +61,7 @@ class PartialViews:
         if embedder is not None:
             embed_packets(store, namespace, dset, embedder, document=dense.document)
             if dense.context == "embedded":
-                embed_contexts(store, namespace, embedder, packets=packets)
+                embed_contexts(store, namespace, embedder, packets=packets, window=dense.context_window_words)
             if dense.passage_words:
                 embed_passages(store, namespace, embedder, dense.passage_words, dense.passage_overlap_words,
                                packets=packets)
@@ -83,7 +83,8 @@ class PartialViews:
         fusion = None
         if spec.fusion:
             context = (load_context_matrix(store, namespace, embedder, packets,
-                                           composed_from=matrix if dense.context == "composed" else None)
+                                           composed_from=matrix if dense.context == "composed" else None,
+                                           window=dense.context_window_words)
                        if dense.context != "none" else None)
             passages = (load_passage_matrix(store, namespace, embedder, dense.passage_words,
                                             dense.passage_overlap_words, packets)
