@@ -13,13 +13,20 @@ from memcompile_local.views import threads
     ({}, 1),
     ({"MEMCOMPILE_BLAS_THREADS": "3"}, 3),
     ({"MEMCOMPILE_BLAS_THREADS": "0"}, None),
-    ({"MEMCOMPILE_BLAS_THREADS": "many"}, None),
     ({"OMP_NUM_THREADS": "4"}, None),
     ({"OPENBLAS_NUM_THREADS": "2"}, None),
     ({"MKL_NUM_THREADS": "2", "MEMCOMPILE_BLAS_THREADS": "1"}, 1),  # the package's own variable wins
 ])
 def test_the_count_follows_the_environment(env, want):
     assert threads.wanted_threads(env) == want
+
+
+@pytest.mark.parametrize("raw", ["many", "-2", "1.5"])
+def test_a_malformed_count_is_a_typed_error_that_names_the_variable(raw):
+    from memcompile_local.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"MEMCOMPILE_BLAS_THREADS={raw!r}"):
+        threads.wanted_threads({"MEMCOMPILE_BLAS_THREADS": raw})
 
 
 def test_one_blas_thread_scores_a_view_sized_product_as_several_up_to_float32_rounding():

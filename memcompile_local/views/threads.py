@@ -17,11 +17,11 @@ extras); without it nothing is changed.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 
-log = logging.getLogger(__name__)
+from ..errors import ConfigError
+
 
 ENV = "MEMCOMPILE_BLAS_THREADS"
 USER_ENVS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -38,8 +38,10 @@ def wanted_threads(env: "os._Environ[str] | dict[str, str]" = os.environ) -> int
         try:
             n = int(raw)
         except ValueError:
-            log.warning("%s=%r is not a whole number; BLAS threads left as they are", ENV, raw)
-            return None
+            raise ConfigError(f"environment variable {ENV}={raw!r}: expected a whole number of BLAS threads "
+                              "(0 leaves BLAS as it is)") from None
+        if n < 0:
+            raise ConfigError(f"environment variable {ENV}={raw!r}: expected 0 or more BLAS threads")
         return n if n > 0 else None
     if any(env.get(name, "").strip() for name in USER_ENVS):
         return None
