@@ -163,8 +163,8 @@ def _stored_matrix(store, ns, model_id, embedder, keys, docs):
 def dense_variants(mem: Memory, view, cfg) -> dict[str, FusionIndex]:
     """Index variants "plain+q+<doc>+cw<W>+p<words>/<pool>" (see above); "<doc>" is "z" (the
     build's z(p)) or "turn" (the raw turn with its speaker), cw0 = context everywhere."""
-    from memcompile_local.build.stages import (embedding_model_id, packet_document_keys, passage_document_keys,
-                                               passage_model_id)
+    from memcompile_local.build.stages import (context_document_keys, context_model_id, embedding_model_id,
+                                               packet_document_keys, passage_document_keys, passage_model_id)
     from memcompile_local.fused.documents import context_documents
     store, ns, emb = mem.store, view.namespace, mem.embedder
     packets = list(view.packets)
@@ -173,6 +173,10 @@ def dense_variants(mem: Memory, view, cfg) -> dict[str, FusionIndex]:
     matrices = {"z": view.packet_matrix, "turn": _stored_matrix(store, ns, embedding_model_id(emb), emb, keys, docs)}
     words = np.asarray([len(d.split()) for d in context_documents(packets)])
     gates = {0: None, **{w: words <= w for w in CONTEXT_WINDOWS}}
+    # The build embeds only the context documents its gate reads (the others load as zero rows),
+    # so the ungated variants (cw0) embed the rest here, once, into the cached store.
+    ckeys, cdocs = context_document_keys(store, ns, packets)
+    every_context = _stored_matrix(store, ns, context_model_id(emb), emb, ckeys, cdocs)
     passages = {None: (None, None)}
     for pw, ov in PASSAGES:
         pkeys, pdocs, owner = passage_document_keys(packets, pw, ov)
@@ -186,7 +190,8 @@ def dense_variants(mem: Memory, view, cfg) -> dict[str, FusionIndex]:
                 for pool in pools:
                     tag = f"plain+q+{doc}+cw{w}" + (f"+p{pk[0]}/{pool}" if pk is not None else "")
                     out[tag] = dataclasses.replace(base, packet_matrix=m, context_rows=gate, passage_matrix=pm,
-                                                   passage_owner=owner, passage_pool=pool)
+                                                   passage_owner=owner, passage_pool=pool,
+                                                   context_matrix=every_context if gate is None else base.context_matrix)
     return out
 
 
