@@ -263,6 +263,7 @@ def export(kind: str, model, path: Path, pool: int, meta: dict) -> dict:
            "pool": pool}
     if model.kind == "trees":
         doc["trees"] = [flatten(t["tree_structure"]) for t in model.booster.dump_model()["tree_info"]]
+        doc["init_score"] = {"feature": "fused", "scale": model.init_scale}
     else:
         doc["linear"] = {"mean": model.mean.tolist(), "scale": model.scale.tolist(),
                          "coef": model.model.coef_[0].tolist(), "intercept": float(model.model.intercept_[0])}
@@ -353,11 +354,14 @@ def main() -> int:
     ap.add_argument("--beam", default=None)
     ap.add_argument("--cache", default="~/.cache/memcompile-local/ablate", help="the cached builds (cv_corpora)")
     ap.add_argument("--pool", type=int, default=50, help=f"candidates reordered per question (at most {KEEP_ROWS})")
-    ap.add_argument("--kinds", default="lambdarank,linear", help="rankers to cross-validate")
+    ap.add_argument("--kinds", default="lambdarank,lambdarank-reg,lambdarank-residual,linear",
+                    help=f"rankers to cross-validate, of {', '.join(MODELS)}")
     ap.add_argument("--extra", action="store_true", help=f"also rows with the candidate features {EXTRA_FEATURES}")
     ap.add_argument("--write", default=None, metavar="PATH", help="export the model trained on everything")
-    ap.add_argument("--kind", default="lambdarank", help="the ranker --write exports")
+    ap.add_argument("--kind", default="lambdarank-residual", help="the ranker --write exports (one of --kinds)")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON")
+    ap.add_argument("--latency", action="store_true",
+                    help="also time Memory.compile, weighted and learned, on the largest conversation")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     if not 1 <= args.pool <= KEEP_ROWS:
@@ -396,23 +400,51 @@ def main() -> int:
         files = data_files([paths[n] for n in names])
         model = MODELS[args.kind]().fit(*design(qs, args.pool, False, train=True))
         import importlib.metadata as md
-        lib = "lightgbm" if args.kind == "lambdarank" else "scikit-learn"
+        lib = "lightgbm" if model.kind == "trees" else "scikit-learn"
         row = next(r for r in rows if r["name"] == args.kind)
         meta = {"command": "python scripts/train_ranker.py " + " ".join(sys.argv[1:]),
                 "data_sha256": data_sha256(files), "data_files": len(files),
                 "data": {n: paths[n] for n in names}, "library": lib, "library_version": md.version(lib),
-                "params": {**LGB_PARAMS, "num_boost_round": LGB_ROUNDS} if args.kind == "lambdarank"
-                else {"C": LINEAR_C}, "questions": len(qs),
+                "params": {**model.params, "num_boost_round": model.rounds, "init_scale": model.init_scale}
+                if model.kind == "trees" else {"C": LINEAR_C}, "questions": len(qs), "pool": args.pool,
                 "cv": {c: {k: round(v, 2) for k, v in row["corpora"][c].items() if k in ("in_sample", "cv10",
                                                                                     "corpus_out")}
                        for c in names}}
-        export(args.kind, model, path, args.pool, meta)
+        doc = export(args.kind, model, path, args.pool, meta)
         print(f"wrote {path} ({path.stat().st_size} bytes)")
+        X, _, _ = design(qs, args.pool, False, train=False)
+        gap = float(np.max(np.abs(parse_model(doc, path).predict(X) - model.predict(X))))
+        print(f"the package's evaluator against {lib} on {len(X)} rows: max |difference| {gap:.3g}")
         same, n = parity(qs, memories, cfg, path, model, args.pool, False)
         print(f"the written model == Memory.compile on {same}/{n}")
+    if args.latency:
+        latency(memories, cfg, qs, Path(args.write) if args.write else None)
     for mem in memories.values():
         mem.store.close()
     return 0
+
+
+def latency(memories: dict, cfg, qs: list[Q], model_path: Path | None, passes: int = 3) -> None:
+    """p50/p95 of the whole query path (Memory.compile, question embedding included) on the
+    conversation with the most turns, under the weighted sum and the learned ranker."""
+    key = max(memories, key=lambda k: len(memories[k].store.packets(k[1])))
+    base = memories[key]
+    questions = [q.question for q in qs if (q.corpus, q.ns) == key]
+    n = len(base.store.packets(key[1]))
+    for ranker in ("weighted", "learned"):
+        fusion = {"ranker": ranker, **({"ranker_model": str(model_path)} if model_path else {})}
+        mem = Memory(base.store, cfg.replace(fusion=fusion), client=LLMClient(NoModelBackend(), base.store),
+                     embedder=base.embedder)
+        mem.compile(key[1], questions[0])  # warm: view load, turn table
+        times = []
+        for _ in range(passes):
+            for question in questions:
+                t0 = time.perf_counter()
+                mem.compile(key[1], question)
+                times.append((time.perf_counter() - t0) * 1000)
+        times.sort()
+        print(f"latency {ranker}: {key[1]} ({n} turns), {len(times)} queries: p50 {times[len(times) // 2]:.2f} ms, "
+              f"p95 {times[int(0.95 * (len(times) - 1))]:.2f} ms (load average {os.getloadavg()[0]:.2f})")
 
 
 if __name__ == "__main__":

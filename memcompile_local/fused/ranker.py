@@ -113,9 +113,15 @@ class RankerModel:
     pool: int  # candidates reordered per question
     scorer: Trees | Linear
     training: dict
+    # The trees' starting score: ``init_scale`` times feature ``init_feature`` (the weighted sum,
+    # so the trees learn corrections to it); scale 0: none.
+    init_feature: int = 0
+    init_scale: float = 0.0
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return self.scorer.predict(X)
+        X = np.asarray(X, dtype=np.float64)
+        out = self.scorer.predict(X)
+        return out + self.init_scale * X[:, self.init_feature] if self.init_scale else out
 
 
 def _need(path, doc: dict, field: str, kind, expected: str):
@@ -246,7 +252,15 @@ def parse_model(doc: Any, path: str | Path = "<model>") -> RankerModel:
     training = doc.get("training", {})
     if not isinstance(training, dict):
         raise RankerModelError(path, "training", "an object", training)
-    return RankerModel(str(path), kind, tuple(features), pool, scorer, training)
+    init = doc.get("init_score", {"feature": FEATURE_NAMES[0], "scale": 0.0})
+    if not isinstance(init, dict) or init.get("feature") not in FEATURE_NAMES:
+        raise RankerModelError(path, "init_score.feature", f"one of the features {list(FEATURE_NAMES)}",
+                               init.get("feature") if isinstance(init, dict) else init)
+    scale = init.get("scale")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
+        raise RankerModelError(path, "init_score.scale", "a finite number", scale)
+    return RankerModel(str(path), kind, tuple(features), pool, scorer, training,
+                       FEATURE_NAMES.index(init["feature"]), float(scale))
 
 
 _CACHE: dict[str, RankerModel] = {}
