@@ -195,3 +195,13 @@ def test_the_learned_ranker_needs_the_packets(learned):
     view = learned.view(FIXTURE["namespace"])
     with pytest.raises(Exception, match="packets"):
         FusedRetriever(view.fusion, learned.config.fusion).scores("Who is allergic to cats?", None)
+
+
+def test_the_package_reads_the_model_without_the_training_libraries():
+    import subprocess
+    code = ("import sys, numpy as np; from memcompile_local.fused.ranker import load_model; "
+            "m = load_model(); m.predict(np.zeros((3, len(m.features)))); "
+            "print(sorted(x for x in ('lightgbm', 'sklearn') if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.stdout.strip() == "[]"
