@@ -205,3 +205,37 @@ def test_the_package_reads_the_model_without_the_training_libraries():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert out.stdout.strip() == "[]"
+
+
+def _train_ranker():
+    pytest.importorskip("lightgbm", reason="lightgbm (the train extra) is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import train_ranker
+    return train_ranker
+
+
+def test_shrinkage_choice_takes_the_best_worst_corpus_gain_and_keeps_alpha_0_on_ties():
+    tr = _train_ranker()
+    qs = [dataclasses.make_dataclass("Q", ["corpus"])(c) for c in ("a", "a", "b", "b")]
+    grid = [("k", 0.0), ("k", 0.5), ("k", 1.0)]
+    everyone = np.ones(4, bool)
+    rec = {("k", 0.0): np.asarray([0.5, 0.5, 0.5, 0.5]),
+           ("k", 0.5): np.asarray([0.5, 0.6, 0.6, 0.5]),   # +0.05 on both corpora
+           ("k", 1.0): np.asarray([1.0, 1.0, 0.4, 0.5])}   # +0.5 on a, -0.05 on b
+    assert tr.choose(rec, qs, everyone, grid) == ("k", 0.5)
+    # Only corpus a's questions: alpha 1 gains most there.
+    assert tr.choose(rec, qs, np.asarray([True, True, False, False]), grid) == ("k", 1.0)
+    flat = {p: np.full(4, 0.5) for p in grid}
+    assert tr.choose(flat, qs, everyone, grid) == ("k", 0.0)
+
+
+def test_corpus_balanced_weights_give_each_corpus_the_same_total():
+    tr = _train_ranker()
+    Q = dataclasses.make_dataclass("Q", ["corpus"])
+    qs = [Q("locomo")] * 3 + [Q("beam")]
+    groups = [2, 3, 1, 4]
+    w = tr.corpus_weights(qs, groups, "corpus")
+    per_q = np.add.reduceat(w, np.cumsum([0] + groups[:-1])) / groups  # constant within a question
+    assert np.allclose(per_q, [2 / 3, 2 / 3, 2 / 3, 2.0]) and np.isclose(per_q[:3].sum(), per_q[3])
+    assert tr.corpus_weights(qs, groups, "none") is None
+    assert tr.corpus_weights(qs, groups, "locomo").tolist() == [2.0] * 6 + [1.0] * 4
