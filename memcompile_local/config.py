@@ -182,6 +182,10 @@ class FusionConfig:
     # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
     schedule_pool: Literal["normalized", "fused"] = "normalized"
     schedule_pool_size: PosInt = 103  # N for the fused pool: the mean size of the paper's pool (ablate --pool-recall)
+    # How the fused score is made (issue 25 item 5): "weighted" = the weighted channel sum above;
+    # "learned" = a learned ranker (fused/ranker.py) reorders the weighted sum's best turns.
+    ranker: Literal["weighted", "learned"] = "weighted"
+    ranker_model: str | None = None  # the learned ranker's model file (None: the shipped one)
 
 
 @dataclass(frozen=True)

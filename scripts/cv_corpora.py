@@ -100,7 +100,7 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 
 # Query-side FusionConfig fields added after the cached stores were first built: they change
 # no build, so they stay out of the key and the stores already built are reused.
-QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words")
+QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model")
 # Passage fields change a build only when passages are on (passage_words > 0).
 PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
@@ -31,14 +32,21 @@ def test_wheel_installs_adapters_under_the_package(tmp_path):
     assert source_packages, "no subpackages found"
     for pkg in sorted(source_packages):
         assert f"{pkg}/__init__.py" in names, f"{pkg} is missing from the wheel (add it to pyproject.toml)"
+    # Package data the code reads at run time (the learned ranker's model files).
+    for f in sorted((ROOT / "memcompile_local" / "fused" / "models").glob("*.json")):
+        assert f"memcompile_local/fused/models/{f.name}" in names, f"{f.name} is missing from the wheel"
     assert "memcompile_local/py.typed" in names or not (ROOT / "memcompile_local" / "py.typed").exists()
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
     # --no-deps: the check is about the package layout; the package's import needs only the stdlib.
-    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, capture_output=True)
+    # The installed wheel alone: a PYTHONPATH naming a source checkout (as a worktree's test run
+    # sets) would shadow it with the source tree, where adapters/ sits at the top level.
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, capture_output=True,
+                   env=clean)
     code = ("import importlib.util, memcompile_local.adapters as a; "
             "print(a.__name__); print(importlib.util.find_spec('adapters') is None)")
-    out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=clean)
     assert out.stdout.split() == ["memcompile_local.adapters", "True"]

@@ -22,15 +22,17 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..config import FusionConfig
+from ..errors import ConfigError
 from ..evidence.pursuit import mem_pursuit
 from ..protocols import Embedder
 from .channels import FusedScores, fused_scores, score_order
 from .index import FusionIndex
+from ..types import SourcePacket
 
 # A question that asks for several things ("What books has ...", "In what ways ...", "... both ...").
 LIST_QUESTION = re.compile(
@@ -129,9 +131,11 @@ class Retrieval:
 class FusedRetriever:
     """The model-free retriever over one namespace's ``FusionIndex`` under one ``FusionConfig``."""
 
-    def __init__(self, index: FusionIndex, cfg: FusionConfig):
+    def __init__(self, index: FusionIndex, cfg: FusionConfig, packets: Sequence[SourcePacket] | None = None):
         self.index = index
         self.cfg = cfg
+        # The index's packets, in row order: the learned ranker reads their text, roles and places.
+        self.packets = packets
 
     def query_texts(self, question: str, intent_query: str) -> list[str]:
         return dense_query_texts(question, intent_query, self.cfg)
@@ -146,7 +150,14 @@ class FusedRetriever:
 
     def scores(self, question: str, query_vec: np.ndarray | None, *, anchor: dt.datetime | None = None) -> FusedScores:
         """Every packet's fused scores; ``anchor`` is the date the question is asked (the time
-        match resolves the question's relative times against it)."""
+        match resolves the question's relative times against it). Under ``ranker="learned"`` the
+        total is the learned ranker's order (fused/ranker.py)."""
+        if self.cfg.ranker == "learned":
+            if self.packets is None:
+                raise ConfigError("fusion.ranker='learned' needs the index's packets (FusedRetriever(..., packets=))")
+            from .ranker import learned_scores, load_model  # the weighted path never reads a model file
+            return learned_scores(self.index, self.packets, question, query_vec, self.cfg,
+                                  load_model(self.cfg.ranker_model), anchor=anchor)
         return fused_scores(self.index, question, query_vec, self.cfg, anchor=anchor)
 
     def retrieve(self, question: str, query_vec: np.ndarray | None, k: int, *,

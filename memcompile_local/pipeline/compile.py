@@ -209,7 +209,7 @@ def select_anchors(
     if choose is None:
         raise ConfigError(f"unknown anchor selector {selector!r}; known: {', '.join(ANCHOR_SELECTORS)}")
     if retriever is None and view.fusion is not None:
-        retriever = FusedRetriever(view.fusion, cfg.fusion)
+        retriever = FusedRetriever(view.fusion, cfg.fusion, view.packets)
     rows = None
     if allowed is not None and retriever is not None:
         ids = retriever.index.packet_ids
@@ -351,7 +351,7 @@ def compile_context(
 
     intent = query_intent(question, cfg, client, view)
     lap("intent")
-    retriever = FusedRetriever(view.fusion, cfg.fusion) if view.fusion is not None else None
+    retriever = FusedRetriever(view.fusion, cfg.fusion, view.packets) if view.fusion is not None else None
     if cfg.evidence.anchor_selector == "fused" and retriever is not None:
         # The fused retriever makes its own query vector (FusionConfig.dense_query may embed the
         # question beside the intent text); the dense proposals and a frontier read it too.

@@ -38,7 +38,7 @@ def _qvec(embedder: Embedder | None, texts: list[str]) -> np.ndarray | None:
 def memory_search(view: MemoryView, cfg: PipelineConfig, embedder: Embedder | None, depth: int):
     """``query -> [(packet id, score), ...]`` over every packet of ``view``, best first."""
     speakers = sorted({p.speaker for p in view.packets})
-    retriever = FusedRetriever(view.fusion, cfg.fusion) if view.fusion is not None else None
+    retriever = FusedRetriever(view.fusion, cfg.fusion, view.packets) if view.fusion is not None else None
 
     def search(query: str) -> list[tuple[str, float]]:
         intent = rule_intent(query, known_people=speakers)

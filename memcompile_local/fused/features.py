@@ -1,0 +1,190 @@
+"""Per-turn features of the learned ranker (issue 25 item 5): one float row per candidate turn.
+
+``query_features`` turns (FusionIndex, the conversation's packets, one query) into a matrix
+with one row per candidate turn and one column per name of ``FEATURE_NAMES``. The candidates
+are the ``pool`` turns with the best weighted-sum score (``channels.fused_scores`` under the
+package's hand-fit weights): the ranker reorders that head and leaves the tail in fused order,
+so a question costs a few hundred tree lookups, not one per turn of a long history.
+
+The columns are what the index already holds or can give cheaply: the channels of
+``channels.CHANNELS`` at unit weight (the lexical one at the package's name weight, at full
+weight and without the named participant's terms), the two cosines the packet channel takes
+the larger of (z(p) and the context document), the weighted sum itself and its rank, BM25
+over the raw turn text alone (no claims, no neighbours), the neighbours' raw-turn BM25 and
+cosine (an answer is often the reply to the turn that matched), the turn's length, role,
+caption and place in the history, and four properties of the question. The training script
+(``scripts/train_ranker.py``) calls this same function, so what a model was trained on is
+what it reads at query time.
+
+Per-conversation columns (lengths, positions, the raw-turn BM25 index) are computed once per
+index and kept on it (``turn_table``), under a lock, so question threads share one table.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..address.lexical import LexicalIndex
+from ..config import FusionConfig
+from ..language.stemming import stem_terms
+from ..language.timecues import is_temporal_question
+from ..types import SourcePacket
+from .channels import (FusedQuery, combine, lexical_channel, name_weighted, packet_channel, score_order,
+                       speaker_channel, temporal_channel, time_match_channel)
+from .documents import named_participants, raw_text, session_neighbours
+from .index import FusionIndex
+
+# Column order of the feature matrix; a model file names these and must match them exactly.
+FEATURE_NAMES: tuple[str, ...] = (
+    "lexical",  # the package's lexical channel (its name_term_weight and scope)
+    "lexical_full",  # the same with the named participant's terms at full weight
+    "lexical_unnamed",  # the same without them
+    "packet",  # the package's packet channel (z(p), the gated context vector, passages)
+    "cos_z",  # cosine with z(p) alone
+    "cos_context",  # cosine with the context document (0 without context vectors)
+    "speaker", "temporal", "time_match",
+    "fused",  # the hand-fit weighted sum
+    "fused_rank",  # log(1 + rank of the turn by that sum)
+    "packet_gap",  # packet channel minus the question's best packet score
+    "raw_bm25",  # BM25 over the raw turn text, divided by the question's best
+    "prev_raw_bm25", "next_raw_bm25",  # the same for the previous / next turn of the session
+    "prev_cos_z", "next_cos_z",  # cosine with z(p) of the previous / next turn of the session
+    "log_words", "dated", "is_assistant", "has_caption",
+    "session_position", "turn_position",  # session index / last one; turn index in its session / its length
+    "q_log_words", "q_temporal", "q_names_one", "q_list",
+)
+
+
+@dataclass(frozen=True)
+class TurnTable:
+    """The per-conversation columns of ``FEATURE_NAMES``, aligned with the index's rows."""
+
+    raw_lexical: LexicalIndex
+    prev_row: np.ndarray  # (N,) previous row of the same session, -1 where none
+    next_row: np.ndarray
+    log_words: np.ndarray
+    is_assistant: np.ndarray
+    has_caption: np.ndarray
+    session_position: np.ndarray
+    turn_position: np.ndarray
+
+    @classmethod
+    def of(cls, packets: Sequence[SourcePacket], cfg: FusionConfig) -> "TurnTable":
+        n = len(packets)
+        prev_row = np.full(n, -1, dtype=np.int64)
+        next_row = np.full(n, -1, dtype=np.int64)
+        for i in range(n):
+            for j in session_neighbours(packets, i):
+                (prev_row if j < i else next_row)[i] = j
+        texts = [raw_text(p) for p in packets]
+        sessions = np.asarray([p.session_index for p in packets], dtype=np.float64)
+        first = {}
+        size: dict[int, int] = {}
+        for i, p in enumerate(packets):
+            first.setdefault(p.session_index, i)
+            size[p.session_index] = size.get(p.session_index, 0) + 1
+        s_lo, s_hi = (float(sessions.min()), float(sessions.max())) if n else (0.0, 0.0)
+        return cls(
+            raw_lexical=LexicalIndex([stem_terms(t) for t in texts], k1=cfg.bm25_k1, b=cfg.bm25_b),
+            prev_row=prev_row, next_row=next_row,
+            log_words=np.asarray([math.log1p(len(t.split())) for t in texts], dtype=np.float64),
+            # Roles: a user-assistant history names its speakers "user" and "assistant".
+            is_assistant=np.asarray([p.speaker.strip().lower() == "assistant" for p in packets], dtype=np.float64),
+            has_caption=np.asarray([bool(p.image_caption) for p in packets], dtype=np.float64),
+            session_position=(sessions - s_lo) / (s_hi - s_lo) if s_hi > s_lo else np.zeros(n),
+            turn_position=np.asarray([(i - first[p.session_index]) / max(size[p.session_index] - 1, 1)
+                                      for i, p in enumerate(packets)], dtype=np.float64),
+        )
+
+
+_TABLE_LOCK = threading.Lock()
+
+
+def turn_table(index: FusionIndex, packets: Sequence[SourcePacket], cfg: FusionConfig) -> TurnTable:
+    """The index's ``TurnTable``, built on first use and kept on the index (an index is never
+    changed after it is made; an append makes a new one, which gets its own table)."""
+    table = index.__dict__.get("_ranker_turn_table")
+    if table is not None:
+        return table
+    if len(packets) != len(index.packet_ids) or any(p.packet_id != pid for p, pid in zip(packets, index.packet_ids)):
+        raise ValueError("the packets given for the ranker's turn table are not the index's packets")
+    with _TABLE_LOCK:
+        table = index.__dict__.get("_ranker_turn_table")
+        if table is None:
+            table = TurnTable.of(packets, cfg)
+            object.__setattr__(index, "_ranker_turn_table", table)  # frozen dataclass: a cache, as cached_property
+    return table
+
+
+@dataclass(frozen=True)
+class QueryFeatures:
+    """What ``query_features`` computed for one question."""
+
+    rows: np.ndarray  # (P,) index rows of the candidates, in fused order
+    matrix: np.ndarray  # (P, len(FEATURE_NAMES)) float64
+    fused: np.ndarray  # (N,) the weighted-sum score of every row
+    order: np.ndarray  # (N,) every row by fused score (ties in dialogue order)
+
+
+def _normalized(s: np.ndarray) -> np.ndarray:
+    top = float(s.max()) if s.size else 0.0
+    return s / top if top > 0 else np.zeros(len(s))
+
+
+def _neighbour(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(rows))
+    have = rows >= 0
+    out[have] = values[rows[have]]
+    return out
+
+
+def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question: str, query_vec: np.ndarray | None,
+                   cfg: FusionConfig, pool: int, *, anchor=None) -> QueryFeatures:
+    """The feature rows of the ``pool`` best turns by the weighted sum (see the module docstring)."""
+    table = turn_table(index, packets, cfg)
+    n = len(index.packet_ids)
+    full = lexical_channel(index, FusedQuery(question, None))
+    unnamed = lexical_channel(index, FusedQuery(question, None, name_term_weight=0.0))
+    lexical = name_weighted(full, unnamed, cfg.name_term_weight, cfg.name_term_scope)
+    q = FusedQuery(question, query_vec, anchor, cfg.name_term_weight, cfg.name_term_scope)
+    zeros = np.zeros(n)
+    if query_vec is not None and index.packet_matrix is not None:
+        packet = packet_channel(index, q)
+        cos_z = (index.packet_matrix @ query_vec).astype(np.float64)
+        cos_ctx = (index.context_matrix @ query_vec).astype(np.float64) if index.context_matrix is not None else zeros
+    else:
+        packet, cos_z, cos_ctx = zeros, zeros, zeros
+    channels = {"lexical": lexical, "packet": packet, "speaker": speaker_channel(index, q),
+                "temporal": temporal_channel(index, q), "time_match": time_match_channel(index, q)}
+    weighted = {k: v for k, v in channels.items() if getattr(cfg, f"{k}_weight")}
+    fused = combine(weighted, cfg, n)
+    order = score_order(fused)
+    rows = order[:pool]
+    rank = np.empty(n)
+    rank[order] = np.arange(n)
+    raw = _normalized(table.raw_lexical.scores(index.query_terms(question)))
+    named = named_participants(question, index.participants, tolerant=index.tolerant_names)
+    question_cols = (math.log1p(len(question.split())), float(is_temporal_question(question)),
+                     float(len(named) == 1), float(_is_list(question)))
+    cols = [
+        lexical[rows], full[rows], unnamed[rows], packet[rows], cos_z[rows], cos_ctx[rows],
+        channels["speaker"][rows], channels["temporal"][rows], channels["time_match"][rows],
+        fused[rows], np.log1p(rank[rows]), packet[rows] - (float(packet.max()) if n else 0.0),
+        raw[rows], _neighbour(raw, table.prev_row[rows]), _neighbour(raw, table.next_row[rows]),
+        _neighbour(cos_z, table.prev_row[rows]), _neighbour(cos_z, table.next_row[rows]),
+        table.log_words[rows], index.dated[rows], table.is_assistant[rows], table.has_caption[rows],
+        table.session_position[rows], table.turn_position[rows],
+        *(np.full(len(rows), v) for v in question_cols),
+    ]
+    matrix = np.stack(cols, axis=1) if len(rows) else np.zeros((0, len(FEATURE_NAMES)))
+    return QueryFeatures(rows=rows, matrix=matrix, fused=fused, order=order)
+
+
+def _is_list(question: str) -> bool:
+    from .retriever import is_list_question  # the retriever imports this module
+    return is_list_question(question)

@@ -1,0 +1,310 @@
+"""The learned ranker of the fused selector (``FusionConfig.ranker = "learned"``).
+
+A model file (``models/ranker-v1.json``; written by ``scripts/train_ranker.py``) holds either
+gradient-boosted regression trees exported from LightGBM's LambdaRank or a linear model, the
+feature names it reads in order (``features.FEATURE_NAMES``), and how it was trained (command,
+sha256 of the development data, library and version, hyperparameters, cross-validated
+figures). This module loads and checks that file and evaluates it with numpy alone: the
+training library is never imported at query time.
+
+At query time the ranker scores the ``pool`` best turns of the weighted sum
+(``features.query_features``) and reorders them; the other turns follow in weighted-sum order.
+The fused total it returns is an order, not a probability: the turn placed first gets N, the
+next N - 1, and so on (ties of the model's score break by the weighted-sum order), so
+``retriever.select_rows`` keeps exactly the ranker's order; the model's own scores of the pool
+are in the ``learned`` channel.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..types import SourcePacket
+from .channels import FusedScores
+from .features import FEATURE_NAMES, query_features
+from .index import FusionIndex
+
+FORMAT = "memcompile-ranker"
+FORMAT_VERSION = 1
+DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v1.json"
+# LightGBM's tolerance for "zero" under missing_type Zero (its kZeroThreshold).
+_ZERO = 1e-35
+_MISSING = {"None": 0, "Zero": 1, "NaN": 2}
+
+
+class RankerModelError(ConfigError):
+    """A ranker model file that cannot be used: names the file, the field and what was expected."""
+
+    def __init__(self, path: str | Path, field: str, expected: str, got: Any):
+        self.path, self.field, self.expected, self.got = str(path), field, expected, got
+        shown = repr(got)
+        super().__init__(f"{path}: field {field!r}: expected {expected}, got {shown[:120]}")
+
+
+@dataclass(frozen=True)
+class Trees:
+    """Regression trees padded into arrays (T trees, M internal nodes, L leaves at most).
+
+    Children: a value >= 0 is an internal node, a value < 0 is leaf ``~value``; ``root`` is 0,
+    or -1 for a tree that is a single leaf."""
+
+    root: np.ndarray  # (T,) int64
+    feature: np.ndarray  # (T, M) int64
+    threshold: np.ndarray  # (T, M) float64
+    left: np.ndarray  # (T, M) int64
+    right: np.ndarray  # (T, M) int64
+    default_left: np.ndarray  # (T, M) bool
+    missing: np.ndarray  # (T, M) int8: 0 None, 1 Zero, 2 NaN
+    leaf_value: np.ndarray  # (T, L) float64
+    depth: int  # the longest root-to-leaf path, in internal nodes
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """The sum of the trees' leaf values for each row of ``X`` (float64), as LightGBM's
+        ``predict(raw_score=True)``: go left when the value is <= the threshold; a missing
+        value (NaN, or zero under missing_type Zero) goes the split's default way, and NaN
+        under missing_type None is read as 0."""
+        X = np.asarray(X, dtype=np.float64)
+        T, R = len(self.root), X.shape[0]
+        if T == 0 or R == 0:
+            return np.zeros(R)
+        t = np.arange(T)[:, None]
+        node = np.broadcast_to(self.root[:, None], (T, R)).copy()
+        cols = np.arange(R)[None, :]
+        for _ in range(self.depth):
+            inner = node >= 0
+            if not inner.any():
+                break
+            at = np.where(inner, node, 0)
+            x = X[cols, self.feature[t, at]]
+            miss = self.missing[t, at]
+            nan = np.isnan(x)
+            x = np.where(nan & (miss == 0), 0.0, x)
+            is_missing = (nan & (miss == 2)) | ((miss == 1) & (nan | (np.abs(x) <= _ZERO)))
+            go_left = np.where(is_missing, self.default_left[t, at], x <= self.threshold[t, at])
+            nxt = np.where(go_left, self.left[t, at], self.right[t, at])
+            node = np.where(inner, nxt, node)
+        return self.leaf_value[t, ~node].sum(axis=0)
+
+
+@dataclass(frozen=True)
+class Linear:
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        return ((X - self.mean) / self.scale) @ self.coef + self.intercept
+
+
+@dataclass(frozen=True)
+class RankerModel:
+    path: str
+    kind: str  # "trees" or "linear"
+    features: tuple[str, ...]
+    pool: int  # candidates reordered per question
+    scorer: Trees | Linear
+    training: dict
+    # The trees' starting score: ``init_scale`` times feature ``init_feature`` (the weighted sum,
+    # so the trees learn corrections to it); scale 0: none.
+    init_feature: int = 0
+    init_scale: float = 0.0
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        out = self.scorer.predict(X)
+        return out + self.init_scale * X[:, self.init_feature] if self.init_scale else out
+
+
+def _need(path, doc: dict, field: str, kind, expected: str):
+    if field not in doc:
+        raise RankerModelError(path, field, expected, "nothing (the field is missing)")
+    value = doc[field]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise RankerModelError(path, field, expected, value)
+    return value
+
+
+def _numbers(path, field: str, value, n: int | None = None, integer: bool = False) -> np.ndarray:
+    ok = isinstance(value, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    if ok and integer:
+        ok = all(isinstance(v, int) for v in value)
+    if not ok or (n is not None and len(value) != n):
+        size = f" of {n}" if n is not None else ""
+        raise RankerModelError(path, field, f"a list{size} {'integers' if integer else 'numbers'}", value)
+    arr = np.asarray(value, dtype=np.int64 if integer else np.float64)
+    if not integer and not np.isfinite(arr).all():
+        raise RankerModelError(path, field, "finite numbers", value)
+    return arr
+
+
+def _trees(path, docs: list, n_features: int) -> Trees:
+    parsed = []
+    for t, tree in enumerate(docs):
+        where = f"trees[{t}]"
+        if not isinstance(tree, dict):
+            raise RankerModelError(path, where, "an object", tree)
+        leaves = _numbers(path, f"{where}.leaf_value", tree.get("leaf_value"))
+        feat = _numbers(path, f"{where}.feature", tree.get("feature"), integer=True)
+        m = len(feat)
+        thr = _numbers(path, f"{where}.threshold", tree.get("threshold"), m)
+        left = _numbers(path, f"{where}.left", tree.get("left"), m, integer=True)
+        right = _numbers(path, f"{where}.right", tree.get("right"), m, integer=True)
+        dleft = tree.get("default_left")
+        if not isinstance(dleft, list) or len(dleft) != m or not all(isinstance(v, bool) for v in dleft):
+            raise RankerModelError(path, f"{where}.default_left", f"a list of {m} booleans", dleft)
+        miss = tree.get("missing")
+        if not isinstance(miss, list) or len(miss) != m or not all(v in _MISSING for v in miss):
+            raise RankerModelError(path, f"{where}.missing", f"a list of {m} of {sorted(_MISSING)}", miss)
+        if len(leaves) != m + 1:
+            raise RankerModelError(path, f"{where}.leaf_value", f"{m + 1} leaves for {m} splits", len(leaves))
+        if m and (feat.min() < 0 or feat.max() >= n_features):
+            raise RankerModelError(path, f"{where}.feature", f"feature indices in [0, {n_features})", feat.tolist())
+        for name, child in (("left", left), ("right", right)):
+            if m and (child.max() >= m or child.min() < -(m + 1)):
+                raise RankerModelError(path, f"{where}.{name}", f"children in [-{m + 1}, {m})", child.tolist())
+        depth = _depth(path, where, left, right) if m else 0
+        parsed.append((feat, thr, left, right, np.asarray(dleft), np.asarray([_MISSING[v] for v in miss]), leaves,
+                       depth))
+    T = len(parsed)
+    M = max([len(p[0]) for p in parsed] + [1])
+    L = max([len(p[6]) for p in parsed] + [1])
+    feature = np.zeros((T, M), np.int64)
+    threshold = np.zeros((T, M))
+    left = np.full((T, M), -1, np.int64)
+    right = np.full((T, M), -1, np.int64)
+    default_left = np.zeros((T, M), bool)
+    missing = np.zeros((T, M), np.int8)
+    leaf_value = np.zeros((T, L))
+    root = np.zeros(T, np.int64)
+    for i, (f, th, lf, rt, dl, ms, lv, _) in enumerate(parsed):
+        m = len(f)
+        feature[i, :m], threshold[i, :m], left[i, :m], right[i, :m] = f, th, lf, rt
+        default_left[i, :m], missing[i, :m] = dl, ms
+        leaf_value[i, : len(lv)] = lv
+        root[i] = 0 if m else -1
+    return Trees(root, feature, threshold, left, right, default_left, missing, leaf_value,
+                 max([p[7] for p in parsed] + [0]))
+
+
+def _depth(path, where: str, left: np.ndarray, right: np.ndarray) -> int:
+    """Longest path from node 0, checking that every node is reached once (a tree, no cycle)."""
+    seen = np.zeros(len(left), bool)
+    depth, level = 0, [0]
+    while level:
+        depth += 1
+        nxt = []
+        for n in level:
+            if seen[n]:
+                raise RankerModelError(path, f"{where}.left/right", "a tree (each node reached once)", int(n))
+            seen[n] = True
+            nxt += [int(c) for c in (left[n], right[n]) if c >= 0]
+        level = nxt
+    if not seen.all():
+        raise RankerModelError(path, f"{where}.left/right", "every node reachable from node 0",
+                               np.flatnonzero(~seen).tolist())
+    return depth
+
+
+def parse_model(doc: Any, path: str | Path = "<model>") -> RankerModel:
+    """A ``RankerModel`` from the decoded JSON ``doc`` of a model file; ``RankerModelError``
+    names the first field that is not what the format says."""
+    if not isinstance(doc, dict):
+        raise RankerModelError(path, "$", "a JSON object", type(doc).__name__)
+    if doc.get("format") != FORMAT:
+        raise RankerModelError(path, "format", repr(FORMAT), doc.get("format"))
+    version = doc.get("format_version")
+    if version != FORMAT_VERSION:
+        raise RankerModelError(path, "format_version", f"{FORMAT_VERSION} (the version this package reads)", version)
+    features = _need(path, doc, "features", list, "a list of feature names")
+    if tuple(features) != FEATURE_NAMES:
+        missing = [f for f in FEATURE_NAMES if f not in features]
+        extra = [f for f in features if f not in FEATURE_NAMES]
+        raise RankerModelError(path, "features", f"the package's {len(FEATURE_NAMES)} features in order "
+                               f"(missing {missing}, unknown {extra})", features)
+    pool = _need(path, doc, "pool", int, "a positive integer")
+    if pool < 1:
+        raise RankerModelError(path, "pool", "a positive integer", pool)
+    kind = doc.get("kind")
+    n = len(FEATURE_NAMES)
+    if kind == "trees":
+        scorer: Trees | Linear = _trees(path, _need(path, doc, "trees", list, "a list of trees"), n)
+    elif kind == "linear":
+        lin = _need(path, doc, "linear", dict, "an object with mean, scale, coef, intercept")
+        scale = _numbers(path, "linear.scale", lin.get("scale"), n)
+        if (scale <= 0).any():
+            raise RankerModelError(path, "linear.scale", "positive numbers", lin.get("scale"))
+        intercept = lin.get("intercept")
+        if not isinstance(intercept, (int, float)) or isinstance(intercept, bool):
+            raise RankerModelError(path, "linear.intercept", "a number", intercept)
+        scorer = Linear(_numbers(path, "linear.mean", lin.get("mean"), n), scale,
+                        _numbers(path, "linear.coef", lin.get("coef"), n), float(intercept))
+    else:
+        raise RankerModelError(path, "kind", '"trees" or "linear"', kind)
+    training = doc.get("training", {})
+    if not isinstance(training, dict):
+        raise RankerModelError(path, "training", "an object", training)
+    init = doc.get("init_score", {"feature": FEATURE_NAMES[0], "scale": 0.0})
+    if not isinstance(init, dict) or init.get("feature") not in FEATURE_NAMES:
+        raise RankerModelError(path, "init_score.feature", f"one of the features {list(FEATURE_NAMES)}",
+                               init.get("feature") if isinstance(init, dict) else init)
+    scale = init.get("scale")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
+        raise RankerModelError(path, "init_score.scale", "a finite number", scale)
+    return RankerModel(str(path), kind, tuple(features), pool, scorer, training,
+                       FEATURE_NAMES.index(init["feature"]), float(scale))
+
+
+_CACHE: dict[str, RankerModel] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def load_model(path: str | Path | None = None) -> RankerModel:
+    """The model file at ``path`` (default: the shipped ``models/ranker-v1.json``), read and
+    checked once per process (models are immutable, so threads share one)."""
+    p = Path(path).expanduser() if path else DEFAULT_MODEL
+    key = str(p.resolve()) if p.exists() else str(p)
+    with _CACHE_LOCK:
+        model = _CACHE.get(key)
+        if model is None:
+            try:
+                text = p.read_text(encoding="utf-8")
+            except OSError as e:
+                raise RankerModelError(p, "$", "a readable model file", str(e)) from None
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise RankerModelError(p, "$", "JSON", f"{e.msg} at line {e.lineno}") from None
+            model = _CACHE[key] = parse_model(doc, p)
+    return model
+
+
+def ordered_total(n: int, rows: np.ndarray, scores: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The fused total that puts ``rows`` (a head of ``order``, the weighted-sum order) by
+    descending ``scores`` (ties: their place in ``order``), then the rest of ``order``:
+    the first turn gets n, the last 1."""
+    head = rows[np.lexsort((np.arange(len(rows)), -np.asarray(scores, dtype=np.float64)))]
+    ranked = np.concatenate([head, order[len(rows):]])
+    total = np.empty(n)
+    total[ranked] = np.arange(n, 0, -1, dtype=np.float64)
+    return total
+
+
+def learned_scores(index: FusionIndex, packets: Sequence[SourcePacket], question: str, query_vec: np.ndarray | None,
+                   cfg, model: RankerModel, *, anchor=None) -> FusedScores:
+    """The fused scores of every packet under the learned ranker (see the module docstring)."""
+    qf = query_features(index, packets, question, query_vec, cfg, model.pool, anchor=anchor)
+    learned = model.predict(qf.matrix)
+    n = len(index.packet_ids)
+    full = np.full(n, np.nan)
+    full[qf.rows] = learned
+    return FusedScores(total=ordered_total(n, qf.rows, learned, qf.order),
+                       channels={"weighted": qf.fused, "learned": full})

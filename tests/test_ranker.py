@@ -1,0 +1,241 @@
+"""The learned ranker of the fused selector (issue 25 item 5): the model file, the numpy tree
+evaluator, the typed loading errors, and Memory.compile with ``fusion.ranker: learned`` on a
+user-assistant chat written for these tests (tests/fixtures/ranker_chat.json)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memcompile_local import Memory, PipelineConfig
+from memcompile_local.fused.features import FEATURE_NAMES, query_features
+from memcompile_local.fused.ranker import (DEFAULT_MODEL, RankerModelError, load_model, ordered_total,
+                                           parse_model)
+from memcompile_local.fused.retriever import FusedRetriever, select_rows
+from memcompile_local.pipeline.compile import query_intent
+from memcompile_local.pipeline.presets import apply_preset
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "ranker_chat.json").read_text(encoding="utf-8"))
+F = len(FEATURE_NAMES)
+
+
+def _doc(trees, **over) -> dict:
+    doc = {"format": "memcompile-ranker", "format_version": 1, "kind": "trees", "features": list(FEATURE_NAMES),
+           "pool": 20, "trees": trees, "init_score": {"feature": "fused", "scale": 0.0}, "training": {}}
+    doc.update(over)
+    return doc
+
+
+# Tree 0: lexical <= 0.5 -> leaf 1.0; else packet <= 0.3 (NaN goes left) -> 2.0, else 3.0.
+# Tree 1: a single leaf, 0.25.
+HAND_TREES = [
+    {"feature": [0, 3], "threshold": [0.5, 0.3], "left": [-1, -2], "right": [1, -3],
+     "default_left": [False, True], "missing": ["None", "NaN"], "leaf_value": [1.0, 2.0, 3.0]},
+    {"feature": [], "threshold": [], "left": [], "right": [], "default_left": [], "missing": [], "leaf_value": [0.25]},
+]
+
+
+def _rows(pairs) -> np.ndarray:
+    X = np.zeros((len(pairs), F))
+    X[:, 0] = [a for a, _ in pairs]
+    X[:, 3] = [b for _, b in pairs]
+    return X
+
+
+def test_the_evaluator_walks_a_hand_written_tree_file():
+    model = parse_model(_doc(HAND_TREES))
+    X = _rows([(0.2, 0.9), (0.5, 0.9), (0.9, 0.1), (0.9, 0.3), (0.9, 0.8), (0.9, np.nan), (np.nan, 0.8)])
+    # A value equal to the threshold goes left; NaN takes the default way under "NaN" and is
+    # read as 0 under "None" (LightGBM's rules).
+    assert model.predict(X).tolist() == [1.25, 1.25, 2.25, 2.25, 3.25, 2.25, 1.25]
+
+
+def test_the_init_score_adds_the_weighted_sum():
+    model = parse_model(_doc(HAND_TREES, init_score={"feature": "fused", "scale": 2.0}))
+    X = _rows([(0.2, 0.9)])
+    X[0, FEATURE_NAMES.index("fused")] = 1.5
+    assert model.predict(X).tolist() == [1.25 + 3.0]
+
+
+def test_a_linear_model_file():
+    lin = {"mean": [0.0] * F, "scale": [2.0] * F, "coef": [1.0] + [0.0] * (F - 1), "intercept": 0.5}
+    model = parse_model(_doc(None, kind="linear", linear=lin))
+    assert model.predict(_rows([(4.0, 0.0)])).tolist() == [2.5]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d.update(format_version=2), "format_version"),
+    (lambda d: d.update(format="something-else"), "format"),
+    (lambda d: d.update(features=list(FEATURE_NAMES[:-1])), "features"),
+    (lambda d: d.update(features=list(reversed(FEATURE_NAMES))), "features"),
+    (lambda d: d.update(pool=0), "pool"),
+    (lambda d: d.update(kind="forest"), "kind"),
+    (lambda d: d["trees"][0].update(left=[-1, 5]), "trees[0].left"),
+    (lambda d: d["trees"][0].update(left=[1, -2], right=[1, -3]), "trees[0].left/right"),
+    (lambda d: d["trees"][0].update(feature=[0, F]), "trees[0].feature"),
+    (lambda d: d["trees"][0].update(leaf_value=[1.0, 2.0]), "trees[0].leaf_value"),
+    (lambda d: d["trees"][0].update(threshold=[0.5, float("nan")]), "trees[0].threshold"),
+    (lambda d: d["trees"][0].update(missing=["None", "Sometimes"]), "trees[0].missing"),
+    (lambda d: d.update(init_score={"feature": "nope", "scale": 1.0}), "init_score.feature"),
+])
+def test_a_malformed_model_file_names_the_file_and_the_field(tmp_path, change, field):
+    doc = _doc(copy.deepcopy(HAND_TREES))
+    change(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    with pytest.raises(RankerModelError) as e:
+        load_model(path)
+    assert e.value.field == field and e.value.path == str(path)
+    assert str(path) in str(e.value) and repr(field) in str(e.value) and "expected" in str(e.value)
+
+
+def test_an_unreadable_or_non_json_model_file(tmp_path):
+    with pytest.raises(RankerModelError, match="readable model file"):
+        load_model(tmp_path / "missing.json")
+    (tmp_path / "broken.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(RankerModelError, match="JSON"):
+        load_model(tmp_path / "broken.json")
+
+
+def test_the_shipped_model_file_loads_with_its_training_record():
+    model = load_model()
+    assert model.path == str(DEFAULT_MODEL) and model.kind == "trees" and model.features == FEATURE_NAMES
+    t = model.training
+    assert t["library"] == "lightgbm" and t["command"].startswith("python scripts/train_ranker.py")
+    assert len(t["data_sha256"]) == 64 and set(t["cv"]) == {"locomo", "realtalk", "beam"}
+    X = np.random.default_rng(0).random((40, F))
+    assert np.array_equal(model.predict(X), model.predict(X.copy()))
+
+
+def test_the_evaluator_equals_lightgbm_on_the_same_rows():
+    lgb = pytest.importorskip("lightgbm", reason="lightgbm (the train extra) is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from train_ranker import flatten
+
+    rng = np.random.default_rng(7)
+    X = rng.random((600, F))
+    X[rng.random(X.shape) < 0.05] = np.nan  # missing values take each split's default way
+    y = (X[:, 0] + 0.5 * np.nan_to_num(X[:, 3]) + 0.2 * rng.random(600) > 0.9).astype(float)
+    booster = lgb.train({"objective": "lambdarank", "num_leaves": 7, "min_data_in_leaf": 5, "verbose": -1,
+                         "deterministic": True, "num_threads": 1, "seed": 0},
+                        lgb.Dataset(X, y, group=[30] * 20), num_boost_round=25)
+    model = parse_model(_doc([flatten(t["tree_structure"]) for t in booster.dump_model()["tree_info"]]))
+    rows = rng.random((200, F))
+    rows[::7, 0] = np.nan
+    assert np.allclose(model.predict(rows), booster.predict(rows, raw_score=True), rtol=0, atol=1e-12)
+
+
+def test_ordered_total_keeps_the_rankers_order_then_the_weighted_tail():
+    order = np.asarray([3, 0, 2, 1, 4])
+    total = ordered_total(5, order[:3], np.asarray([0.1, 0.9, 0.1]), order)
+    # Row 0 first; rows 3 and 2 tie and keep their weighted order; then 1, 4.
+    assert np.lexsort((np.arange(5), -total)).tolist() == [0, 3, 2, 1, 4]
+
+
+# ----------------------------------------------------------------------------- Memory.compile
+
+
+def _cfg(ranker: str) -> PipelineConfig:
+    cfg = apply_preset("model-free", PipelineConfig())
+    return dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, ranker=ranker))
+
+
+@pytest.fixture(scope="module")
+def learned():
+    with Memory(":memory:", _cfg("learned")) as mem:
+        mem.add(FIXTURE["namespace"], FIXTURE["sessions"])
+        mem.build(FIXTURE["namespace"])
+        yield mem
+
+
+def _ids(mem, question: str) -> list[str]:
+    return list(mem.compile(FIXTURE["namespace"], question).packet_ids)
+
+
+def test_compile_with_the_learned_ranker_is_sensible_and_stable(learned):
+    questions = [q["question"] for q in FIXTURE["questions"]]
+    first = {q: _ids(learned, q) for q in questions}
+    assert first == {q: _ids(learned, q) for q in questions}
+    # Every question's first pick is one of its evidence turns (the weighted sum's are too).
+    assert all(first[q["question"]][0] in q["evidence"] for q in FIXTURE["questions"]), first
+
+
+def test_sixteen_threads_select_what_one_thread_selects(learned):
+    questions = [q["question"] for q in FIXTURE["questions"]] * 8
+    serial = [_ids(learned, q) for q in questions]
+    with ThreadPoolExecutor(16) as pool:
+        assert list(pool.map(lambda q: _ids(learned, q), questions)) == serial
+
+
+def test_the_training_scripts_features_give_what_compile_selects(learned):
+    """The training script scores a question from ``query_features`` and the model (as below);
+    Memory.compile must select the same turns."""
+    cfg = learned.config
+    view = learned.view(FIXTURE["namespace"])
+    retriever = FusedRetriever(view.fusion, cfg.fusion, view.packets)
+    model = load_model()
+    for q in FIXTURE["questions"]:
+        intent = query_intent(q["question"], cfg, None, view)
+        qvec = retriever.query_vector(learned.embedder, q["question"], intent.lexical_query())
+        qf = query_features(view.fusion, view.packets, q["question"], qvec, cfg.fusion, model.pool)
+        assert qf.matrix.shape == (min(model.pool, len(view.packets)), F) and np.isfinite(qf.matrix).all()
+        total = ordered_total(len(view.packets), qf.rows, model.predict(qf.matrix), qf.order)
+        rows = select_rows(view.fusion, q["question"], total, qvec, cfg.fusion, cfg.evidence.k0)
+        assert [view.packets[i].packet_id for i in rows] == _ids(learned, q["question"])
+
+
+def test_the_learned_ranker_needs_the_packets(learned):
+    view = learned.view(FIXTURE["namespace"])
+    with pytest.raises(Exception, match="packets"):
+        FusedRetriever(view.fusion, learned.config.fusion).scores("Who is allergic to cats?", None)
+
+
+def test_the_package_reads_the_model_without_the_training_libraries():
+    import subprocess
+    code = ("import sys, numpy as np; from memcompile_local.fused.ranker import load_model; "
+            "m = load_model(); m.predict(np.zeros((3, len(m.features)))); "
+            "print(sorted(x for x in ('lightgbm', 'sklearn') if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.stdout.strip() == "[]"
+
+
+def _train_ranker():
+    pytest.importorskip("lightgbm", reason="lightgbm (the train extra) is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import train_ranker
+    return train_ranker
+
+
+def test_shrinkage_choice_takes_the_best_worst_corpus_gain_and_keeps_alpha_0_on_ties():
+    tr = _train_ranker()
+    qs = [dataclasses.make_dataclass("Q", ["corpus"])(c) for c in ("a", "a", "b", "b")]
+    grid = [("k", 0.0), ("k", 0.5), ("k", 1.0)]
+    everyone = np.ones(4, bool)
+    rec = {("k", 0.0): np.asarray([0.5, 0.5, 0.5, 0.5]),
+           ("k", 0.5): np.asarray([0.5, 0.6, 0.6, 0.5]),   # +0.05 on both corpora
+           ("k", 1.0): np.asarray([1.0, 1.0, 0.4, 0.5])}   # +0.5 on a, -0.05 on b
+    assert tr.choose(rec, qs, everyone, grid) == ("k", 0.5)
+    # Only corpus a's questions: alpha 1 gains most there.
+    assert tr.choose(rec, qs, np.asarray([True, True, False, False]), grid) == ("k", 1.0)
+    flat = {p: np.full(4, 0.5) for p in grid}
+    assert tr.choose(flat, qs, everyone, grid) == ("k", 0.0)
+
+
+def test_corpus_balanced_weights_give_each_corpus_the_same_total():
+    tr = _train_ranker()
+    Q = dataclasses.make_dataclass("Q", ["corpus"])
+    qs = [Q("locomo")] * 3 + [Q("beam")]
+    groups = [2, 3, 1, 4]
+    w = tr.corpus_weights(qs, groups, "corpus")
+    per_q = np.add.reduceat(w, np.cumsum([0] + groups[:-1])) / groups  # constant within a question
+    assert np.allclose(per_q, [2 / 3, 2 / 3, 2 / 3, 2.0]) and np.isclose(per_q[:3].sum(), per_q[3])
+    assert tr.corpus_weights(qs, groups, "none") is None
+    assert tr.corpus_weights(qs, groups, "locomo").tolist() == [2.0] * 6 + [1.0] * 4
