@@ -183,8 +183,11 @@ class FusionConfig:
     schedule_pool: Literal["normalized", "fused"] = "normalized"
     schedule_pool_size: PosInt = 103  # N for the fused pool: the mean size of the paper's pool (ablate --pool-recall)
     # How the fused score is made (issue 25 item 5): "weighted" = the weighted channel sum above;
-    # "learned" = a learned ranker (fused/ranker.py) reorders the weighted sum's best turns.
-    ranker: Literal["weighted", "learned"] = "weighted"
+    # "learned" = a learned ranker (fused/ranker.py) reorders the weighted sum's best turns;
+    # "auto" = learned on a history with an "assistant" speaker (a user-assistant chat, where the
+    # weighted sum fell below plain dense retrieval), weighted on chats between people (where
+    # the learned ranker lost LoCoMo recall). See README, "Learned fusion".
+    ranker: Literal["weighted", "learned", "auto"] = "auto"
     ranker_model: str | None = None  # the learned ranker's model file (None: the shipped one)
 
 

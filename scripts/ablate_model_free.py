@@ -1032,7 +1032,9 @@ def main() -> int:
             ap.error("--corpora needs --cv")
         import cv_corpora  # scripts/ is on sys.path when this file runs as a script
 
-        cfg = apply_preset("model-free", PipelineConfig())
+        # The rows here vary the weighted channel sum; the learned ranker (which "auto", the
+        # default, uses on user-assistant histories) is trained and scored by train_ranker.py.
+        cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"ranker": "weighted"})
         if args.embed_model:
             cfg = cfg.replace(model={"embed_model": str(Path(args.embed_model).expanduser())
                                      if Path(args.embed_model).expanduser().exists() else args.embed_model})
@@ -1040,7 +1042,7 @@ def main() -> int:
                               default_variant=default_variant, fusion_base=AblationFusion.of(cfg.fusion))
 
     args.data = args.data or "../shared/data/locomo/locomo_dev4.json"
-    cfg = apply_preset("model-free", PipelineConfig())
+    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"ranker": "weighted"})
     store_path = Path(args.store) if args.store else default_store(args.data)
     store_path.parent.mkdir(parents=True, exist_ok=True)
     store = MemoryStore(store_path)

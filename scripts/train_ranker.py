@@ -48,6 +48,7 @@ below the shipped one, a gain on at least two).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -65,10 +66,10 @@ import cv_corpora  # noqa: E402
 from ablate_model_free import AblationFusion  # noqa: E402
 from memcompile_local.bench.baselines import _raw_matrix  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
-from memcompile_local.config import PipelineConfig  # noqa: E402
+from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
 from memcompile_local.fused.features import FEATURE_NAMES, query_features  # noqa: E402
 from memcompile_local.fused.ranker import FORMAT, FORMAT_VERSION, ordered_total, parse_model  # noqa: E402
-from memcompile_local.fused.retriever import FusedRetriever, select_rows  # noqa: E402
+from memcompile_local.fused.retriever import FusedRetriever, select_rows, uses_learned_ranker  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
 from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.pipeline.compile import query_intent  # noqa: E402
@@ -395,6 +396,16 @@ def fixed(name: str, qs_by: dict[str, list[Q]], attr: str) -> dict:
     return summarize(name, qs_by, {"in_sample": same, "cv": same, "corpus_out": same})
 
 
+def auto(name: str, qs_by: dict[str, list[Q]], res: dict[str, dict[int, list[str]]]) -> dict:
+    """``fusion.ranker: auto`` under each protocol: the ranker's picks on a history with an
+    assistant speaker (``retriever.uses_learned_ranker``), the weighted sum's elsewhere."""
+    rule = dataclasses.replace(FusionConfig(), ranker="auto")
+    learned = {id(q): uses_learned_ranker(q.view.fusion, rule) for qs in qs_by.values() for q in qs}
+    mixed = {p: {id(q): picks[id(q)] if learned[id(q)] else q.shipped for qs in qs_by.values() for q in qs}
+             for p, picks in res.items() if p in ("in_sample", "cv", "corpus_out")}
+    return summarize(name, qs_by, mixed)
+
+
 def export(kind: str, model, path: Path, pool: int, meta: dict) -> dict:
     doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": model.kind, "features": list(FEATURE_NAMES),
            "pool": pool}
@@ -534,6 +545,8 @@ def main() -> int:
             res = protocols(kind, qs, args.pool, extra, cfg)
             name = kind + (" + raw-turn cosine (candidate)" if extra else "")
             rows.append(summarize(name, qs_by, res))
+            if not extra:
+                rows.append(auto(f"auto: {kind} on user-assistant histories, weighted elsewhere", qs_by, res))
             print(f"{name}: trained and scored {1 + len(set((q.corpus, q.ns) for q in qs)) + len(names)} models "
                   f"in {time.perf_counter() - t0:.1f} s")
     shrunk = None

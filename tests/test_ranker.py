@@ -239,3 +239,41 @@ def test_corpus_balanced_weights_give_each_corpus_the_same_total():
     assert np.allclose(per_q, [2 / 3, 2 / 3, 2 / 3, 2.0]) and np.isclose(per_q[:3].sum(), per_q[3])
     assert tr.corpus_weights(qs, groups, "none") is None
     assert tr.corpus_weights(qs, groups, "locomo").tolist() == [2.0] * 6 + [1.0] * 4
+
+
+# ----------------------------------------------------------------------------- ranker "auto"
+
+
+def _selections(ranker: str, sessions) -> dict[str, list[str]]:
+    with Memory(":memory:", _cfg(ranker)) as mem:
+        mem.add(FIXTURE["namespace"], sessions)
+        mem.build(FIXTURE["namespace"])
+        return {q["question"]: _ids(mem, q["question"]) for q in FIXTURE["questions"]}
+
+
+def _two_people(sessions):
+    """The fixture as a chat between two people: "assistant" renamed, nothing else changed."""
+    return [dict(s, turns=[dict(t, speaker="Ines" if t["speaker"] == "assistant" else "Tomas")
+                           for t in s["turns"]]) for s in sessions]
+
+
+def test_auto_is_the_learned_ranker_on_a_user_assistant_history_and_the_weighted_sum_elsewhere():
+    with_assistant = {r: _selections(r, FIXTURE["sessions"]) for r in ("auto", "learned", "weighted")}
+    assert with_assistant["auto"] == with_assistant["learned"]
+    assert with_assistant["learned"] != with_assistant["weighted"]  # else this test could not tell them apart
+    people = {r: _selections(r, _two_people(FIXTURE["sessions"])) for r in ("auto", "learned", "weighted")}
+    assert people["auto"] == people["weighted"]
+    assert PipelineConfig().fusion.ranker == "auto"
+
+
+def test_auto_reads_the_role_from_the_index_not_the_config():
+    from memcompile_local.fused.retriever import uses_learned_ranker
+
+    with Memory(":memory:", _cfg("auto")) as mem:
+        mem.add("a", _two_people(FIXTURE["sessions"]))
+        mem.add("b", FIXTURE["sessions"])
+        mem.build("a"), mem.build("b")
+        fusion = mem.config.fusion
+        assert not uses_learned_ranker(mem.view("a").fusion, fusion)
+        assert uses_learned_ranker(mem.view("b").fusion, fusion)
+        assert not uses_learned_ranker(mem.view("b").fusion, dataclasses.replace(fusion, ranker="weighted"))

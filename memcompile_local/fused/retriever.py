@@ -128,6 +128,18 @@ class Retrieval:
         return float(self.scores.total[self.row_of[packet_id]])
 
 
+ASSISTANT = "assistant"
+
+
+def uses_learned_ranker(index: FusionIndex, cfg: FusionConfig) -> bool:
+    """Whether ``cfg.ranker`` means the learned ranker on ``index``'s history: always under
+    "learned", never under "weighted", and under "auto" when some turn's speaker is the
+    assistant (the user-assistant loaders, BEAM's and LongMemEval's, name the roles so)."""
+    if cfg.ranker == "auto":
+        return any(s.strip().lower() == ASSISTANT for s in index.speakers)
+    return cfg.ranker == "learned"
+
+
 class FusedRetriever:
     """The model-free retriever over one namespace's ``FusionIndex`` under one ``FusionConfig``."""
 
@@ -136,6 +148,7 @@ class FusedRetriever:
         self.cfg = cfg
         # The index's packets, in row order: the learned ranker reads their text, roles and places.
         self.packets = packets
+        self.learned = uses_learned_ranker(index, cfg)
 
     def query_texts(self, question: str, intent_query: str) -> list[str]:
         return dense_query_texts(question, intent_query, self.cfg)
@@ -151,10 +164,12 @@ class FusedRetriever:
     def scores(self, question: str, query_vec: np.ndarray | None, *, anchor: dt.datetime | None = None) -> FusedScores:
         """Every packet's fused scores; ``anchor`` is the date the question is asked (the time
         match resolves the question's relative times against it). Under ``ranker="learned"`` the
-        total is the learned ranker's order (fused/ranker.py)."""
-        if self.cfg.ranker == "learned":
+        total is the learned ranker's order (fused/ranker.py); under "auto", when the index has an
+        assistant speaker."""
+        if self.learned:
             if self.packets is None:
-                raise ConfigError("fusion.ranker='learned' needs the index's packets (FusedRetriever(..., packets=))")
+                raise ConfigError(f"fusion.ranker={self.cfg.ranker!r} on this history needs the index's packets "
+                                  "(FusedRetriever(..., packets=))")
             from .ranker import learned_scores, load_model  # the weighted path never reads a model file
             return learned_scores(self.index, self.packets, question, query_vec, self.cfg,
                                   load_model(self.cfg.ranker_model), anchor=anchor)
