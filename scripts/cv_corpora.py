@@ -383,9 +383,15 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
 
     ``fusion_base``: the FusionConfig the rows' changes apply to (default ``cfg.fusion``);
     ``ablate_model_free`` passes its ``AblationFusion`` of it, which also holds the knobs of
-    the variants dropped from the package."""
+    the variants dropped from the package.
+
+    The rows vary the weighted channel sum, so the study runs with ``fusion.ranker: weighted``
+    (the learned ranker, which the default "auto" uses on user-assistant histories, is trained
+    and cross-validated by ``scripts/train_ranker.py``)."""
+    cfg = cfg.replace(fusion={"ranker": "weighted"})
     if fusion_base is None:
         fusion_base = cfg.fusion
+    fusion_base = dataclasses.replace(fusion_base, ranker="weighted")
     global NO_DENSE_VARIANTS
     NO_DENSE_VARIANTS = bool(getattr(args, "no_dense_variants", False))
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]

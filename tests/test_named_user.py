@@ -36,8 +36,11 @@ def _top(cfg: PipelineConfig, k: int = 3) -> dict[str, list[str]]:
 
 
 def _with_name_weight(w: float, scope: str = "always") -> PipelineConfig:
+    # The weighted channel sum, where the name weight lives: the fixture is a user-assistant chat,
+    # on which the default ranker ("auto") would be the learned one.
     cfg = apply_preset("model-free", PipelineConfig())
-    return dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, name_term_weight=w, name_term_scope=scope))
+    return dataclasses.replace(cfg, fusion=dataclasses.replace(cfg.fusion, name_term_weight=w, name_term_scope=scope,
+                                                               ranker="weighted"))
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,12 @@ def test_with_the_name_at_full_weight_small_talk_outranks_the_facts(full_weight)
 def test_with_the_name_down_weighted_every_question_finds_its_turn(down_weighted):
     assert _misses(down_weighted, 3) == []
     assert _misses(down_weighted, 1, NAMED) == []  # each question that names the user: its turn first
+
+
+def test_the_package_default_finds_every_named_question_turn():
+    # The default ranker ("auto": learned on this user-assistant chat) keeps the fix.
+    top = _top(apply_preset("model-free", PipelineConfig()))
+    assert _misses(top, 3) == []
 
 
 def _packet(i: int, speaker: str, text: str) -> SourcePacket:

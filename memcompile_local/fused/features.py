@@ -32,6 +32,7 @@ import numpy as np
 from ..address.lexical import LexicalIndex
 from ..config import FusionConfig
 from ..language.stemming import stem_terms
+from ..language.listcues import is_list_question
 from ..language.timecues import is_temporal_question
 from ..types import SourcePacket
 from .channels import (FusedQuery, combine, lexical_channel, name_weighted, packet_channel, score_order,
@@ -186,5 +187,4 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
 
 
 def _is_list(question: str) -> bool:
-    from .retriever import is_list_question  # the retriever imports this module
     return is_list_question(question)

@@ -20,7 +20,6 @@ variants measured there and dropped).
 from __future__ import annotations
 
 import datetime as dt
-import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -29,22 +28,13 @@ import numpy as np
 from ..config import FusionConfig
 from ..errors import ConfigError
 from ..evidence.pursuit import mem_pursuit
+from ..language.listcues import LIST_QUESTION, is_list_question  # noqa: F401  (importers read them here)
 from ..protocols import Embedder
 from .channels import FusedScores, fused_scores, score_order
 from .index import FusionIndex
 from ..types import SourcePacket
 
 # A question that asks for several things ("What books has ...", "In what ways ...", "... both ...").
-LIST_QUESTION = re.compile(
-    r"^(?:what|which)\s+(?:\S+\s+){0,2}?(?:\w+(?:s|es)|people|children)\s+(?:has|have|does|do|did|is|are|were)\b"
-    r"|^(?:in )?what (?:ways|kinds?|types?|sorts?)\b|\bboth\b", re.IGNORECASE)
-
-
-def is_list_question(question: str) -> bool:
-    """True for a question whose answer is several things spread over the conversation."""
-    return LIST_QUESTION.search(question or "") is not None
-
-
 # ----------------------------------------------------------------------------- query vector
 
 
