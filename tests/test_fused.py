@@ -493,3 +493,18 @@ def test_the_context_vector_counts_only_where_its_document_fits_the_window():
     assert full.tolist() == [1.0] * 5
     assert cut.tolist() == [1.0 if w <= 12 else float(own[i] @ q) for i, w in enumerate(words)]
     assert any(w > 12 for w in words) and any(w <= 12 for w in words)
+
+
+def test_context_fits_counts_the_words_of_the_joined_context_documents():
+    from memcompile_local.fused.documents import context_documents, context_fits
+
+    texts = [("Ada", "short hello", None), ("Ben", "a reply\nover  two lines\t with tabs", "a dog on a sofa"),
+             ("Ada", "  spaced   out  ", None), ("Ben", "new session opener here", None),
+             ("Ada", "x " * 40, None)]
+    packets = [SourcePacket(namespace="ns", packet_id=f"D{1 + (i >= 3)}:{i}", ordinal=i, session_index=1 + (i >= 3),
+                            session_id=f"s{1 + (i >= 3)}", session_time=None, speaker=sp, content=text,
+                            image_caption=cap, sha256="x") for i, (sp, text, cap) in enumerate(texts)]
+    docs = context_documents(packets)
+    for window in (0, 1, 5, 9, 12, 20, 45, 50):
+        assert context_fits(packets, window) == [not window or len(d.split()) <= window for d in docs], window
+    assert context_fits(packets, 12) != context_fits(packets, 50)  # the windows above do cut

@@ -24,7 +24,7 @@ from ..address.placement_memo import PlacementMemo
 from ..config import PipelineConfig, PlacementConfig
 from ..errors import ExtractionError, PacketExtractionError
 from ..address.passages import long_turn_passages
-from ..fused.documents import context_documents, raw_text
+from ..fused.documents import context_documents, context_fits, raw_text
 from .progress import bar
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import Store
@@ -430,11 +430,10 @@ def context_document_keys(
     if packets is None:
         assert store is not None
         packets = store.packets(namespace)
-    docs = context_documents(packets)
-    keys, docs = _keyed(packets, docs)
+    keys, docs = _keyed(packets, context_documents(packets))
     if window:
-        for i, (p, d) in enumerate(zip(packets, docs)):
-            if len(d.split()) > window:
+        for i, (p, fits) in enumerate(zip(packets, context_fits(packets, window))):
+            if not fits:
                 keys[i], docs[i] = unread_key(p.packet_id), ""
     return keys, docs
 

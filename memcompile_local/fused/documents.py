@@ -98,6 +98,18 @@ def raw_text(p: SourcePacket) -> str:
     return f"{p.content} {p.image_caption}" if p.image_caption else p.content
 
 
+ASSISTANT = "assistant"  # the speaker name the user-assistant loaders (BEAM, LongMemEval) give replies
+
+
+def is_assistant(speaker: str) -> bool:
+    """True for the assistant's turns of a user-assistant history."""
+    return speaker.strip().lower() == ASSISTANT
+
+
+def _context_line(p: SourcePacket) -> str:
+    return f"{p.speaker}: {raw_text(p)}"
+
+
 def context_documents(packets: Sequence[SourcePacket]) -> list[str]:
     """The dense context document of each packet: previous, own and next turn of its session.
 
@@ -107,8 +119,19 @@ def context_documents(packets: Sequence[SourcePacket]) -> list[str]:
     docs = []
     for i in range(len(packets)):
         rows = sorted((i, *session_neighbours(packets, i)))
-        docs.append("\n".join(f"{packets[j].speaker}: {raw_text(packets[j])}" for j in rows))
+        docs.append("\n".join(_context_line(packets[j]) for j in rows))
     return docs
+
+
+def context_fits(packets: Sequence[SourcePacket], window: int) -> list[bool]:
+    """Whether each packet's context document (``context_documents``) has at most ``window``
+    words (whitespace runs; 0: no limit), the one rule by which the fused index gates the context
+    cosine and the build skips embedding. Counted per turn line, without joining the documents:
+    the lines are joined by a newline, so a document's words are its lines' words."""
+    if not window:
+        return [True] * len(packets)
+    words = [len(_context_line(p).split()) for p in packets]
+    return [words[i] + sum(words[j] for j in session_neighbours(packets, i)) <= window for i in range(len(packets))]
 
 
 # ----------------------------------------------------------------------------- names

@@ -17,7 +17,7 @@ from ..types import Descriptor, SourcePacket
 from .documents import (
     Period,
     canonical_names,
-    context_documents,
+    context_fits,
     lexical_documents,
     packet_periods,
     period_key,
@@ -172,7 +172,7 @@ class FusionIndex:
             raise ValueError("a passage names a packet row past the packets")
         context_rows = None
         if context_matrix is not None and cfg.dense_neighbor_context and cfg.context_window_words:
-            context_rows = np.asarray([len(d.split()) <= cfg.context_window_words for d in context_documents(packets)])
+            context_rows = np.asarray(context_fits(packets, cfg.context_window_words), dtype=bool)
         return cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,
