@@ -99,18 +99,31 @@ def packet_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray | None:
     """None (no channel) without a query vector or packet embeddings."""
     if query.vector is None or index.packet_matrix is None:
         return None
-    cos = (index.packet_matrix @ query.vector).astype(np.float64)
+    return packet_scores(index, query.vector, *dense_cosines(index, query.vector))
+
+
+def dense_cosines(index: FusionIndex, vector: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The cosine of ``vector`` with every packet's z(p) and with its context document (None
+    without context vectors), float64; the index must have packet embeddings."""
+    cos = (index.packet_matrix @ vector).astype(np.float64)
+    ctx = (index.context_matrix @ vector).astype(np.float64) if index.context_matrix is not None else None
+    return cos, ctx
+
+
+def packet_scores(index: FusionIndex, vector: np.ndarray, cos: np.ndarray, ctx: np.ndarray | None) -> np.ndarray:
+    """The packet channel from ``dense_cosines``: long turns by their passages, then the larger
+    of that and the context cosine where the context gate lets it count."""
+    out = cos.copy()
     if index.passage_matrix is not None:
         # A long turn scores by its passages (the turn's own vector read only its first window).
         rows = np.unique(index.passage_owner)
-        pooled = best_passage_scores((index.passage_matrix @ query.vector).astype(np.float64), index.passage_owner,
-                                     len(cos), pool=index.passage_pool)
-        cos[rows] = pooled[rows]
-    if index.context_matrix is not None:
-        ctx = (index.context_matrix @ query.vector).astype(np.float64)
-        cos = np.maximum(cos, ctx) if index.context_rows is None else np.where(index.context_rows,
-                                                                               np.maximum(cos, ctx), cos)
-    return cos
+        pooled = best_passage_scores((index.passage_matrix @ vector).astype(np.float64), index.passage_owner,
+                                     len(out), pool=index.passage_pool)
+        out[rows] = pooled[rows]
+    if ctx is not None:
+        out = np.maximum(out, ctx) if index.context_rows is None else np.where(index.context_rows,
+                                                                               np.maximum(out, ctx), out)
+    return out
 
 
 def speaker_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:

@@ -35,9 +35,9 @@ from ..language.stemming import stem_terms
 from ..language.listcues import is_list_question
 from ..language.timecues import is_temporal_question
 from ..types import SourcePacket
-from .channels import (FusedQuery, combine, lexical_channel, name_weighted, packet_channel, score_order,
-                       speaker_channel, temporal_channel, time_match_channel)
-from .documents import named_participants, raw_text, session_neighbours
+from .channels import (FusedQuery, _normalized, combine, dense_cosines, lexical_channel, name_weighted,
+                       packet_scores, score_order, speaker_channel, temporal_channel, time_match_channel)
+from .documents import is_assistant, named_participants, raw_text, session_neighbours
 from .index import FusionIndex
 
 # Column order of the feature matrix; a model file names these and must match them exactly.
@@ -94,8 +94,7 @@ class TurnTable:
             raw_lexical=LexicalIndex([stem_terms(t) for t in texts], k1=cfg.bm25_k1, b=cfg.bm25_b),
             prev_row=prev_row, next_row=next_row,
             log_words=np.asarray([math.log1p(len(t.split())) for t in texts], dtype=np.float64),
-            # Roles: a user-assistant history names its speakers "user" and "assistant".
-            is_assistant=np.asarray([p.speaker.strip().lower() == "assistant" for p in packets], dtype=np.float64),
+            is_assistant=np.asarray([is_assistant(p.speaker) for p in packets], dtype=np.float64),
             has_caption=np.asarray([bool(p.image_caption) for p in packets], dtype=np.float64),
             session_position=(sessions - s_lo) / (s_hi - s_lo) if s_hi > s_lo else np.zeros(n),
             turn_position=np.asarray([(i - first[p.session_index]) / max(size[p.session_index] - 1, 1)
@@ -132,11 +131,6 @@ class QueryFeatures:
     order: np.ndarray  # (N,) every row by fused score (ties in dialogue order)
 
 
-def _normalized(s: np.ndarray) -> np.ndarray:
-    top = float(s.max()) if s.size else 0.0
-    return s / top if top > 0 else np.zeros(len(s))
-
-
 def _neighbour(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     out = np.zeros(len(rows))
     have = rows >= 0
@@ -155,9 +149,9 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
     q = FusedQuery(question, query_vec, anchor, cfg.name_term_weight, cfg.name_term_scope)
     zeros = np.zeros(n)
     if query_vec is not None and index.packet_matrix is not None:
-        packet = packet_channel(index, q)
-        cos_z = (index.packet_matrix @ query_vec).astype(np.float64)
-        cos_ctx = (index.context_matrix @ query_vec).astype(np.float64) if index.context_matrix is not None else zeros
+        cos_z, ctx = dense_cosines(index, query_vec)
+        packet = packet_scores(index, query_vec, cos_z, ctx)
+        cos_ctx = ctx if ctx is not None else zeros
     else:
         packet, cos_z, cos_ctx = zeros, zeros, zeros
     channels = {"lexical": lexical, "packet": packet, "speaker": speaker_channel(index, q),
@@ -171,7 +165,7 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
     raw = _normalized(table.raw_lexical.scores(index.query_terms(question)))
     named = named_participants(question, index.participants, tolerant=index.tolerant_names)
     question_cols = (math.log1p(len(question.split())), float(is_temporal_question(question)),
-                     float(len(named) == 1), float(_is_list(question)))
+                     float(len(named) == 1), float(is_list_question(question)))
     cols = [
         lexical[rows], full[rows], unnamed[rows], packet[rows], cos_z[rows], cos_ctx[rows],
         channels["speaker"][rows], channels["temporal"][rows], channels["time_match"][rows],
@@ -185,6 +179,3 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
     matrix = np.stack(cols, axis=1) if len(rows) else np.zeros((0, len(FEATURE_NAMES)))
     return QueryFeatures(rows=rows, matrix=matrix, fused=fused, order=order)
 
-
-def _is_list(question: str) -> bool:
-    return is_list_question(question)

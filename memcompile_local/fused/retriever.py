@@ -31,6 +31,7 @@ from ..evidence.pursuit import mem_pursuit
 from ..language.listcues import LIST_QUESTION, is_list_question  # noqa: F401  (importers read them here)
 from ..protocols import Embedder
 from .channels import FusedScores, fused_scores, score_order
+from .documents import is_assistant
 from .index import FusionIndex
 from ..types import SourcePacket
 
@@ -118,15 +119,12 @@ class Retrieval:
         return float(self.scores.total[self.row_of[packet_id]])
 
 
-ASSISTANT = "assistant"
-
-
 def uses_learned_ranker(index: FusionIndex, cfg: FusionConfig) -> bool:
     """Whether ``cfg.ranker`` means the learned ranker on ``index``'s history: always under
     "learned", never under "weighted", and under "auto" when some turn's speaker is the
     assistant (the user-assistant loaders, BEAM's and LongMemEval's, name the roles so)."""
     if cfg.ranker == "auto":
-        return any(s.strip().lower() == ASSISTANT for s in index.speakers)
+        return any(is_assistant(s) for s in index.participants)  # distinct speakers: a few, not one per turn
     return cfg.ranker == "learned"
 
 
