@@ -136,8 +136,9 @@ class DictStore:
             return [d.text for (ns, _), by_packet in self._descriptors.items() if ns == namespace
                     for d in by_packet.get(packet_id, ())]
 
-    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell]) -> None:
-        with self._lock:
+    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell], *,
+                   stored: Sequence[Cell] | None = None) -> None:
+        with self._lock:  # a dict holds the whole layout either way: stored changes nothing
             self._cells[(namespace, layout_id)] = sorted(cells, key=lambda c: c.cell_id)
             self._bump(namespace)
 

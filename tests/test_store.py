@@ -309,6 +309,26 @@ def test_cells_roundtrip_and_replace(store):
     assert store.cells("u1", "layout-a") == cells[2:]
 
 
+def test_cells_written_as_a_difference_from_the_stored_ones(store):
+    def cell(cid, ids, title=""):
+        return Cell(cid, tuple(ids), 10 * len(ids), frozenset({"Ann"}), frozenset({title or "kiln"}), 1, 2, title)
+
+    old = [cell(0, ["u1:D1:1:0"]), cell(1, ["u1:D1:2:0"]), cell(2, ["u1:D1:3:0"], "glaze")]
+    store.save_cells("u1", "L", old)
+    store.save_cells("u1", "other", old[:1])
+    # cell 1 gains a descriptor, cell 2 goes, cell 3 is new, cell 0 is unchanged
+    new = [old[0], cell(1, ["u1:D1:2:0", "u1:D1:4:0"]), cell(3, ["u1:D1:5:0"], "wheel")]
+    store.save_cells("u1", "L", new, stored=old)
+    assert store.cells("u1", "L") == new
+    assert store.cells("u1", "other") == old[:1]  # another layout is not touched
+    before = store.generation("u1")
+    store.save_cells("u1", "L", new, stored=new)  # nothing differs: still a write, a new generation
+    assert store.cells("u1", "L") == new and store.generation("u1") > before
+    with pytest.raises(StoreError):  # a repeated id is refused on this path too, and nothing changes
+        store.save_cells("u1", "L", [new[0], new[0]], stored=new)
+    assert store.cells("u1", "L") == new
+
+
 def test_embeddings_bit_exact(store):
     rng = np.random.default_rng(0)
     vecs = rng.standard_normal((5, 384)).astype(np.float32)

@@ -92,7 +92,8 @@ class Store(Protocol):
 
     def descriptors(self, namespace: str, descriptor_set: str) -> list[Descriptor]: ...
 
-    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell]) -> None: ...
+    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell], *,
+                   stored: Sequence[Cell] | None = None) -> None: ...  # stored: known now, write the difference
 
     def cells(self, namespace: str, layout_id: str) -> list[Cell]: ...
 

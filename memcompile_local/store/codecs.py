@@ -385,6 +385,16 @@ CELL_COLS = (
 _CELL_NAMES = tuple(c.strip() for c in CELL_COLS.split(","))
 
 
+def cell_changes(stored: Sequence[Cell], cells: Sequence[Cell]) -> tuple[list[int], list[Cell]]:
+    """What replacing ``stored`` by ``cells`` writes: the ids of the rows to delete (gone or
+    changed) and the cells to insert (new or changed). An append moves a Cell or two of a
+    layout of dozens, so writing the difference spares rewriting (and re-encoding) the rest."""
+    before = {c.cell_id: c for c in stored}
+    after = {c.cell_id: c for c in cells}
+    gone = sorted(cid for cid, c in before.items() if after.get(cid) != c)
+    return gone, [c for c in cells if before.get(c.cell_id) != c]
+
+
 def cell_row(namespace: str, layout_id: str, cell: Cell) -> tuple:
     """The ``cells`` row of ``cell``."""
     if not isinstance(cell, Cell):

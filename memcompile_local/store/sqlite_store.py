@@ -52,6 +52,7 @@ from .codecs import (
     DESCRIPTOR_INSERT,
     PACKET_COLS,
     cell_from_row,
+    cell_changes,
     cell_row,
     STORED_TURN_COLS,
     capsule_rows,
@@ -420,14 +421,26 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
 
     # ---------------------------------------------------------------- cells
 
-    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell]) -> None:
-        """Replace the cells of ``layout_id`` in ``namespace`` with ``cells`` (one transaction)."""
+    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell], *,
+                   stored: Sequence[Cell] | None = None) -> None:
+        """Replace the cells of ``layout_id`` in ``namespace`` with ``cells`` (one transaction).
+
+        ``stored``: the cells the caller knows are stored now (read or written inside the
+        transaction this call joins); only the rows that differ from them are written."""
         ns = validate_namespace(namespace)
         lid = require_str(layout_id, "layout_id")
-        rows = [cell_row(ns, lid, cell) for cell in cells]
+        ids = [cell.cell_id for cell in cells]
+        if len(set(ids)) != len(ids):
+            raise StoreError(f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id")
+        gone, fresh = cell_changes(stored, cells) if stored is not None else (None, cells)
+        rows = [cell_row(ns, lid, cell) for cell in fresh]
         with self._write() as c:
             self._register(c, ns)
-            c.execute("DELETE FROM cells WHERE namespace = ? AND layout_id = ?", (ns, lid))
+            if gone is None:
+                c.execute("DELETE FROM cells WHERE namespace = ? AND layout_id = ?", (ns, lid))
+            elif gone:
+                c.executemany("DELETE FROM cells WHERE namespace = ? AND layout_id = ? AND cell_id = ?",
+                              [(ns, lid, cid) for cid in gone])
             try:
                 c.executemany(
                     "INSERT INTO cells (namespace, layout_id, cell_id, descriptor_ids_json, tokens, "

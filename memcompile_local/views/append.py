@@ -164,7 +164,9 @@ class InPlaceAppend:
                 state.place(new)
                 cells = state.cells()
                 if cells != known[1]:  # an unchanged layout is not written again
-                    store.save_cells(namespace, lid, cells)
+                    # known[1] is what is stored (the transaction found its generation), so
+                    # only the Cells this append moved are written.
+                    store.save_cells(namespace, lid, cells, stored=known[1])
                 PLACEMENTS.keep(store, namespace, lid, cells, state)
                 return cells
         descriptors = [d for p in plan.packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]

@@ -32,6 +32,7 @@ from ..codecs import (
     DESCRIPTOR_COLS,
     PACKET_COLS,
     cell_from_row,
+    cell_changes,
     cell_row,
     STORED_TURN_COLS,
     capsule_rows,
@@ -376,21 +377,30 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
 
     # ---------------------------------------------------------------- cells
 
-    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell]) -> None:
-        """Replace the cells of ``layout_id`` in ``namespace`` with ``cells`` (one transaction)."""
+    def save_cells(self, namespace: str, layout_id: str, cells: Sequence[Cell], *,
+                   stored: Sequence[Cell] | None = None) -> None:
+        """Replace the cells of ``layout_id`` in ``namespace`` with ``cells`` (one transaction);
+        ``stored``: the cells known to be stored now, so only the rows that differ are written
+        (see the SQLite store's ``save_cells``)."""
         ns = validate_namespace(namespace)
         lid = require_str(layout_id, "layout_id")
-        rows = [cell_row(ns, lid, cell) for cell in cells]
-        ids = [r[2] for r in rows]
+        ids = [cell.cell_id for cell in cells]
         if len(set(ids)) != len(ids):
             raise StoreError(f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id")
+        gone, fresh = cell_changes(stored, cells) if stored is not None else (None, cells)
+        rows = [cell_row(ns, lid, cell) for cell in fresh]
         with self._write() as c:
             self._lock_namespace(c, ns)
-            c.execute("DELETE FROM cells WHERE namespace = %s AND layout_id = %s", (ns, lid))
-            c.cursor().executemany(
-                "INSERT INTO cells (namespace, layout_id, cell_id, descriptor_ids_json, tokens, people_json, "
-                "keywords_json, session_min, session_max, title, has_time) VALUES (" + ", ".join(["%s"] * 11) + ")",
-                rows)
+            if gone is None:
+                c.execute("DELETE FROM cells WHERE namespace = %s AND layout_id = %s", (ns, lid))
+            elif gone:
+                c.execute("DELETE FROM cells WHERE namespace = %s AND layout_id = %s AND cell_id = ANY(%s)",
+                          (ns, lid, gone))
+            if rows:
+                c.cursor().executemany(
+                    "INSERT INTO cells (namespace, layout_id, cell_id, descriptor_ids_json, tokens, people_json, "
+                    "keywords_json, session_min, session_max, title, has_time) VALUES (" + ", ".join(["%s"] * 11) + ")",
+                    rows)
             self._bump(c, ns)
 
     def cells(self, namespace: str, layout_id: str) -> list[Cell]:
@@ -423,11 +433,15 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
             # refuses the transaction itself (memcompile_check), so they travel with the next
             # statement that is read, or with COMMIT. First the vectors, with the dimension check
             # against what the space holds already.
+            # Every vector of a space was stored through this check, so one row tells the space's
+            # dim (as on SQLite): probing for any row of another dim reads every vector of the
+            # space, which made this the costliest statement of an append.
             c.execute(
-                f"WITH ok AS (SELECT {CHECK_FUNCTION}(NOT EXISTS (SELECT 1 FROM vectors WHERE space = %(sp)s "
-                "AND dim <> %(dim)s), format('%%s: embeddings of vector space %%s (model %%s) have dim %%s; got %%s', "
+                "WITH first AS MATERIALIZED (SELECT dim FROM vectors WHERE space = %(sp)s LIMIT 1), "
+                f"ok AS (SELECT {CHECK_FUNCTION}(NOT EXISTS (SELECT 1 FROM first WHERE dim <> %(dim)s), "
+                "format('%%s: embeddings of vector space %%s (model %%s) have dim %%s; got %%s', "
                 "%(where)s::text, quote_literal(%(sp)s), quote_literal(%(mid)s), "
-                "(SELECT dim FROM vectors WHERE space = %(sp)s AND dim <> %(dim)s LIMIT 1), %(dim)s)) AS ok) "
+                "(SELECT dim FROM first), %(dim)s)) AS ok) "
                 "INSERT INTO vectors (space, content, dim, vector) "
                 "SELECT %(sp)s, t.c, %(dim)s, t.v FROM ok, unnest(%(cs)s::text[], %(vs)s::bytea[]) AS t(c, v) "
                 "WHERE ok.ok ORDER BY t.c ON CONFLICT (space, content) DO NOTHING",
