@@ -78,6 +78,9 @@ EMOTICONS: dict[str, str] = {":)": "smile", ":-)": "smile", ":D": "laugh", ":(":
 _GENERIC = frozenset({"face", "sign", "symbol", "emoji", "with", "of", "and", "the", "a", "male", "female"})
 
 _WORD = re.compile(r"\w+(?:'\w+)*")
+# Alphabetic words with a run of three of one letter, the only ones elongation touches.
+_ELONGATED = r"[A-Za-z]*([A-Za-z])\1\1[A-Za-z]*"
+_NON_ASCII = re.compile(r"[\u2190-\U0010FFFF]")
 _SLASH = re.compile(r"(?<![\w/])(w/o|w/|b/c)(?![\w/])", re.IGNORECASE)
 _EMOTICON = re.compile(r"(?<!\S)(" + "|".join(re.escape(e) for e in sorted(EMOTICONS, key=len, reverse=True))
                        + r")(?!\S)")
@@ -121,8 +124,8 @@ def normalize_chat(text: str, keep: Iterable[str] = ()) -> str:
     if not text:
         return text or ""
     kept = {k.lower() for name in keep for k in _WORD.findall(name)}
-    if any(_is_emoji(ch) for ch in text):
-        text = "".join(f" {emoji_words(ch)} " if _is_emoji(ch) else ch for ch in text)
+    if not text.isascii():
+        text = _NON_ASCII.sub(lambda m: f" {emoji_words(m.group(0))} " if _is_emoji(m.group(0)) else m.group(0), text)
     if ":" in text or ";" in text or "<" in text:
         text = _EMOTICON.sub(lambda m: EMOTICONS[m.group(1)], text)
     if "/" in text:
@@ -142,4 +145,10 @@ def normalize_chat(text: str, keep: Iterable[str] = ()) -> str:
             return SLANG[low2] if low2 in SLANG and _written_as_word(squashed, before) else squashed
         return w
 
-    return _WORD.sub(word, text)
+    # Most words of a text are left as they are: find the ones a rewrite can touch first
+    # (distinct words in the map; any run of three letters), and rewrite only those.
+    hits = sorted({w for w in _WORD.findall(text) if w.lower() in SLANG}, key=len, reverse=True)
+    alternatives = [re.escape(w) for w in hits] + ([_ELONGATED] if _RUN.search(text) else [])
+    if not alternatives:
+        return text
+    return re.sub(r"(?<![\w'])(?:" + "|".join(alternatives) + r")(?![\w'])", word, text)
