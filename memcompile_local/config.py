@@ -167,6 +167,12 @@ class FusionConfig:
     dense_query: Literal["intent", "intent+question"] = "intent+question"
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
+    # Chat-log normalization of the BM25 terms of turns and questions (issue 25 item 7;
+    # language/chatnorm.py): chat spellings to standard words ("bday" -> "birthday", "gonna" ->
+    # "going to"), elongations squashed ("sooo" -> "so"), emoji and emoticons to words. The dense
+    # channel reads the text as written. Measured with ``scripts/ablate_model_free.py --cv`` and
+    # kept off (README, "The model-free path").
+    chat_norm: bool = False
     # Share of the lexical score the terms of the one participant a question names keep
     # (1 = a term like any other; below 1 the speaker channel alone carries who is asked about).
     name_term_weight: Fraction = 0.25

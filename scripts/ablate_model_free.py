@@ -579,6 +579,11 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
         ("combined: dense document, context gate, passages, dense weight refit", "plain+q",
          [{"variant": f"plain+q+{doc}+cw{w}{p}", "packet_weight": pw} for pw in (1.5, 1.0, 2.0)
           for doc in ("z", "turn") for w in (0, 150, 200, 300) for p in ("", "+p150/top2")]),
+        # Chat-log spellings (issue 25 item 7): the BM25 terms of turns and questions with chat
+        # abbreviations, elongations and emoji rewritten as words (language/chatnorm.py); over
+        # the package defaults, nothing to fit (the index variant is cv_corpora.chat_variant).
+        ("+ chat normalization in BM25 (slang, elongation, emoji; chat_norm, no fit)", "plain+q+names",
+         [{"variant": "plain+q+names+chat", "chat_norm": True}]),
         ("package defaults (shipped; fit on all four, not a CV figure)", default_variant(FusionConfig()), [{}]),
     ]
     return rows

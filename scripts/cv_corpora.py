@@ -44,7 +44,7 @@ from memcompile_local.bench.coverage import gold_recall
 from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
                                    load_locomo, load_longmemeval, load_realtalk)
 from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, name_weighted, packet_channel
-from memcompile_local.fused.index import FusionIndex
+from memcompile_local.fused.index import FusionIndex, lexical_texts
 from memcompile_local.fused.retriever import FusedRetriever, select_rows
 from memcompile_local.language.stemming import stem_terms
 from memcompile_local.llm.client import LLMClient, NoModelBackend
@@ -100,7 +100,9 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 
 # Query-side FusionConfig fields added after the cached stores were first built: they change
 # no build, so they stay out of the key and the stores already built are reused.
-QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model")
+# (chat_norm changes the BM25 index a view builds when it loads, not what a build stores.)
+QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model",
+                            "chat_norm")
 # Passage fields change a build only when passages are on (passage_words > 0).
 PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
 
@@ -195,6 +197,20 @@ def dense_variants(mem: Memory, view, cfg) -> dict[str, FusionIndex]:
     return out
 
 
+# ---------------------------------------------------------------------------- chat normalization
+# Issue 25 item 7: the package view's fused index with its BM25 documents (and, through the
+# index's flag, its questions) chat-normalized (FusionConfig.chat_norm); only the lexical
+# channel differs from "plain+q+names".
+CHAT_VARIANT = "plain+q+names+chat"
+
+
+def chat_variant(view, cfg) -> FusionIndex:
+    fusion = dataclasses.replace(cfg.fusion, chat_norm=True)
+    docs = lexical_texts(view.packets, view.descriptors_by_packet, fusion, view.fusion.participants)
+    lexical = LexicalIndex([stem_terms(d) for d in docs], k1=fusion.bm25_k1, b=fusion.bm25_b)
+    return dataclasses.replace(view.fusion, lexical=lexical, chat_norm=True)
+
+
 class CorpusQuestion:
     """A scored question with its channels under each index variant (the fields
     ``ablate_model_free.eval_setting`` reads) and its two baselines' picks."""
@@ -232,6 +248,8 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
     indexes["plain+q"] = indexes["plain+q+names"] = indexes["plain"]
     variants = {} if NO_DENSE_VARIANTS else dense_variants(mem, view, cfg)
     indexes.update(variants)
+    chat = chat_variant(view, cfg)
+    indexes[CHAT_VARIANT] = chat
     retriever = FusedRetriever(view.fusion, cfg.fusion)  # the package's: Memory.compile's query vector
     packets = mem.store.packets(ns)
     raw_dense = _raw_matrix(mem.store, mem.embedder, ns, packets)
@@ -249,19 +267,24 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                 view.fusion, dataclasses.replace(cfg.fusion, dense_query=mode)).query_vector(
                 mem.embedder, q.question, intent.lexical_query())
         channels = {name: FusedRetriever(ix, channel_cfg).scores(q.question, qvecs[name]).channels
-                    for name, ix in indexes.items() if name not in variants}
+                    for name, ix in indexes.items() if name not in variants and name != CHAT_VARIANT}
         # The lexical channel without the named participant's terms (name_term_weight 0) beside
         # every lexical channel: the ablation's sum mixes the two for the row's weight (the
         # channel is linear in it), as the package does for its default weight.
         unnamed: dict[int, np.ndarray] = {}
         for name, ix in indexes.items():
-            if name not in variants:
+            if name not in variants and name != CHAT_VARIANT:
                 if id(ix) not in unnamed:
                     unnamed[id(ix)] = lexical_channel(ix, FusedQuery(q.question, None, name_term_weight=0.0))
                 channels[name]["lexical_unnamed"] = unnamed[id(ix)]
         for name, ix in variants.items():  # only the dense channel differs from "plain+q"
             qvecs[name] = qvecs["plain+q"]
             channels[name] = dict(channels["plain+q"], packet=packet_channel(ix, FusedQuery(q.question, qvecs[name])))
+        qvecs[CHAT_VARIANT] = qvecs["plain+q+names"]
+        channels[CHAT_VARIANT] = dict(channels["plain+q+names"],
+                                      lexical=lexical_channel(chat, FusedQuery(q.question, None)),
+                                      lexical_unnamed=lexical_channel(chat, FusedQuery(q.question, None,
+                                                                                       name_term_weight=0.0)))
         # The baselines, as eval --baseline dense / bm25 compute them (ties in dialogue order).
         qraw = np.asarray(mem.embedder.embed([q.question]), dtype=np.float32)[0]
         cos = raw_dense @ qraw

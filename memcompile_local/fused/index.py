@@ -12,6 +12,7 @@ import numpy as np
 
 from ..address.lexical import LexicalIndex
 from ..config import FusionConfig
+from ..language.chatnorm import normalize_chat
 from ..language.stemming import stem_terms
 from ..types import Descriptor, SourcePacket
 from .documents import (
@@ -24,6 +25,20 @@ from .documents import (
     period_matches,
     question_periods,
 )
+
+
+def lexical_texts(packets: Sequence[SourcePacket], descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
+                  cfg: FusionConfig, participants: Sequence[str]) -> list[str]:
+    """The text of each packet's BM25 document: ``lexical_documents`` with, under
+    ``tolerant_names``, the names made canonical and, under ``chat_norm``, chat spellings,
+    elongations and emoji rewritten as words (language/chatnorm.py; names kept)."""
+    docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context,
+                             group_bursts=cfg.bursts)
+    if cfg.tolerant_names:
+        docs = [canonical_names(d, participants) for d in docs]
+    if cfg.chat_norm:
+        docs = [normalize_chat(d, participants) for d in docs]
+    return docs
 
 
 def expansion_words(descriptors: Sequence[Descriptor]) -> str:
@@ -87,6 +102,7 @@ class FusionIndex:
     period_rows: Mapping[Period, np.ndarray]  # (year, month, day) -> rows of packets dated then
     expansion_terms: tuple[tuple[str, ...], ...]  # stemmed names/keywords of each packet's claims
     tolerant_names: bool = False
+    chat_norm: bool = False  # FusionConfig.chat_norm: documents and questions chat-normalized
     # Long turns' passages (FusionConfig.passage_words): (P, d) l2-normalized vectors and the
     # packet row of each; a packet with passages scores by their pooled cosine.
     passage_matrix: np.ndarray | None = None
@@ -135,11 +151,10 @@ class FusionIndex:
                 raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
         old = previous or FusionParts()
         participants = tuple(dict.fromkeys(p.speaker for p in packets))
-        docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context,
-                                 group_bursts=cfg.bursts)
-        if cfg.tolerant_names:
-            docs = [canonical_names(d, participants) for d in docs]
+        docs = lexical_texts(packets, descriptors_by_packet, cfg, participants)
         # Canonical names depend on the participants: tokens made against others are not reused.
+        # (Chat normalization keeps the participants' names, but its tokens are keyed by the
+        # normalized text, so they stay right to reuse.)
         old_tokens = old.tokens if old.participants == participants or not cfg.tolerant_names else {}
         parts = FusionParts(participants=participants)
         corpus = [_memo(parts.tokens, old_tokens, d, lambda d=d: stem_terms(d)) for d in docs]
@@ -184,6 +199,7 @@ class FusionIndex:
             period_rows={k: np.asarray(v, dtype=np.int64) for k, v in period_rows.items()},
             expansion_terms=tuple(expansion_terms),
             tolerant_names=cfg.tolerant_names,
+            chat_norm=cfg.chat_norm,
             passage_matrix=passages[0] if passages is not None and len(passages[1]) else None,
             passage_owner=np.asarray(passages[1], dtype=np.int64) if passages is not None and len(passages[1]) else None,
             passage_pool=cfg.passage_pool,
@@ -191,8 +207,10 @@ class FusionIndex:
         )
 
     def query_terms(self, question: str) -> list[str]:
-        """The question's lexical terms, names made canonical when the index is tolerant."""
-        return stem_terms(canonical_names(question, self.participants) if self.tolerant_names else question)
+        """The question's lexical terms, names made canonical when the index is tolerant and
+        chat spellings normalized when its documents are (``chat_norm``)."""
+        text = canonical_names(question, self.participants) if self.tolerant_names else question
+        return stem_terms(normalize_chat(text, self.participants) if self.chat_norm else text)
 
     def time_match(self, question: str, anchor: dt.datetime | None = None) -> np.ndarray:
         """1.0 for packets dated in a period the question names, else 0 (all 0 when it names none).

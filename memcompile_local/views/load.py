@@ -46,8 +46,7 @@ from ..build.spec import BuildSpec
 from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_document_keys, context_model_id,
                             embedding_model_id, is_unread_key, passage_document_keys, passage_model_id, text_address)
 from ..config import FusionConfig
-from ..fused.documents import canonical_names, lexical_documents
-from ..fused.index import FusionIndex, FusionParts, add_packet_rows
+from ..fused.index import FusionIndex, FusionParts, add_packet_rows, lexical_texts
 from ..language.stemming import stem_terms
 from ..address.lexical_growth import GrowingLexicalIndex
 from ..protocols import Embedder
@@ -538,8 +537,8 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     if base is None:
         return None
     participants = tuple(dict.fromkeys(p.speaker for p in packets))
-    if cfg.tolerant_names and participants != base.participants:
-        return None  # every document's canonical names may change
+    if (cfg.tolerant_names or cfg.chat_norm) and participants != base.participants:
+        return None  # every document's canonical (or kept) names may change
     old_docs = memo.lexical_docs
     if old_docs is None or len(old_docs) != n_old:
         old_docs = tuple(_lexical_docs(packets[:n_old], by_packet, cfg, participants))
@@ -579,5 +578,4 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
 def _lexical_docs(packets: Sequence[SourcePacket], by_packet: Mapping[str, Sequence[Descriptor]],
                   cfg: FusionConfig, participants: tuple[str, ...]) -> list[str]:
     """The fused selector's lexical documents of ``packets`` (as ``FusionIndex.build_reusing``)."""
-    docs = lexical_documents(packets, by_packet, neighbor_context=cfg.neighbor_context, group_bursts=cfg.bursts)
-    return [canonical_names(d, participants) for d in docs] if cfg.tolerant_names else docs
+    return lexical_texts(packets, by_packet, cfg, participants)
