@@ -141,3 +141,42 @@ def test_a_job_of_another_machine_is_judged_by_its_heartbeat(setup):
         state, stored = conn.execute("SELECT state, body FROM service_import_jobs WHERE job_id = %s",
                                      (body["id"],)).fetchone()
     assert state == "failed" and json.loads(stored)["error"]["code"] == "interrupted"  # stored so
+
+
+def test_the_heartbeat_thread_renews_its_own_unfinished_jobs_and_nothing_else(pg_url, monkeypatch):
+    # In process, with the beat every 50 ms: a job of this process's owner is renewed only
+    # while the importer counts it as its own and unfinished; another owner's row is never touched.
+    import psycopg
+
+    from memcompile_local.config import PipelineConfig
+    from memcompile_local.service import imports
+    from memcompile_local.service.core import MemoryService
+
+    monkeypatch.setattr(imports, "HEARTBEAT_S", 0.05)
+    svc = MemoryService(pg_url, PipelineConfig.from_dict(MODEL_FREE))
+    try:
+        ns = namespace_for("acme", "kim")
+        rows = [("ab" * 16, svc.owner), ("ef" * 16, "4242-abcd1234@some-other-host")]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            for job_id, owner in rows:
+                conn.execute("INSERT INTO service_import_jobs (namespace, job_id, owner, state, body, heartbeat_at) "
+                             "VALUES (%s, %s, %s, 'running', '{}', extract(epoch from clock_timestamp()) - 100)",
+                             (ns, job_id, owner))
+
+        def ages() -> dict[str, float]:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                return dict(conn.execute("SELECT job_id, extract(epoch from clock_timestamp()) - heartbeat_at "
+                                         "FROM service_import_jobs").fetchall())
+
+        time.sleep(0.4)  # several beats with no job of its own: nothing renewed
+        assert all(age >= 100 for age in ages().values())
+        with svc.importer._mine_lock:
+            svc.importer._mine.add(rows[0][0])
+        deadline = time.monotonic() + 10
+        while ages()[rows[0][0]] >= 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        now = ages()
+        assert now[rows[0][0]] < 5, now  # renewed by the thread
+        assert now[rows[1][0]] >= 100, now  # another owner's job keeps its stale heartbeat
+    finally:
+        svc.close()
