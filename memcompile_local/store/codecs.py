@@ -385,14 +385,22 @@ CELL_COLS = (
 _CELL_NAMES = tuple(c.strip() for c in CELL_COLS.split(","))
 
 
-def cell_changes(stored: Sequence[Cell], cells: Sequence[Cell]) -> tuple[list[int], list[Cell]]:
-    """What replacing ``stored`` by ``cells`` writes: the ids of the rows to delete (gone or
-    changed) and the cells to insert (new or changed). An append moves a Cell or two of a
-    layout of dozens, so writing the difference spares rewriting (and re-encoding) the rest."""
+def cell_writes(where: str, namespace: str, layout_id: str, cells: Sequence[Cell],
+                stored: Sequence[Cell] | None) -> tuple[list[int] | None, list[tuple]]:
+    """What ``save_cells`` writes: the ids of the rows to delete (None: the whole layout) and
+    the rows to insert. With ``stored`` (the cells known to be stored now) only the difference:
+    rows gone or changed are deleted, new or changed ones inserted. An append moves a Cell or two
+    of a layout of dozens, so this spares rewriting (and re-encoding) the rest. A repeated cell
+    id in ``cells`` is a ``StoreError`` naming ``where``."""
+    ids = [cell.cell_id for cell in cells]
+    if len(set(ids)) != len(ids):
+        raise StoreError(f"{where}: layout {layout_id!r} of {namespace!r} has a repeated cell_id")
+    if stored is None:
+        return None, [cell_row(namespace, layout_id, cell) for cell in cells]
     before = {c.cell_id: c for c in stored}
     after = {c.cell_id: c for c in cells}
     gone = sorted(cid for cid, c in before.items() if after.get(cid) != c)
-    return gone, [c for c in cells if before.get(c.cell_id) != c]
+    return gone, [cell_row(namespace, layout_id, c) for c in cells if before.get(c.cell_id) != c]
 
 
 def cell_row(namespace: str, layout_id: str, cell: Cell) -> tuple:

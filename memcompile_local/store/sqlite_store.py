@@ -52,8 +52,7 @@ from .codecs import (
     DESCRIPTOR_INSERT,
     PACKET_COLS,
     cell_from_row,
-    cell_changes,
-    cell_row,
+    cell_writes,
     STORED_TURN_COLS,
     capsule_rows,
     chunks,
@@ -429,11 +428,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         transaction this call joins); only the rows that differ from them are written."""
         ns = validate_namespace(namespace)
         lid = require_str(layout_id, "layout_id")
-        ids = [cell.cell_id for cell in cells]
-        if len(set(ids)) != len(ids):
-            raise StoreError(f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id")
-        gone, fresh = cell_changes(stored, cells) if stored is not None else (None, cells)
-        rows = [cell_row(ns, lid, cell) for cell in fresh]
+        gone, rows = cell_writes(self.path, ns, lid, cells, stored)
         with self._write() as c:
             self._register(c, ns)
             if gone is None:

@@ -541,9 +541,9 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
         return None  # every document's canonical (or kept) names may change
     old_docs = memo.lexical_docs
     if old_docs is None or len(old_docs) != n_old:
-        old_docs = tuple(_lexical_docs(packets[:n_old], by_packet, cfg, participants))
+        old_docs = tuple(lexical_texts(packets[:n_old], by_packet, cfg, participants))
     near, start = _lexical_tail(packets, n_old, cfg.bursts)
-    tail = _lexical_docs(packets[near:], by_packet, cfg, participants)[start - near:]
+    tail = lexical_texts(packets[near:], by_packet, cfg, participants)[start - near:]
     docs = old_docs[:start] + tuple(tail)
     old = memo.fusion
     tokens = dict(old.tokens)
@@ -574,8 +574,3 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                                  period_rows=rows, expansion_terms=terms, dated=dated, passages=passages)
     return index, parts, docs
 
-
-def _lexical_docs(packets: Sequence[SourcePacket], by_packet: Mapping[str, Sequence[Descriptor]],
-                  cfg: FusionConfig, participants: tuple[str, ...]) -> list[str]:
-    """The fused selector's lexical documents of ``packets`` (as ``FusionIndex.build_reusing``)."""
-    return lexical_texts(packets, by_packet, cfg, participants)

@@ -32,8 +32,7 @@ from ..codecs import (
     DESCRIPTOR_COLS,
     PACKET_COLS,
     cell_from_row,
-    cell_changes,
-    cell_row,
+    cell_writes,
     STORED_TURN_COLS,
     capsule_rows,
     descriptor_from_row,
@@ -384,11 +383,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
         (see the SQLite store's ``save_cells``)."""
         ns = validate_namespace(namespace)
         lid = require_str(layout_id, "layout_id")
-        ids = [cell.cell_id for cell in cells]
-        if len(set(ids)) != len(ids):
-            raise StoreError(f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id")
-        gone, fresh = cell_changes(stored, cells) if stored is not None else (None, cells)
-        rows = [cell_row(ns, lid, cell) for cell in fresh]
+        gone, rows = cell_writes(self.path, ns, lid, cells, stored)
         with self._write() as c:
             self._lock_namespace(c, ns)
             if gone is None:
