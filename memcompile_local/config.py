@@ -191,8 +191,10 @@ class FusionConfig:
     # How the fused score is made (issue 25 item 5): "weighted" = the weighted channel sum above;
     # "learned" = a learned ranker (fused/ranker.py) reorders the weighted sum's best turns;
     # "auto" = learned on a history with an "assistant" speaker (a user-assistant chat, where the
-    # weighted sum fell below plain dense retrieval), weighted on chats between people (where
-    # the learned ranker lost LoCoMo recall). See README, "Learned fusion".
+    # weighted sum fell below plain dense retrieval) or sent in bursts (a messaging-app chat, where
+    # one person often sends several turns in a row; retriever.AUTO_BURST_SHARE), weighted on
+    # strictly alternating dialogue (LoCoMo's shape: the weights were fit there, and the learned
+    # ranker lost recall there). See README, "Learned fusion".
     ranker: Literal["weighted", "learned", "auto"] = "auto"
     ranker_model: str | None = None  # the learned ranker's model file (None: the shipped one)
 

@@ -1038,7 +1038,7 @@ def main() -> int:
         import cv_corpora  # scripts/ is on sys.path when this file runs as a script
 
         # The rows here vary the weighted channel sum; the learned ranker (which "auto", the
-        # default, uses on user-assistant histories) is trained and scored by train_ranker.py.
+        # default, uses on user-assistant and bursty histories) is trained and scored by train_ranker.py.
         cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"ranker": "weighted"})
         if args.embed_model:
             cfg = cfg.replace(model={"embed_model": str(Path(args.embed_model).expanduser())

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Recall@10 of ``Memory.compile`` under the package's default fused settings (``ranker: auto``:
-the learned ranker on user-assistant histories, the weighted sum on chats between people) with
+the learned ranker on user-assistant and bursty histories, the weighted sum on alternating dialogue) with
 ``fusion.chat_norm`` off and on, over the three development corpora's cached builds (issue 25
 item 7). Also how many questions' selections differ and the query time of each.
 

@@ -409,7 +409,7 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
     the variants dropped from the package.
 
     The rows vary the weighted channel sum, so the study runs with ``fusion.ranker: weighted``
-    (the learned ranker, which the default "auto" uses on user-assistant histories, is trained
+    (the learned ranker, which the default "auto" uses on user-assistant and bursty histories, is trained
     and cross-validated by ``scripts/train_ranker.py``)."""
     cfg = cfg.replace(fusion={"ranker": "weighted"})
     if fusion_base is None:

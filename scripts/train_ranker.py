@@ -398,7 +398,8 @@ def fixed(name: str, qs_by: dict[str, list[Q]], attr: str) -> dict:
 
 def auto(name: str, qs_by: dict[str, list[Q]], res: dict[str, dict[int, list[str]]]) -> dict:
     """``fusion.ranker: auto`` under each protocol: the ranker's picks on a history with an
-    assistant speaker (``retriever.uses_learned_ranker``), the weighted sum's elsewhere."""
+    assistant speaker or sent in bursts (``retriever.uses_learned_ranker``), the weighted sum's
+    elsewhere."""
     rule = dataclasses.replace(FusionConfig(), ranker="auto")
     learned = {id(q): uses_learned_ranker(q.view.fusion, rule) for qs in qs_by.values() for q in qs}
     mixed = {p: {id(q): picks[id(q)] if learned[id(q)] else q.shipped for qs in qs_by.values() for q in qs}
@@ -546,7 +547,8 @@ def main() -> int:
             name = kind + (" + raw-turn cosine (candidate)" if extra else "")
             rows.append(summarize(name, qs_by, res))
             if not extra:
-                rows.append(auto(f"auto: {kind} on user-assistant histories, weighted elsewhere", qs_by, res))
+                rows.append(auto(f"auto: {kind} on user-assistant and bursty histories, weighted on alternating dialogue",
+                                 qs_by, res))
             print(f"{name}: trained and scored {1 + len(set((q.corpus, q.ns) for q in qs)) + len(names)} models "
                   f"in {time.perf_counter() - t0:.1f} s")
     shrunk = None

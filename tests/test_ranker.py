@@ -257,13 +257,74 @@ def _two_people(sessions):
                            for t in s["turns"]]) for s in sessions]
 
 
-def test_auto_is_the_learned_ranker_on_a_user_assistant_history_and_the_weighted_sum_elsewhere():
+def test_auto_is_the_learned_ranker_on_a_user_assistant_history_and_the_weighted_sum_on_alternating_people():
     with_assistant = {r: _selections(r, FIXTURE["sessions"]) for r in ("auto", "learned", "weighted")}
     assert with_assistant["auto"] == with_assistant["learned"]
     assert with_assistant["learned"] != with_assistant["weighted"]  # else this test could not tell them apart
     people = {r: _selections(r, _two_people(FIXTURE["sessions"])) for r in ("auto", "learned", "weighted")}
     assert people["auto"] == people["weighted"]
     assert PipelineConfig().fusion.ranker == "auto"
+
+
+def _in_bursts(sessions):
+    """The two-person chat with every pair of turns sent by one person (Tomas, Tomas, Ines, Ines,
+    ...), as messaging-app chats are written: half the turns follow their own speaker."""
+    return [dict(s, turns=[dict(t, speaker="Tomas" if (i // 2) % 2 == 0 else "Ines") for i, t in enumerate(s["turns"])])
+            for s in _two_people(sessions)]
+
+
+def test_speaker_run_share_counts_turns_that_follow_their_own_speaker_within_a_session():
+    from memcompile_local.fused.index import speaker_run_share
+    from memcompile_local.types import SourcePacket
+
+    def packets(spec):  # "AB|BA": sessions split by "|", one letter per turn's speaker
+        out = []
+        for s, turns in enumerate(spec.split("|")):
+            for who in turns:
+                out.append(SourcePacket("ns", f"D{s}:{len(out)}", len(out), s, f"S{s}", "", who, "x", None, ""))
+        return out
+
+    assert speaker_run_share([]) == 0.0
+    assert speaker_run_share(packets("ABAB|ABAB")) == 0.0
+    # A session that opens with the speaker who closed the last one is not a burst.
+    assert speaker_run_share(packets("ABAB|BABA")) == 0.0
+    assert speaker_run_share(packets("AABB|ABBB")) == pytest.approx(4 / 8)
+
+
+def test_auto_is_the_learned_ranker_on_a_chat_between_people_sent_in_bursts():
+    from memcompile_local.fused.retriever import AUTO_BURST_SHARE, uses_learned_ranker
+
+    bursty = _in_bursts(FIXTURE["sessions"])
+    chosen = {r: _selections(r, bursty) for r in ("auto", "learned", "weighted")}
+    assert chosen["learned"] != chosen["weighted"]  # else this test could not tell them apart
+    assert chosen["auto"] == chosen["learned"]
+    with Memory(":memory:", _cfg("auto")) as mem:
+        mem.add("bursty", bursty)
+        mem.add("alternating", _two_people(FIXTURE["sessions"]))
+        mem.build("bursty"), mem.build("alternating")
+        assert mem.view("bursty").fusion.burst_share >= AUTO_BURST_SHARE
+        assert mem.view("alternating").fusion.burst_share < AUTO_BURST_SHARE
+        assert uses_learned_ranker(mem.view("bursty").fusion, mem.config.fusion)
+        assert not uses_learned_ranker(mem.view("alternating").fusion, mem.config.fusion)
+
+
+def test_an_append_in_place_that_makes_the_history_bursty_moves_auto_to_the_learned_ranker():
+    from memcompile_local.fused.retriever import uses_learned_ranker
+
+    alternating = _two_people(FIXTURE["sessions"])
+    burst = {"time": "2024-06-01 20:00", "id": "s-late",
+             "turns": [{"speaker": "Tomas", "text": text, "id": f"L:{n}"} for n, text in enumerate(
+                 ["back from the market", "they had the seedlings", "got four tomato plants", "and basil",
+                  "the cello teacher called too", "lesson moved to thursday"] * 4)]}
+    with Memory(":memory:", _cfg("auto")) as mem:
+        mem.add("n", alternating)
+        mem.build("n")
+        assert not uses_learned_ranker(mem.view("n").fusion, mem.config.fusion)
+        assert mem.add("n", [burst]).added == len(burst["turns"])  # in place
+        view = mem.view("n")
+        assert len(view.packets) == sum(len(s["turns"]) for s in alternating) + len(burst["turns"])
+        assert view.fusion.burst_share >= 0.1
+        assert uses_learned_ranker(view.fusion, mem.config.fusion)
 
 
 def test_auto_reads_the_role_from_the_index_not_the_config():

@@ -88,6 +88,16 @@ def add_packet_rows(packets: Sequence[SourcePacket], start: int, by_packet: Mapp
         dated.append(float(any(d.event_time for d in descs)))
 
 
+def speaker_run_share(packets: Sequence[SourcePacket]) -> float:
+    """The share of ``packets`` (in dialogue order) spoken by the same participant as the packet
+    just before them in the same session: 0 for strictly alternating dialogue, about a third or
+    more for messaging-app chats, where one person often sends several messages in a row."""
+    if not packets:
+        return 0.0
+    runs = sum(1 for a, b in zip(packets, packets[1:]) if a.session_id == b.session_id and a.speaker == b.speaker)
+    return runs / len(packets)
+
+
 @dataclass(frozen=True)
 class FusionIndex:
     """Query-time structures of the fused selector for one namespace."""
@@ -110,6 +120,9 @@ class FusionIndex:
     passage_pool: str = "top2"
     # (N,) True where the context vector counts (FusionConfig.context_window_words); None: everywhere.
     context_rows: np.ndarray | None = None
+    # Share of packets spoken by the same participant as the packet before them in their session
+    # (``speaker_run_share``): how bursty the history is; ``ranker: auto`` reads it.
+    burst_share: float = 0.0
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -204,6 +217,7 @@ class FusionIndex:
             passage_owner=np.asarray(passages[1], dtype=np.int64) if passages is not None and len(passages[1]) else None,
             passage_pool=cfg.passage_pool,
             context_rows=context_rows,
+            burst_share=speaker_run_share(packets),
         )
 
     def query_terms(self, question: str) -> list[str]:
