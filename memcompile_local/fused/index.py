@@ -10,6 +10,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..language.answertype import names_entity
+
 from ..address.lexical import LexicalIndex
 from ..config import FusionConfig
 from ..language.chatnorm import normalize_chat
@@ -19,6 +21,7 @@ from .documents import (
     Period,
     canonical_names,
     context_fits,
+    is_assistant,
     lexical_documents,
     packet_periods,
     period_key,
@@ -110,6 +113,8 @@ class FusionIndex:
     passage_pool: str = "top2"
     # (N,) True where the context vector counts (FusionConfig.context_window_words); None: everywhere.
     context_rows: np.ndarray | None = None
+    # (N,) 1.0 where the turn names a person, place or title (language/answertype.names_entity).
+    entity_rows: np.ndarray | None = None
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -183,6 +188,7 @@ class FusionIndex:
     ) -> "FusionIndex":
         """The index of ``packets`` from its computed parts (a build, or an append in place)."""
         speakers = tuple(p.speaker for p in packets)
+        participants = tuple(dict.fromkeys(speakers))
         if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
             raise ValueError("a passage names a packet row past the packets")
         context_rows = None
@@ -191,7 +197,7 @@ class FusionIndex:
         return cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,
-            participants=tuple(dict.fromkeys(speakers)),
+            participants=participants,
             lexical=lexical,
             packet_matrix=packet_matrix,
             context_matrix=context_matrix if cfg.dense_neighbor_context else None,
@@ -204,6 +210,10 @@ class FusionIndex:
             passage_owner=np.asarray(passages[1], dtype=np.int64) if passages is not None and len(passages[1]) else None,
             passage_pool=cfg.passage_pool,
             context_rows=context_rows,
+            # Not on user-assistant histories: every assistant reply capitalizes something (BEAM:
+            # 100% of replies "name an entity" by this cue, against 7% of LoCoMo's turns).
+            entity_rows=np.asarray([float(names_entity(p.content, participants)) for p in packets])
+            if cfg.answer_type_weight and not any(is_assistant(s) for s in participants) else None,
         )
 
     def query_terms(self, question: str) -> list[str]:
