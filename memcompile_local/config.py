@@ -163,6 +163,11 @@ class FusionConfig:
     bm25_b: Fraction = 0.75
     # Components measured by `scripts/ablate_model_free.py --cv` (on only where that kept them).
     time_match_weight: float = 0.75  # bonus for turns dated in the period the question names
+    # Bonus for turns that name a person, place or title when the question asks for one
+    # (language/answertype.py; of the named participant's turns when the question names one;
+    # never on user-assistant histories). Off by default: README, "The model-free path", says
+    # what 0.75 measured and why it is not on (scripts/multihop_study.py, train_ranker --score-set).
+    answer_type_weight: float = 0.0
     # The dense query: the rule intent's text alone, or the mean of its embedding and the question's.
     dense_query: Literal["intent", "intent+question"] = "intent+question"
     bursts: bool = False  # lexical documents group consecutive same-speaker messages

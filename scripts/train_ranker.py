@@ -63,10 +63,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cv_corpora  # noqa: E402
+from multihop_study import first_person  # noqa: E402
 from ablate_model_free import AblationFusion  # noqa: E402
 from memcompile_local.bench.baselines import _raw_matrix  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
 from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
+from memcompile_local.fused.documents import is_assistant, named_participants  # noqa: E402
+from memcompile_local.language.answertype import asks_for_entity, names_entity  # noqa: E402
 from memcompile_local.fused.features import FEATURE_NAMES, query_features  # noqa: E402
 from memcompile_local.fused.ranker import FORMAT, FORMAT_VERSION, ordered_total, parse_model  # noqa: E402
 from memcompile_local.fused.retriever import FusedRetriever, select_rows, uses_learned_ranker  # noqa: E402
@@ -112,7 +115,8 @@ GROUPS = {
 DROPPED: tuple[str, ...] = ()  # the group --ablate leaves out now
 LINEAR_C = 0.1
 # Candidate columns the package does not compute (yet): measured here as extra features.
-EXTRA_FEATURES = ("raw_cos", "raw_cos_gap")
+EXTRA_FEATURES = ("raw_cos", "raw_cos_gap", "own_first_person_cos", "own_first_person_gap", "answer_type")
+EXTRA_COLS: list[int] | None = None  # --extra-cols: the EXTRA_FEATURES columns the --extra rows read (default all)
 
 
 @dataclass
@@ -156,6 +160,7 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
     raw = _raw_matrix(mem.store, mem.embedder, conv.namespace, packets)
     ids = [p.packet_id for p in packets]
     row_of = {pid: i for i, pid in enumerate(ids)}
+    entity = np.asarray([float(names_entity(p.content, view.fusion.participants)) for p in packets])
     out = []
     for q in cv_corpora.scored_questions(corpus, conv):
         intent = query_intent(q.question, cfg, None, view)
@@ -168,7 +173,21 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
         X = qf.matrix[[pos[int(r)] for r in rows]]
         qraw = np.asarray(mem.embedder.embed([q.question]), dtype=np.float32)[0]
         cos = (raw @ qraw).astype(np.float64)
-        E = np.stack([cos[rows], cos[rows] - cos.max()], axis=1)
+        # The question in the first person of the one participant it names, against that
+        # participant's own turns' z(p) (0 elsewhere and for other questions; multihop study).
+        named = named_participants(q.question, view.fusion.participants, tolerant=view.fusion.tolerant_names)
+        fp = np.zeros(len(packets))
+        if len(named) == 1 and not is_assistant(named[0]):
+            fv = np.asarray(mem.embedder.embed([first_person(q.question, named[0])]), dtype=np.float32)[0]
+            own = np.asarray([p.speaker == named[0] for p in packets])
+            fp = np.where(own, (view.fusion.packet_matrix @ fv).astype(np.float64), 0.0)
+        # The answer-type cue (language/answertype.py) as a column, whatever answer_type_weight is.
+        at = np.zeros(len(packets))
+        if asks_for_entity(q.question) and not any(is_assistant(s) for s in view.fusion.participants):
+            at = entity.copy()
+            if len(named) == 1:
+                at *= np.asarray([p.speaker == named[0] for p in packets], dtype=np.float64)
+        E = np.stack([cos[rows], cos[rows] - cos.max(), fp[rows], fp[rows] - fp.max(), at[rows]], axis=1)
         shipped = select_rows(view.fusion, q.question, qf.fused, qvec, cfg.fusion, K)
         dense = np.lexsort((np.arange(len(cos)), -cos.astype(np.float32)))[:K]
         out.append(Q(corpus.name, conv.namespace, str(q.category), q.question, tuple(q.evidence), view, qvec, rows,
@@ -190,7 +209,8 @@ def design(qs: list[Q], pool: int, extra: bool, train: bool):
         if DROPPED:  # zeroed, so column positions (the init score's "fused") stay put
             X = X.copy()
             X[:, [FEATURE_NAMES.index(f) for f in DROPPED]] = 0.0
-        Xs.append(np.hstack([X, q.E[take]]) if extra else X)
+        E = q.E[take] if EXTRA_COLS is None else q.E[take][:, EXTRA_COLS]
+        Xs.append(np.hstack([X, E]) if extra else X)
         ys.append(q.label[take])
         groups.append(len(take))
     return np.vstack(Xs), np.concatenate(ys), groups
@@ -509,6 +529,12 @@ def main() -> int:
     ap.add_argument("--kinds", default="lambdarank,lambdarank-reg,lambdarank-residual,linear",
                     help=f"rankers to cross-validate, of {', '.join(MODELS)}")
     ap.add_argument("--extra", action="store_true", help=f"also rows with the candidate features {EXTRA_FEATURES}")
+    ap.add_argument("--extra-cols", default=None, help="comma-separated EXTRA_FEATURES names the --extra rows read")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a fusion field for the whole run (numbers only), e.g. answer_type_weight=0.75")
+    ap.add_argument("--score-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="also a row trained on the --set features but scored on features computed with these "
+                         "fusion fields too (a model file kept as it is, a query-time change under it)")
     ap.add_argument("--write", default=None, metavar="PATH", help="export the model trained on everything")
     ap.add_argument("--kind", default="lambdarank-residual", help="the ranker --write exports (one of --kinds)")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON")
@@ -522,7 +548,13 @@ def main() -> int:
     args = ap.parse_args()
     if not 1 <= args.pool <= KEEP_ROWS:
         ap.error(f"--pool must be in [1, {KEEP_ROWS}]")
+    if args.extra_cols:
+        global EXTRA_COLS
+        EXTRA_COLS = [EXTRA_FEATURES.index(c.strip()) for c in args.extra_cols.split(",")]
     cfg = apply_preset("model-free", PipelineConfig())
+    if args.set:
+        cfg = cfg.replace(fusion={k: float(v) for k, v in (kv.split("=", 1) for kv in args.set)})
+        print("fusion changes:", ", ".join(args.set))
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]
     paths = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam}
     paths = {n: paths.get(n) or cv_corpora.DEFAULT_DATA[n] for n in names}
@@ -544,13 +576,33 @@ def main() -> int:
         for extra in (False, True) if args.extra else (False,):
             t0 = time.perf_counter()
             res = protocols(kind, qs, args.pool, extra, cfg)
-            name = kind + (" + raw-turn cosine (candidate)" if extra else "")
+            cols = EXTRA_FEATURES if EXTRA_COLS is None else [EXTRA_FEATURES[i] for i in EXTRA_COLS]
+            name = kind + (f" + {', '.join(cols)} (candidate)" if extra else "")
             rows.append(summarize(name, qs_by, res))
             if not extra:
                 rows.append(auto(f"auto: {kind} on user-assistant and bursty histories, weighted on alternating dialogue",
                                  qs_by, res))
             print(f"{name}: trained and scored {1 + len(set((q.corpus, q.ns) for q in qs)) + len(names)} models "
                   f"in {time.perf_counter() - t0:.1f} s")
+    if args.score_set:
+        cfg_s = cfg.replace(fusion={k: float(v) for k, v in (kv.split("=", 1) for kv in args.score_set)})
+        # Memories opened under cfg_s (the same cached builds): a view's index is made under its memory's config.
+        memories_s, _ = cv_corpora.open_memories(corpora, cfg_s, Path(args.cache).expanduser(), False,
+                                                 AblationFusion.of(cfg_s.fusion))
+        qs_by_s = {c.name: [q for conv in c.convs for q in collect(c, memories_s[(c.name, conv.namespace)], conv, cfg_s)]
+                   for c in corpora}
+        qs_s = [q for c in names for q in qs_by_s[c]]
+        for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
+            fit = lambda train: fit_model(kind, train, args.pool, False)  # noqa: E731
+            res = {"in_sample": score(fit(qs), qs_s, args.pool, False, cfg_s), "cv": {}, "corpus_out": {}}
+            for ns in dict.fromkeys((q.corpus, q.ns) for q in qs):
+                res["cv"].update(score(fit([q for q in qs if (q.corpus, q.ns) != ns]),
+                                       [q for q in qs_s if (q.corpus, q.ns) == ns], args.pool, False, cfg_s))
+            for c in names:
+                res["corpus_out"].update(score(fit([q for q in qs if q.corpus != c]),
+                                               [q for q in qs_s if q.corpus == c], args.pool, False, cfg_s))
+            rows.append(summarize(f"{kind}, scored with {', '.join(args.score_set)}", qs_by_s, res))
+            rows.append(fixed(f"weighted sum with {', '.join(args.score_set)}", qs_by_s, "shipped"))
     shrunk = None
     if args.shrunk:
         t0 = time.perf_counter()

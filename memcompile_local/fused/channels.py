@@ -37,6 +37,7 @@ import numpy as np
 
 from ..address.passages import best_passage_scores
 from ..config import FusionConfig
+from ..language.answertype import asks_for_entity
 from ..language.stemming import stem_terms
 from ..language.timecues import is_temporal_question
 from .documents import named_participants
@@ -142,6 +143,18 @@ def time_match_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
     return index.time_match(query.question, query.anchor)
 
 
+def answer_type_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
+    """For a question asking for a person, place or title: 1 for turns that name one (of the
+    one participant the question names, where it names one)."""
+    n = len(index.packet_ids)
+    if index.entity_rows is None or not asks_for_entity(query.question):
+        return np.zeros(n)
+    named = named_participants(query.question, index.participants, tolerant=index.tolerant_names)
+    if len(named) == 1:
+        return index.entity_rows * speaker_channel(index, query)
+    return index.entity_rows.copy()
+
+
 Channel = Callable[[FusionIndex, FusedQuery], "np.ndarray | None"]
 
 # name -> score function; the weight of channel ``name`` is ``FusionConfig.<name>_weight``.
@@ -152,6 +165,7 @@ CHANNELS: dict[str, Channel] = {
     "speaker": speaker_channel,
     "temporal": temporal_channel,
     "time_match": time_match_channel,
+    "answer_type": answer_type_channel,
 }
 
 

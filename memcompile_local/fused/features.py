@@ -35,8 +35,9 @@ from ..language.stemming import stem_terms
 from ..language.listcues import is_list_question
 from ..language.timecues import is_temporal_question
 from ..types import SourcePacket
-from .channels import (FusedQuery, _normalized, combine, dense_cosines, lexical_channel, name_weighted,
-                       packet_scores, score_order, speaker_channel, temporal_channel, time_match_channel)
+from .channels import (FusedQuery, _normalized, answer_type_channel, combine, dense_cosines, lexical_channel,
+                       name_weighted, packet_scores, score_order, speaker_channel, temporal_channel,
+                       time_match_channel)
 from .documents import is_assistant, named_participants, raw_text, session_neighbours
 from .index import FusionIndex
 
@@ -156,6 +157,8 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
         packet, cos_z, cos_ctx = zeros, zeros, zeros
     channels = {"lexical": lexical, "packet": packet, "speaker": speaker_channel(index, q),
                 "temporal": temporal_channel(index, q), "time_match": time_match_channel(index, q)}
+    if cfg.answer_type_weight:  # the weighted sum the ranker reorders (and its "fused" column) takes it in
+        channels["answer_type"] = answer_type_channel(index, q)
     weighted = {k: v for k, v in channels.items() if getattr(cfg, f"{k}_weight")}
     fused = combine(weighted, cfg, n)
     order = score_order(fused)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..address.lexical import LexicalIndex
 from ..config import FusionConfig
+from ..language.answertype import names_entity
 from ..language.chatnorm import normalize_chat
 from ..language.stemming import stem_terms
 from ..types import Descriptor, SourcePacket
@@ -19,6 +20,7 @@ from .documents import (
     Period,
     canonical_names,
     context_fits,
+    is_assistant,
     lexical_documents,
     packet_periods,
     period_key,
@@ -123,6 +125,8 @@ class FusionIndex:
     # Share of packets spoken by the same participant as the packet before them in their session
     # (``speaker_run_share``): how bursty the history is; ``ranker: auto`` reads it.
     burst_share: float = 0.0
+    # (N,) 1.0 where the turn names a person, place or title (language/answertype.names_entity).
+    entity_rows: np.ndarray | None = None
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -196,6 +200,7 @@ class FusionIndex:
     ) -> "FusionIndex":
         """The index of ``packets`` from its computed parts (a build, or an append in place)."""
         speakers = tuple(p.speaker for p in packets)
+        participants = tuple(dict.fromkeys(speakers))
         if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
             raise ValueError("a passage names a packet row past the packets")
         context_rows = None
@@ -204,7 +209,7 @@ class FusionIndex:
         return cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,
-            participants=tuple(dict.fromkeys(speakers)),
+            participants=participants,
             lexical=lexical,
             packet_matrix=packet_matrix,
             context_matrix=context_matrix if cfg.dense_neighbor_context else None,
@@ -218,6 +223,10 @@ class FusionIndex:
             passage_pool=cfg.passage_pool,
             context_rows=context_rows,
             burst_share=speaker_run_share(packets),
+            # Not on user-assistant histories: every assistant reply capitalizes something (BEAM:
+            # 100% of replies "name an entity" by this cue, against 7% of LoCoMo's turns).
+            entity_rows=np.asarray([float(names_entity(p.content, participants)) for p in packets])
+            if cfg.answer_type_weight and not any(is_assistant(s) for s in participants) else None,
         )
 
     def query_terms(self, question: str) -> list[str]:
