@@ -44,8 +44,8 @@ _AUX = {"does": "do", "did": "did", "has": "have", "is": "am", "was": "was", "ca
 
 def first_person(question: str, name: str) -> str:
     """The question with the one participant it names in the first person, as that
-    participant's own turns say it ("What causes does John feel passionate about" ->
-    "What causes do I feel passionate about")."""
+    participant's own turns say it ("What hobbies does Ines care about most" ->
+    "What hobbies do I care about most")."""
     n = re.escape(name)
     s = re.sub(rf"\b{n}'s\b", "my", question, flags=re.IGNORECASE)
     s = re.sub(rf"\b({'|'.join(_AUX)})\s+{n}\b", lambda m: f"{_AUX[m.group(1).lower()]} I", s, flags=re.IGNORECASE)

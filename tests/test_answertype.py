@@ -15,34 +15,34 @@ def _packet(i, speaker, content):
 
 
 def test_entity_questions():
-    assert asks_for_entity("What books has Melanie read?")
-    assert asks_for_entity("Which cities has Jon visited?")
-    assert asks_for_entity("Who did John go to yoga with?")
-    assert asks_for_entity("Where has Melanie camped?")
-    assert not asks_for_entity("What does Melanie do to destress?")
-    assert not asks_for_entity("When did Caroline go to the LGBTQ support group?")
+    assert asks_for_entity("What novels did Ines lend out?")
+    assert asks_for_entity("Which cities has Tomas cycled through?")
+    assert asks_for_entity("Who did Ines go sailing with?")
+    assert asks_for_entity("Where has Tomas kept his boat?")
+    assert not asks_for_entity("What does Ines do after a long shift?")
+    assert not asks_for_entity("When did Tomas start the pottery class?")
 
 
 def test_turns_naming_entities():
-    people = ("Caroline", "Melanie")
+    people = ("Ines", "Tomas")
     assert names_entity("We went to Paris last week!", people)
-    assert names_entity('I loved "Becoming Nicole" so much.', people)
-    assert not names_entity("Hey Caroline! Good to see you. How have you been?", people)  # a participant, a greeting
-    assert not names_entity("Thanks, Melanie! I went running on Friday.", people)  # date words do not count
+    assert names_entity('I finished "The Salt Road" at last.', people)
+    assert not names_entity("Hey Ines! Good to see you. How have you been?", people)  # a participant, a greeting
+    assert not names_entity("Thanks, Tomas! I went running on Friday.", people)  # date words do not count
     assert not names_entity("Paris was lovely.", people)  # the first word never counts
 
 
 def test_channel_off_by_default_and_on_assistant_histories():
-    packets = [_packet(0, "Caroline", "Hi! We went to Paris."), _packet(1, "Melanie", "Oh I saw Rome too.")]
+    packets = [_packet(0, "Ines", "Hi! We sailed to Porto."), _packet(1, "Tomas", "Oh I saw Lisbon too.")]
     assert "answer_type" in CHANNELS
     ix = FusionIndex.build(packets, {}, FusionConfig())
     assert ix.entity_rows is None
     on = FusionIndex.build(packets, {}, FusionConfig(answer_type_weight=0.75))
     assert list(on.entity_rows) == [1.0, 1.0]
     # Only the named participant's turns for a question naming one; every turn otherwise.
-    assert list(answer_type_channel(on, FusedQuery("Which cities has Caroline visited?", None))) == [1.0, 0.0]
+    assert list(answer_type_channel(on, FusedQuery("Which cities has Ines visited?", None))) == [1.0, 0.0]
     assert list(answer_type_channel(on, FusedQuery("Which cities have they visited?", None))) == [1.0, 1.0]
-    assert not answer_type_channel(on, FusedQuery("How is Caroline?", None)).any()
-    assistant = [_packet(0, "user", "I went to Paris."), _packet(1, "assistant", "Paris is in France.")]
+    assert not answer_type_channel(on, FusedQuery("How is Ines?", None)).any()
+    assistant = [_packet(0, "user", "I went to Porto."), _packet(1, "assistant", "Porto is in Portugal.")]
     assert FusionIndex.build(assistant, {}, FusionConfig(answer_type_weight=0.75)).entity_rows is None
-    assert not np.any(answer_type_channel(ix, FusedQuery("Which cities has Caroline visited?", None)))
+    assert not np.any(answer_type_channel(ix, FusedQuery("Which cities has Ines visited?", None)))

@@ -1,7 +1,7 @@
 """Answer-type cues: questions that ask for a named thing, and turns that name one.
 
-A question asking who, where, or which/what people, places or titles ("What books has Melanie
-read?", "Which cities has Jon visited?", "Who did John go to yoga with?") is answered by turns
+A question asking who, where, or which/what people, places or titles ("Which novels did Ines
+lend out?", "What towns has Tomas cycled through?", "Who did Ines sail with?") is answered by turns
 that name such a thing; ``names_entity`` marks a turn that does: a capitalized word inside a
 sentence that is not a participant's name, a greeting, an interjection or a date word, or a
 quoted title. The fused selector's ``answer_type`` channel reads both (fused/channels.py).
