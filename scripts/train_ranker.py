@@ -68,8 +68,9 @@ from ablate_model_free import AblationFusion  # noqa: E402
 from memcompile_local.bench.baselines import _raw_matrix  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
 from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
+from memcompile_local.fused.channels import FusedQuery, answer_type_channel  # noqa: E402
 from memcompile_local.fused.documents import is_assistant, named_participants  # noqa: E402
-from memcompile_local.language.answertype import asks_for_entity, names_entity  # noqa: E402
+from memcompile_local.fused.index import entity_rows  # noqa: E402
 from memcompile_local.fused.features import FEATURE_NAMES, query_features  # noqa: E402
 from memcompile_local.fused.ranker import FORMAT, FORMAT_VERSION, ordered_total, parse_model  # noqa: E402
 from memcompile_local.fused.retriever import FusedRetriever, select_rows, uses_learned_ranker  # noqa: E402
@@ -160,7 +161,8 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
     raw = _raw_matrix(mem.store, mem.embedder, conv.namespace, packets)
     ids = [p.packet_id for p in packets]
     row_of = {pid: i for i, pid in enumerate(ids)}
-    entity = np.asarray([float(names_entity(p.content, view.fusion.participants)) for p in packets])
+    # The index with the answer-type channel's turns, whatever answer_type_weight is (the column below).
+    entity_index = dataclasses.replace(view.fusion, entity_rows=entity_rows(packets, view.fusion.participants))
     out = []
     for q in cv_corpora.scored_questions(corpus, conv):
         intent = query_intent(q.question, cfg, None, view)
@@ -182,11 +184,7 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
             own = np.asarray([p.speaker == named[0] for p in packets])
             fp = np.where(own, (view.fusion.packet_matrix @ fv).astype(np.float64), 0.0)
         # The answer-type cue (language/answertype.py) as a column, whatever answer_type_weight is.
-        at = np.zeros(len(packets))
-        if asks_for_entity(q.question) and not any(is_assistant(s) for s in view.fusion.participants):
-            at = entity.copy()
-            if len(named) == 1:
-                at *= np.asarray([p.speaker == named[0] for p in packets], dtype=np.float64)
+        at = answer_type_channel(entity_index, FusedQuery(q.question, None))
         E = np.stack([cos[rows], cos[rows] - cos.max(), fp[rows], fp[rows] - fp.max(), at[rows]], axis=1)
         shipped = select_rows(view.fusion, q.question, qf.fused, qvec, cfg.fusion, K)
         dense = np.lexsort((np.arange(len(cos)), -cos.astype(np.float32)))[:K]

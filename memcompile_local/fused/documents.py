@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from ..language.names import known_name
 from ..language.timeparse import find_time_mentions, parse_session_time
@@ -104,6 +104,11 @@ ASSISTANT = "assistant"  # the speaker name the user-assistant loaders (BEAM, Lo
 def is_assistant(speaker: str) -> bool:
     """True for the assistant's turns of a user-assistant history."""
     return speaker.strip().lower() == ASSISTANT
+
+
+def has_assistant(participants: Iterable[str]) -> bool:
+    """True for a user-assistant history (some participant is the assistant)."""
+    return any(is_assistant(s) for s in participants)
 
 
 def _context_line(p: SourcePacket) -> str:

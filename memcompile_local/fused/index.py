@@ -20,7 +20,7 @@ from .documents import (
     Period,
     canonical_names,
     context_fits,
-    is_assistant,
+    has_assistant,
     lexical_documents,
     packet_periods,
     period_key,
@@ -88,6 +88,16 @@ def add_packet_rows(packets: Sequence[SourcePacket], start: int, by_packet: Mapp
         words = expansion_words(descs)
         expansion_terms.append(_memo(parts.expansion, old.expansion, words, lambda words=words: expansion_of(words)))
         dated.append(float(any(d.event_time for d in descs)))
+
+
+def entity_rows(packets: Sequence[SourcePacket], participants: Sequence[str]) -> np.ndarray | None:
+    """(N,) 1.0 where a packet's turn names a person, place or title (``names_entity``), the
+    answer-type channel's turns; None on a user-assistant history, where every assistant reply
+    capitalizes something (BEAM: 100% of replies "name an entity" by this cue, against 7% of
+    LoCoMo's turns)."""
+    if has_assistant(participants):
+        return None
+    return np.asarray([float(names_entity(p.content, participants)) for p in packets])
 
 
 def speaker_run_share(packets: Sequence[SourcePacket]) -> float:
@@ -223,10 +233,7 @@ class FusionIndex:
             passage_pool=cfg.passage_pool,
             context_rows=context_rows,
             burst_share=speaker_run_share(packets),
-            # Not on user-assistant histories: every assistant reply capitalizes something (BEAM:
-            # 100% of replies "name an entity" by this cue, against 7% of LoCoMo's turns).
-            entity_rows=np.asarray([float(names_entity(p.content, participants)) for p in packets])
-            if cfg.answer_type_weight and not any(is_assistant(s) for s in participants) else None,
+            entity_rows=entity_rows(packets, participants) if cfg.answer_type_weight else None,
         )
 
     def query_terms(self, question: str) -> list[str]:

@@ -31,7 +31,7 @@ from ..evidence.pursuit import mem_pursuit
 from ..language.listcues import LIST_QUESTION, is_list_question  # noqa: F401  (importers read them here)
 from ..protocols import Embedder
 from .channels import FusedScores, fused_scores, score_order
-from .documents import is_assistant
+from .documents import has_assistant
 from .index import FusionIndex
 from ..types import SourcePacket
 
@@ -134,8 +134,7 @@ def uses_learned_ranker(index: FusionIndex, cfg: FusionConfig) -> bool:
     when the history comes in bursts (``AUTO_BURST_SHARE``): histories unlike the strictly
     alternating dialogue the weighted sum was fit on."""
     if cfg.ranker == "auto":
-        return (index.burst_share >= AUTO_BURST_SHARE
-                or any(is_assistant(s) for s in index.participants))  # distinct speakers: a few
+        return index.burst_share >= AUTO_BURST_SHARE or has_assistant(index.participants)
     return cfg.ranker == "learned"
 
 
