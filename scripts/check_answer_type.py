@@ -25,7 +25,8 @@ for w in (0.0, a.weight):
     corpora = [cc.load_corpus(n, cc.DEFAULT_DATA[n]) for n in ("locomo", "realtalk", "beam")]
     mems, built = cc.open_memories(corpora, cfg, Path("~/.cache/memcompile-local/ablate").expanduser(), False,
                                    amf.AblationFusion.of(cfg.fusion))
-    assert not built
+    if built:  # the figures are meant for the study's cached builds (ablate_model_free.py --cv --corpora ...)
+        print(f"built {len(built)} conversations now (no cached build under this config)", flush=True)
     for corpus in corpora:
         r, cats = [], []
         for conv in corpus.convs:

@@ -14,6 +14,7 @@ per question the package's weighted-sum total (``FusedRetriever.scores`` under
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import pickle
 import re
 import sys
@@ -29,10 +30,11 @@ import cv_corpora as cc  # noqa: E402
 from memcompile_local import PipelineConfig  # noqa: E402
 from memcompile_local.bench.baselines import _raw_matrix  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
-from memcompile_local.fused.channels import _normalized, score_order  # noqa: E402
-from memcompile_local.fused.documents import is_assistant, named_participants, raw_text  # noqa: E402
+from memcompile_local.fused.channels import FusedQuery, _normalized, answer_type_channel, score_order  # noqa: E402
+from memcompile_local.fused.documents import has_assistant, is_assistant, named_participants, raw_text  # noqa: E402
+from memcompile_local.fused.index import entity_rows  # noqa: E402
 from memcompile_local.fused.retriever import FusedRetriever, select_rows  # noqa: E402
-from memcompile_local.language.answertype import asks_for_entity, names_entity  # noqa: E402
+from memcompile_local.language.answertype import asks_for_entity  # noqa: E402
 from memcompile_local.language.listcues import is_list_question  # noqa: E402
 from memcompile_local.language.stemming import stem_terms  # noqa: E402
 from memcompile_local.pipeline.compile import query_intent  # noqa: E402
@@ -121,7 +123,7 @@ def collect(corpora, mems, cfg) -> dict[str, list]:
                     ch["lex_nonames"] = _normalized(ix.lexical.scores([t for t in terms if t not in name_terms]))
                 qs.append(Q(corpus=corpus.name, names=names, two=two, ns=conv.namespace, q=q, cat=str(q.category), named=one,
                             fp=fp_texts[n], total=sc.total, channels={k: v for k, v in sc.channels.items()},
-                            qvec=qv, own=own, extra=ch, ids=ix.packet_ids, ix=ix, stems=stems, texts=texts,
+                            qvec=qv, own=own, extra=ch, ids=ix.packet_ids, ix=ix, stems=stems, texts=texts, packets=packets,
                             sessions=np.asarray([p.session_index for p in packets])))
         out[corpus.name] = qs
         print(f"{corpus.name}: {len(qs)} questions", flush=True)
@@ -233,22 +235,19 @@ def ch_self(Qx, gate="named", form="ratio"):
     return v * mask
 
 
-def _entities(Qx):
-    """Per turn: 1 where the turn names a person, place or title (language/answertype.py)."""
-    e = Qx.ix.__dict__.get("_mh_ent")
-    if e is None:
-        e = np.asarray([float(names_entity(t, Qx.ix.participants)) for t in Qx.texts])
-        object.__setattr__(Qx.ix, "_mh_ent", e)
-    return e
+_ENTITY_INDEX: dict[int, object] = {}  # id(view index) -> the index with its answer-type turns
 
 
 def ch_entity(Qx):
-    """Questions asking for people, places or titles: turns that name one (of the named
-    participant where the question names one)."""
-    if not asks_for_entity(Qx.q.question) or any(is_assistant(p) for p in Qx.ix.participants):
+    """Questions asking for people, places or titles: the package's answer-type channel (turns
+    that name one, of the named participant where the question names one); None where it is
+    off (other questions, user-assistant histories)."""
+    if not asks_for_entity(Qx.q.question) or has_assistant(Qx.ix.participants):
         return None
-    e = _entities(Qx)
-    return e * Qx.own if Qx.named is not None else e
+    ix = _ENTITY_INDEX.get(id(Qx.ix))
+    if ix is None:
+        ix = _ENTITY_INDEX[id(Qx.ix)] = dataclasses.replace(Qx.ix, entity_rows=entity_rows(Qx.packets, Qx.ix.participants))
+    return answer_type_channel(ix, FusedQuery(Qx.q.question, None))
 
 
 def ch_two_lex(Qx, share):
