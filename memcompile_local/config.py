@@ -239,6 +239,9 @@ class ExtractionConfig:
     combined_call: bool = False  # facts and metadata in one call per turn
     on_failure: Literal["error", "rule"] = "error"  # a turn the model fails on: stop, or rule-extract it
     max_keywords: NonNegInt = 5
+    # Rule extractor only: at most this many sentence claims per turn (image captions always
+    # kept), the most content-rich; None: one per sentence. Bounds a long reply's claim cost.
+    max_rule_claims: PosInt | None = None
     use_intent: bool = True  # query intent (ablation A6 turns it off)
     intent_source: Literal["llm", "rule"] = "llm"  # the model-free path uses the rule-based intent
 

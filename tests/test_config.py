@@ -56,6 +56,7 @@ def test_an_unknown_choice_names_the_field_and_the_allowed_values():
     ("model", "timeout_s", 0, 0.5),
     ("model", "concurrency", 0, 1),
     ("extraction", "max_keywords", -1, 0),
+    ("extraction", "max_rule_claims", 0, 1),
 ])
 def test_ranges_fixed_by_the_method_are_enforced(section, name, bad, good):
     msg = _error({section: {name: bad}})

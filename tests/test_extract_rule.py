@@ -363,6 +363,37 @@ def test_keyword_cap_and_descriptor_set():
     assert RuleExtractor().descriptor_set == RuleExtractor(ExtractionConfig()).descriptor_set
 
 
+def test_claim_bound_keeps_the_richest_sentences_in_turn_order_and_every_caption():
+    reply = ("Sure. I moved to Lisbon. The tram from the harbour climbs past three old chapels "
+             "and a bakery. I bought a kettle. My sister restores antique clocks and violins in "
+             "her workshop near the river. It rained.")
+    p = packet("D1:2", "Caroline", reply, caption="a photo of a yellow tram")
+    full = RuleExtractor().extract([(p, PREV)])[0]
+    bound = RuleExtractor(ExtractionConfig(max_rule_claims=2))
+    ds = bound.extract([(p, PREV)])[0]
+    assert len(full) == 6  # five sentence claims and the caption's
+    # the two sentences with the most distinct content words, in the reply's order, then the photo
+    assert [d.text for d in ds] == [
+        "Caroline said: The tram from the harbour climbs past three old chapels and a bakery.",
+        "Caroline's sister restores antique clocks and violins in her workshop near the river.",
+        "Caroline shared a photo of a yellow tram.",
+    ]
+    assert [d.claim_index for d in ds] == [0, 1, 2]
+    assert ds == bound.extract([(p, PREV)])[0]  # deterministic
+    # a turn within the bound is extracted exactly as without one
+    short = packet("D1:3", "Caroline", "I moved to Lisbon. I bought a kettle.")
+    assert bound.extract([(short, PREV)])[0] == RuleExtractor().extract([(short, PREV)])[0]
+    # the bound names its own descriptor set; unset keeps today's name (caches stay valid)
+    assert bound.descriptor_set == RuleExtractor().descriptor_set + ":c2"
+    assert RuleExtractor().descriptor_set.endswith(":k5")
+
+
+def test_claim_bound_ties_go_to_the_earlier_sentence():
+    ex = RuleExtractor(ExtractionConfig(max_rule_claims=1))
+    ds = ex.extract([(packet("D1:2", "Caroline", "I painted a blue door. I planted a red rose."), PREV)])[0]
+    assert [d.text for d in ds] == ["Caroline painted a blue door."]
+
+
 def test_duplicate_sentences_give_one_claim_and_order_is_kept():
     ds = extract("I adopted a cat. I adopted a cat! I named her Miso.")
     assert [d.text for d in ds] == ["Caroline adopted a cat.", "Caroline named her Miso."]

@@ -5,7 +5,8 @@ implementation is :mod:`memcompile_local.address.extract_llm`). For one turn it
 
 1. splits the text into sentences and drops the ones that carry nothing retrievable:
    greetings, thanks, acknowledgements, exclamations of approval and content-free questions
-   ("How are you?", "Thanks!", "Wow, that's great!");
+   ("How are you?", "Thanks!", "Wow, that's great!"); with ``max_rule_claims`` set, keeps
+   at most that many, those with the most distinct content words;
 2. rewrites each kept sentence as a standalone claim: first-person references become the
    speaker ("I" -> "Caroline", "my" -> "Caroline's"), second-person references become the
    addressee (the speaker of the preceding turn when that is someone else; otherwise "you"
@@ -534,13 +535,14 @@ def _finish(sentence: str, question: bool) -> str:
 class RuleExtractor:
     """Model-free ``DescriptorExtractor`` (see the module docstring for the rules).
 
-    ``descriptor_set`` names the rule version and the keyword cap, so a change of either
-    builds a new descriptor set instead of mixing outputs.
+    ``descriptor_set`` names the rule version, the keyword cap and the claim bound (when
+    set), so a change of any builds a new descriptor set instead of mixing outputs.
     """
 
     def __init__(self, config: ExtractionConfig = ExtractionConfig()) -> None:
         self.config = config
-        self.descriptor_set = f"{RULE_EXTRACTOR_VERSION}:k{config.max_keywords}"
+        cap = "" if config.max_rule_claims is None else f":c{config.max_rule_claims}"
+        self.descriptor_set = f"{RULE_EXTRACTOR_VERSION}:k{config.max_keywords}{cap}"
 
     # -- public -------------------------------------------------------------------------------
     def extract(self, items: Sequence[tuple[SourcePacket, SourcePacket | None]]) -> list[list[Descriptor]]:
@@ -570,12 +572,7 @@ class RuleExtractor:
     def _claims(self, packet: SourcePacket, speaker: str, addressee: str | None) -> list[_Claim]:
         known = [speaker] + ([addressee] if addressee else [])
         claims: list[_Claim] = []
-        for raw in split_sentences(normalize_apostrophes(packet.content)):
-            if is_low_value(raw, known):
-                continue
-            sentence = _strip_vocative(_strip_interjection(raw), known)
-            if is_low_value(sentence, known):
-                continue
+        for sentence in self._kept_sentences(packet.content, known):
             question = sentence.rstrip(" \"')").endswith("?")
             names = proper_names(sentence, known)
             asked = f"{speaker_subject(speaker)} asked {addressee}: " if addressee else \
@@ -613,6 +610,26 @@ class RuleExtractor:
                     _dedupe_names([speaker] + proper_names(body, known)), False, True, extra,
                 ))
         return claims
+
+    def _kept_sentences(self, content: str, known: Sequence[str]) -> list[str]:
+        """The sentences that become claims: low-value ones dropped; with ``max_rule_claims``
+        set, at most that many, the ones with the most distinct content words (ties: the
+        earlier), in turn order. The bound applies before reference resolution and metadata,
+        which are the per-claim cost; a long reply's raw text still reaches BM25 and the
+        dense passages whole."""
+        kept = []
+        for raw in split_sentences(normalize_apostrophes(content)):
+            if is_low_value(raw, known):
+                continue
+            sentence = _strip_vocative(_strip_interjection(raw), known)
+            if not is_low_value(sentence, known):
+                kept.append(sentence)
+        cap = self.config.max_rule_claims
+        if cap is None or len(kept) <= cap:
+            return kept
+        richness = [len(set(_content_words(s, known))) for s in kept]
+        best = sorted(range(len(kept)), key=lambda i: (-richness[i], i))[:cap]
+        return [kept[i] for i in sorted(best)]
 
     # -- metadata -----------------------------------------------------------------------------
     def _descriptor(self, packet: SourcePacket, index: int, claim: _Claim, speaker: str,
