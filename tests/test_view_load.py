@@ -308,11 +308,14 @@ def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> Non
     assert (a.context_matrix is None) == (b.context_matrix is None)
     if a.context_matrix is not None:
         assert np.array_equal(a.context_matrix, b.context_matrix)
-    for m in ("passage_matrix", "passage_owner", "context_rows"):  # long turns' passages, the context gate
+    # long turns' passages, the context gate, the answer-type channel's turns
+    for m in ("passage_matrix", "passage_owner", "context_rows", "entity_rows"):
         x, y = getattr(a, m), getattr(b, m)
         assert (x is None) == (y is None) and (x is None or np.array_equal(x, y))
     if cfg.fusion.passage_words:
         assert a.passage_owner is not None  # several of these turns are longer than 6 words
+    if cfg.fusion.answer_type_weight:
+        assert a.entity_rows is not None and a.entity_rows.any()  # these turns name places
     assert a.lexical.n_docs == b.lexical.n_docs
     for q in [*QUESTIONS, "ferry bike pies Kumasi Tallinn shop frozen", "sugar sugar bread"]:
         terms = b.query_terms(q)
@@ -331,7 +334,8 @@ def same_selection(x: list[tuple], y: list[tuple]) -> None:
                                     {"neighbor_context": False, "dense_neighbor_context": False},
                                     {"dense_document": "turn", "dense_context": "composed"},
                                     {"dense_document": "lean", "dense_context": "embedded"},
-                                    {"passage_words": 6, "passage_overlap_words": 2, "context_window_words": 14}])
+                                    {"passage_words": 6, "passage_overlap_words": 2, "context_window_words": 14},
+                                    {"answer_type_weight": 0.75}])
 def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
     store = MemoryStore(tmp_path / "m.sqlite")
     cfg = config(**fusion)

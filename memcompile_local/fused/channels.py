@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -128,7 +128,11 @@ def packet_scores(index: FusionIndex, vector: np.ndarray, cos: np.ndarray, ctx: 
 
 
 def speaker_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
-    named = named_participants(query.question, index.participants, tolerant=index.tolerant_names)
+    return _own_turns(index, named_participants(query.question, index.participants, tolerant=index.tolerant_names))
+
+
+def _own_turns(index: FusionIndex, named: Sequence[str]) -> np.ndarray:
+    """1.0 on the turns of the one participant in ``named`` (all 0 unless exactly one)."""
     bonus = np.zeros(len(index.packet_ids))
     if len(named) == 1:
         bonus[[i for i, s in enumerate(index.speakers) if s == named[0]]] = 1.0
@@ -151,7 +155,7 @@ def answer_type_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
         return np.zeros(n)
     named = named_participants(query.question, index.participants, tolerant=index.tolerant_names)
     if len(named) == 1:
-        return index.entity_rows * speaker_channel(index, query)
+        return index.entity_rows * _own_turns(index, named)
     return index.entity_rows.copy()
 
 

@@ -100,6 +100,17 @@ def entity_rows(packets: Sequence[SourcePacket], participants: Sequence[str]) ->
     return np.asarray([float(names_entity(p.content, participants)) for p in packets])
 
 
+def grown_entity_rows(base: "FusionIndex", packets: Sequence[SourcePacket], n_old: int) -> np.ndarray | None:
+    """``entity_rows(packets, ...)`` from ``base`` (the index of ``packets[:n_old]``): only the
+    appended turns are read when the participants are unchanged (the cue of a turn depends
+    only on its text and the participants); every turn otherwise."""
+    participants = tuple(dict.fromkeys(p.speaker for p in packets))
+    if participants != base.participants or base.entity_rows is None:
+        return entity_rows(packets, participants)
+    grown = entity_rows(packets[n_old:], participants)
+    return None if grown is None else np.concatenate([base.entity_rows, grown])
+
+
 def speaker_run_share(packets: Sequence[SourcePacket]) -> float:
     """The share of ``packets`` (in dialogue order) spoken by the same participant as the packet
     just before them in the same session: 0 for strictly alternating dialogue, about a third or
@@ -207,8 +218,11 @@ class FusionIndex:
         expansion_terms: Sequence[tuple[str, ...]],
         dated: Sequence[float],
         passages: "tuple[np.ndarray, np.ndarray] | None" = None,
+        entity: np.ndarray | None = None,
     ) -> "FusionIndex":
-        """The index of ``packets`` from its computed parts (a build, or an append in place)."""
+        """The index of ``packets`` from its computed parts (a build, or an append in place).
+        ``entity``: the answer-type channel's rows when already known (``grown_entity_rows``),
+        else computed here (at once None on a user-assistant history)."""
         speakers = tuple(p.speaker for p in packets)
         participants = tuple(dict.fromkeys(speakers))
         if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
@@ -233,7 +247,8 @@ class FusionIndex:
             passage_pool=cfg.passage_pool,
             context_rows=context_rows,
             burst_share=speaker_run_share(packets),
-            entity_rows=entity_rows(packets, participants) if cfg.answer_type_weight else None,
+            entity_rows=None if not cfg.answer_type_weight else
+            entity if entity is not None else entity_rows(packets, participants),
         )
 
     def query_terms(self, question: str) -> list[str]:

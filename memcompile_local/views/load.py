@@ -46,7 +46,7 @@ from ..build.spec import BuildSpec
 from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_document_keys, context_model_id,
                             embedding_model_id, is_unread_key, passage_document_keys, passage_model_id, text_address)
 from ..config import FusionConfig
-from ..fused.index import FusionIndex, FusionParts, add_packet_rows, lexical_texts
+from ..fused.index import FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, lexical_texts
 from ..language.stemming import stem_terms
 from ..address.lexical_growth import GrowingLexicalIndex
 from ..protocols import Embedder
@@ -570,7 +570,9 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     terms = list(base.expansion_terms)
     parts = FusionParts(participants, tokens, periods, expansion)
     add_packet_rows(packets, n_old, by_packet, parts, FusionParts(), rows, terms, dated)
+    entity = grown_entity_rows(base, packets, n_old) if cfg.answer_type_weight else None
     index = FusionIndex.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
-                                 period_rows=rows, expansion_terms=terms, dated=dated, passages=passages)
+                                 period_rows=rows, expansion_terms=terms, dated=dated, passages=passages,
+                                 entity=entity)
     return index, parts, docs
 
