@@ -1031,6 +1031,8 @@ def main() -> int:
                    help="only the first N BEAM chats (a slow embedder's subset)")
     g.add_argument("--no-dense-variants", action="store_true",
                    help="skip the dense document / context gate / passage variants (their rows then fail)")
+    g.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=N",
+                   help="a config field of every build and row (numbers only), e.g. extraction.max_rule_claims=12")
     args = ap.parse_args()
     if args.corpora:
         if not args.cv:
@@ -1040,6 +1042,9 @@ def main() -> int:
         # The rows here vary the weighted channel sum; the learned ranker (which "auto", the
         # default, uses on user-assistant and bursty histories) is trained and scored by train_ranker.py.
         cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"ranker": "weighted"})
+        if args.set:
+            cfg = cfg.replace(**cv_corpora.config_changes(args.set))
+            print("config changes:", ", ".join(args.set))
         if args.embed_model:
             cfg = cfg.replace(model={"embed_model": str(Path(args.embed_model).expanduser())
                                      if Path(args.embed_model).expanduser().exists() else args.embed_model})

@@ -88,8 +88,9 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def child_build(corpus: str, data: str, target: int, queries: int) -> dict:
-    """One point: cold model-free build, then the timed questions (run in a child process)."""
+def child_build(corpus: str, data: str, target: int, queries: int, changes: list[str]) -> dict:
+    """One point: cold model-free build, then the timed questions (run in a child process);
+    ``changes``: ``--set`` pairs on top of the ``model-free`` preset."""
     from memcompile_local.config import PipelineConfig
     from memcompile_local.pipeline.presets import apply_preset
     from memcompile_local.llm.client import LLMClient, NoModelBackend
@@ -103,6 +104,10 @@ def child_build(corpus: str, data: str, target: int, queries: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         store = MemoryStore(Path(tmp) / "scale.sqlite")
         cfg = apply_preset("model-free", PipelineConfig())
+        if changes:
+            from cv_corpora import config_changes  # scripts/ is on sys.path when this file runs
+
+            cfg = cfg.replace(**config_changes(changes))
         mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store))
         t0 = time.perf_counter()
         mem.add(conv.namespace, conv)
@@ -143,8 +148,9 @@ def child_reference(corpus: str, data: str, target: int) -> dict:
             "reference_peak_rss_mb": _rss_mb()}
 
 
-def run_child(kind: str, corpus: str, data: str, target: int, queries: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", kind, corpus, data, str(target), str(queries)]
+def run_child(kind: str, corpus: str, data: str, target: int, queries: int, changes: list[str]) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, corpus, data, str(target), str(queries),
+           *(x for kv in changes for x in ("--set", kv))]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"point {kind} {corpus} {target} failed:\n{proc.stderr[-3000:]}")
@@ -171,6 +177,8 @@ def main() -> int:
     ap.add_argument("--table", nargs="+", default=None, metavar="FILE",
                     help="only print the table of points measured before: JSON files written by --out, or "
                          "the JSON lines this script prints on stderr, one point per line")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=N",
+                    help="a config field of every build (numbers only), e.g. extraction.max_rule_claims=12")
     ap.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.table:
@@ -178,7 +186,7 @@ def main() -> int:
         return 0
     if args.child:
         kind, corpus, data, target, queries = args.child
-        result = (child_build(corpus, data, int(target), int(queries)) if kind == "build"
+        result = (child_build(corpus, data, int(target), int(queries), args.set) if kind == "build"
                   else child_reference(corpus, data, int(target)))
         print(json.dumps(result))
         return 0
@@ -187,9 +195,10 @@ def main() -> int:
     rows = []
     for corpus, target in parse_points(args.points):
         load = os.getloadavg()[0]
-        row = run_child("build", corpus, data[corpus], target, args.queries)
+        row = run_child("build", corpus, data[corpus], target, args.queries, args.set)
         if not args.no_reference:
-            row.update(run_child("reference", corpus, data[corpus], target, 0))
+            row.update(run_child("reference", corpus, data[corpus], target, 0, []))
+        row["config_changes"] = args.set
         row["load_avg_1m"] = load
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
@@ -223,10 +232,11 @@ def print_table(rows: list[dict]) -> None:
     print("| history | turns | characters | rule claims per turn | build s | reference s (ST raw turns once) | build / reference | "
           "peak RSS MB | reference peak RSS MB | query p50 ms | query p95 ms | questions | load |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in sorted(rows, key=lambda r: (r["corpus"], r["turns"])):
+    for r in sorted(rows, key=lambda r: (r["corpus"], r["turns"], r.get("config_changes", []))):
         ref = r.get("reference_s")
         ratio = f"{r['build_s'] / ref:.1f}x" if ref else "n/a"
-        print(f"| {r['corpus']} | {r['turns']:,} | {r['chars']:,} | {r['descriptors'] / r['turns']:.1f} | "
+        label = r["corpus"] + "".join(f", {kv}" for kv in r.get("config_changes", []))
+        print(f"| {label} | {r['turns']:,} | {r['chars']:,} | {r['descriptors'] / r['turns']:.1f} | "
               f"{r['build_s']:.1f} | "
               f"{'n/a' if ref is None else f'{ref:.1f}'} | {ratio} | {r['peak_rss_mb']:.0f} | "
               f"{_mb(r.get('reference_peak_rss_mb'))} | {r['query_ms']['p50']:.1f} | {r['query_ms']['p95']:.1f} | "

@@ -154,7 +154,10 @@ def data_sha256(files: list[Path]) -> str:
     return h.hexdigest()
 
 
-def collect(corpus, mem, conv, cfg) -> list[Q]:
+def collect(corpus, mem, conv, cfg, extra: bool = False) -> list[Q]:
+    """Feature rows of the conversation's scored questions; the ``EXTRA_FEATURES`` columns
+    (``E``) only with ``extra`` (they embed the question a second time), NaN otherwise so a
+    row that reads them without asking fails loudly."""
     view = mem.view(conv.namespace)
     retriever = FusedRetriever(view.fusion, cfg.fusion, view.packets)
     packets = list(view.packets)
@@ -162,7 +165,8 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
     ids = [p.packet_id for p in packets]
     row_of = {pid: i for i, pid in enumerate(ids)}
     # The index with the answer-type channel's turns, whatever answer_type_weight is (the column below).
-    entity_index = dataclasses.replace(view.fusion, entity_rows=entity_rows(packets, view.fusion.participants))
+    entity_index = (dataclasses.replace(view.fusion, entity_rows=entity_rows(packets, view.fusion.participants))
+                    if extra else None)
     out = []
     for q in cv_corpora.scored_questions(corpus, conv):
         intent = query_intent(q.question, cfg, None, view)
@@ -175,23 +179,29 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
         X = qf.matrix[[pos[int(r)] for r in rows]]
         qraw = np.asarray(mem.embedder.embed([q.question]), dtype=np.float32)[0]
         cos = (raw @ qraw).astype(np.float64)
-        # The question in the first person of the one participant it names, against that
-        # participant's own turns' z(p) (0 elsewhere and for other questions; multihop study).
-        named = named_participants(q.question, view.fusion.participants, tolerant=view.fusion.tolerant_names)
-        fp = np.zeros(len(packets))
-        if len(named) == 1 and not is_assistant(named[0]):
-            fv = np.asarray(mem.embedder.embed([first_person(q.question, named[0])]), dtype=np.float32)[0]
-            own = np.asarray([p.speaker == named[0] for p in packets])
-            fp = np.where(own, (view.fusion.packet_matrix @ fv).astype(np.float64), 0.0)
-        # The answer-type cue (language/answertype.py) as a column, whatever answer_type_weight is.
-        at = answer_type_channel(entity_index, FusedQuery(q.question, None))
-        E = np.stack([cos[rows], cos[rows] - cos.max(), fp[rows], fp[rows] - fp.max(), at[rows]], axis=1)
+        E = extra_columns(mem, view, entity_index, packets, q.question, cos, rows) if extra else \
+            np.full((len(rows), len(EXTRA_FEATURES)), np.nan)
         shipped = select_rows(view.fusion, q.question, qf.fused, qvec, cfg.fusion, K)
         dense = np.lexsort((np.arange(len(cos)), -cos.astype(np.float32)))[:K]
         out.append(Q(corpus.name, conv.namespace, str(q.category), q.question, tuple(q.evidence), view, qvec, rows,
                      X, E, np.asarray([float(int(r) in gold) for r in rows]), len(head), qf.order,
                      [ids[i] for i in shipped], [ids[i] for i in dense]))
     return out
+
+
+def extra_columns(mem, view, entity_index, packets, question: str, cos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The ``EXTRA_FEATURES`` columns of ``rows`` (candidate features, ``--extra``)."""
+    # The question in the first person of the one participant it names, against that
+    # participant's own turns' z(p) (0 elsewhere and for other questions; multihop study).
+    named = named_participants(question, view.fusion.participants, tolerant=view.fusion.tolerant_names)
+    fp = np.zeros(len(packets))
+    if len(named) == 1 and not is_assistant(named[0]):
+        fv = np.asarray(mem.embedder.embed([first_person(question, named[0])]), dtype=np.float32)[0]
+        own = np.asarray([p.speaker == named[0] for p in packets])
+        fp = np.where(own, (view.fusion.packet_matrix @ fv).astype(np.float64), 0.0)
+    # The answer-type cue (language/answertype.py) as a column, whatever answer_type_weight is.
+    at = answer_type_channel(entity_index, FusedQuery(question, None))
+    return np.stack([cos[rows], cos[rows] - cos.max(), fp[rows], fp[rows] - fp.max(), at[rows]], axis=1)
 
 
 def design(qs: list[Q], pool: int, extra: bool, train: bool):
@@ -529,7 +539,8 @@ def main() -> int:
     ap.add_argument("--extra", action="store_true", help=f"also rows with the candidate features {EXTRA_FEATURES}")
     ap.add_argument("--extra-cols", default=None, help="comma-separated EXTRA_FEATURES names the --extra rows read")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                    help="a fusion field for the whole run (numbers only), e.g. answer_type_weight=0.75")
+                    help="a config field for the whole run (numbers only; a bare name is a fusion field), "
+                         "e.g. answer_type_weight=0.75 or extraction.max_rule_claims=12")
     ap.add_argument("--score-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="also a row trained on the --set features but scored on features computed with these "
                          "fusion fields too (a model file kept as it is, a query-time change under it)")
@@ -551,8 +562,8 @@ def main() -> int:
         EXTRA_COLS = [EXTRA_FEATURES.index(c.strip()) for c in args.extra_cols.split(",")]
     cfg = apply_preset("model-free", PipelineConfig())
     if args.set:
-        cfg = cfg.replace(fusion={k: float(v) for k, v in (kv.split("=", 1) for kv in args.set)})
-        print("fusion changes:", ", ".join(args.set))
+        cfg = cfg.replace(**cv_corpora.config_changes(args.set))
+        print("config changes:", ", ".join(args.set))
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]
     paths = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam}
     paths = {n: paths.get(n) or cv_corpora.DEFAULT_DATA[n] for n in names}
@@ -562,7 +573,7 @@ def main() -> int:
                                                AblationFusion.of(cfg.fusion))
     print(f"builds ready in {time.perf_counter() - t0:.1f} s ({len(built)} built now)")
     t0 = time.perf_counter()
-    qs_by = {c.name: [q for conv in c.convs for q in collect(c, memories[(c.name, conv.namespace)], conv, cfg)]
+    qs_by = {c.name: [q for conv in c.convs for q in collect(c, memories[(c.name, conv.namespace)], conv, cfg, args.extra)]
              for c in corpora}
     qs = [q for c in names for q in qs_by[c]]
     print(f"features of {len(qs)} questions in {time.perf_counter() - t0:.1f} s; pool {args.pool}; "
@@ -583,11 +594,11 @@ def main() -> int:
             print(f"{name}: trained and scored {1 + len(set((q.corpus, q.ns) for q in qs)) + len(names)} models "
                   f"in {time.perf_counter() - t0:.1f} s")
     if args.score_set:
-        cfg_s = cfg.replace(fusion={k: float(v) for k, v in (kv.split("=", 1) for kv in args.score_set)})
+        cfg_s = cfg.replace(**cv_corpora.config_changes(args.score_set))
         # Memories opened under cfg_s (the same cached builds): a view's index is made under its memory's config.
         memories_s, _ = cv_corpora.open_memories(corpora, cfg_s, Path(args.cache).expanduser(), False,
                                                  AblationFusion.of(cfg_s.fusion))
-        qs_by_s = {c.name: [q for conv in c.convs for q in collect(c, memories_s[(c.name, conv.namespace)], conv, cfg_s)]
+        qs_by_s = {c.name: [q for conv in c.convs for q in collect(c, memories_s[(c.name, conv.namespace)], conv, cfg_s, args.extra)]
                    for c in corpora}
         qs_s = [q for c in names for q in qs_by_s[c]]
         for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
