@@ -70,18 +70,28 @@ class Corpus:
     categories: dict[Any, str]  # the scored categories, in report order
 
 
+def scored_categories(name: str) -> dict[Any, str]:
+    """The scored categories of a corpus (not LongMemEval's: its file names them), in report order."""
+    if name == "locomo":
+        return {c: LOCOMO_CATEGORY_NAMES[c] for c in (1, 2, 3, 4)}
+    if name == "realtalk":
+        return dict(REALTALK_CATEGORY_NAMES)
+    if name == "beam":
+        return {c: c.replace("_", " ") for c in BEAM_CATEGORIES if c != "abstention"}
+    raise ValueError(f"unknown corpus {name!r}; expected one of {', '.join(CORPUS_NAMES)}")
+
+
 def load_corpus(name: str, data: str) -> Corpus:
     if name == "locomo":
-        return Corpus(name, load_locomo(data), {c: LOCOMO_CATEGORY_NAMES[c] for c in (1, 2, 3, 4)})
+        return Corpus(name, load_locomo(data), scored_categories(name))
     if name == "realtalk":
-        return Corpus(name, load_realtalk(data), dict(REALTALK_CATEGORY_NAMES))
+        return Corpus(name, load_realtalk(data), scored_categories(name))
     if name == "longmemeval":  # one haystack per question: a measurement, not a cross-validation
         convs = load_longmemeval(data)
         return Corpus(name, convs, {c: c for c in dict.fromkeys(q.category for cv in convs for q in cv.questions)})
     if name == "beam":
         # The released chats hold one 348,853-character reply: the study reads every turn.
-        return Corpus(name, load_beam(data, max_turn_chars=None),
-                      {c: c.replace("_", " ") for c in BEAM_CATEGORIES if c != "abstention"})
+        return Corpus(name, load_beam(data, max_turn_chars=None), scored_categories(name))
     raise ValueError(f"unknown corpus {name!r}; expected one of {', '.join(CORPUS_NAMES)}")
 
 
@@ -350,6 +360,10 @@ def score_row(name: str, points: list, per_corpus: dict[str, tuple[np.ndarray, n
                      for k in dict.fromkeys(cat_of)},
             "folds": {ns: 100 * cv10[ns_of == ns].mean() for ns in dict.fromkeys(ns_of)},
             "picks": picks,
+            # Per question (the CV point's recall), so that runs of several builds can be
+            # cross-validated as one grid afterwards (scripts/cv_builds.py).
+            "questions": {"ns": ns_of.tolist(), "category": cat_of.tolist(),
+                          "r10": cv10.tolist(), "r12": cv12.tolist()},
         }
     return row
 

@@ -84,8 +84,40 @@ def test_a_run_on_the_fixtures_and_its_cache(tmp_path, capsys):
     results = json.loads((tmp_path / "cv.json").read_text())
     assert [r["name"] for r in results][:3] == [*cv_corpora.BASELINES, "package defaults (shipped)"]
     assert results[2]["corpora"]["beam"]["n"] == 7 and results[2]["corpora"]["realtalk"]["n"] == 5
+    per_q = results[2]["corpora"]["beam"]["questions"]  # what scripts/cv_builds.py reads
+    assert len(per_q["r10"]) == len(per_q["ns"]) == 7
+    assert np.mean(per_q["r10"]) * 100 == pytest.approx(results[2]["corpora"]["beam"]["cv10"])
     assert "| package defaults (shipped) |" in out and "| reference |" in out
     # a second run reuses every build
     assert cv_corpora.run(args, **kw) == 0
     assert "all cached" in capsys.readouterr().out
     assert len(list((tmp_path / "cache" / "beam").glob("*.sqlite"))) == 2
+
+
+def _cv_json(path, r10: dict[str, list[float]], ns: dict[str, list[str]]):
+    row = {"name": "package defaults (shipped)", "grid": 1, "corpora": {
+        c: {"questions": {"ns": ns[c], "category": ["1"] * len(ns[c]), "r10": r, "r12": r}} for c, r in r10.items()}}
+    path.write_text(json.dumps([{"name": "baseline", "grid": 1, "corpora": {}}, row]))
+    return path
+
+
+def test_cv_builds_cross_validates_one_run_per_value(tmp_path, capsys, monkeypatch):
+    import cv_builds
+
+    ns = {"locomo": ["x", "x", "y", "y"], "realtalk": ["z", "w"]}
+    # value "b" is better on locomo's x and on realtalk's z, worse on locomo's y
+    a = _cv_json(tmp_path / "a.json", {"locomo": [0.0, 0.0, 1.0, 1.0], "realtalk": [0.0, 0.0]}, ns)
+    b = _cv_json(tmp_path / "b.json", {"locomo": [1.0, 1.0, 0.0, 0.0], "realtalk": [1.0, 0.0]}, ns)
+    monkeypatch.setattr(sys, "argv", ["cv_builds.py", f"none={a}", f"c8={b}"])
+    assert cv_builds.main() == 0
+    out = capsys.readouterr().out
+    # held x: fit on y picks "none" (x scores 0); held y: fit on x picks "c8" (y scores 0)
+    assert "x none, y c8" in out
+    assert "| package defaults: value chosen among none, c8 | 2 | 50.0 | 0.0 |" in out
+    assert "| package defaults: none only | 1 |" in out and "| reference |" in out
+    # runs that scored other questions are refused
+    c = _cv_json(tmp_path / "c.json", {"locomo": [0.0, 0.0, 1.0], "realtalk": [0.0, 0.0]},
+                 {"locomo": ["x", "x", "y"], "realtalk": ["z", "w"]})
+    monkeypatch.setattr(sys, "argv", ["cv_builds.py", f"none={a}", f"bad={c}"])
+    with pytest.raises(SystemExit, match="bad: corpus locomo scored other questions"):
+        cv_builds.main()
