@@ -112,22 +112,24 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 # no build, so they stay out of the key and the stores already built are reused.
 # (chat_norm changes the BM25 index a view builds when it loads, not what a build stores.)
 QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model",
-                            "chat_norm", "answer_type_weight")
+                            "chat_norm", "answer_type_weight", "pronoun_roles")
 # Passage fields change a build only when passages are on (passage_words > 0).
 PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
 
 
-def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int]]:
+def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int | bool]]:
     """``--set`` pairs of train_ranker.py and ablate_model_free.py as ``PipelineConfig.replace``
     sections: "SECTION.FIELD=N", or "FIELD=N" for a fusion field; whole numbers stay ints, so
-    integer fields validate."""
-    out: dict[str, dict[str, float | int]] = {}
+    integer fields validate; "true" and "false" are booleans."""
+    out: dict[str, dict[str, float | int | bool]] = {}
     for kv in pairs:
         key, sep, value = kv.partition("=")
         if not sep:
             raise SystemExit(f"--set {kv!r}: expected FIELD=VALUE")
         section, _, name = key.rpartition(".")
-        out.setdefault(section or "fusion", {})[name] = int(value) if value.lstrip("-").isdigit() else float(value)
+        flag = {"true": True, "false": False}.get(value.lower())
+        out.setdefault(section or "fusion", {})[name] = (flag if flag is not None else int(value)
+                                                         if value.lstrip("-").isdigit() else float(value))
     return out
 
 

@@ -40,7 +40,7 @@ from ..config import FusionConfig
 from ..language.answertype import asks_for_entity
 from ..language.stemming import stem_terms
 from ..language.timecues import is_temporal_question
-from .documents import named_participants
+from .documents import named_participants, question_speakers
 from .index import FusionIndex
 
 
@@ -128,7 +128,8 @@ def packet_scores(index: FusionIndex, vector: np.ndarray, cos: np.ndarray, ctx: 
 
 
 def speaker_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
-    return _own_turns(index, named_participants(query.question, index.participants, tolerant=index.tolerant_names))
+    return _own_turns(index, question_speakers(query.question, index.participants, tolerant=index.tolerant_names,
+                                               roles=index.pronoun_roles))
 
 
 def _own_turns(index: FusionIndex, named: Sequence[str]) -> np.ndarray:

@@ -16,6 +16,7 @@ import re
 from typing import Iterable, Sequence
 
 from ..language.names import known_name
+from ..language.roles import addressed_role
 from ..language.timeparse import find_time_mentions, parse_session_time
 from ..types import Descriptor, SourcePacket
 
@@ -214,6 +215,22 @@ def named_participants(question: str, participants: Sequence[str], *, tolerant: 
         if name and name not in out:
             out.append(name)
     return out
+
+
+def question_speakers(question: str, participants: Sequence[str], *, tolerant: bool = False,
+                      roles: bool = False) -> list[str]:
+    """The participants a question is about: those it names (``named_participants``); with
+    ``roles``, in a user-assistant history that names none, the side its pronouns point at
+    (``language/roles.addressed_role``: the user for "I"/"my", the assistant for "you said"),
+    when exactly one participant plays that role."""
+    named = named_participants(question, participants, tolerant=tolerant)
+    if named or not roles or not has_assistant(participants):
+        return named
+    role = addressed_role(question)
+    if role is None:
+        return []
+    side = [p for p in participants if is_assistant(p) == (role == "assistant")]
+    return side if len(side) == 1 else []
 
 
 # ----------------------------------------------------------------------------- time

@@ -38,7 +38,7 @@ from ..types import SourcePacket
 from .channels import (FusedQuery, _normalized, answer_type_channel, combine, dense_cosines, lexical_channel,
                        name_weighted, packet_scores, score_order, speaker_channel, temporal_channel,
                        time_match_channel)
-from .documents import is_assistant, named_participants, raw_text, session_neighbours
+from .documents import is_assistant, question_speakers, raw_text, session_neighbours
 from .index import FusionIndex
 
 # Column order of the feature matrix; a model file names these and must match them exactly.
@@ -166,7 +166,7 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
     rank = np.empty(n)
     rank[order] = np.arange(n)
     raw = _normalized(table.raw_lexical.scores(index.query_terms(question)))
-    named = named_participants(question, index.participants, tolerant=index.tolerant_names)
+    named = question_speakers(question, index.participants, tolerant=index.tolerant_names, roles=index.pronoun_roles)
     question_cols = (math.log1p(len(question.split())), float(is_temporal_question(question)),
                      float(len(named) == 1), float(is_list_question(question)))
     cols = [
