@@ -172,13 +172,12 @@ class FusionConfig:
     dense_query: Literal["intent", "intent+question"] = "intent+question"
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
-    # In a user-assistant history, a question that names no participant is about the side its
-    # pronouns point at: the user's turns for "I"/"my", the assistant's for "you said"
-    # (language/roles.py); the speaker channel and the ranker's speaker columns read it. Never
-    # on a history without an assistant, so LoCoMo-shaped dialogue is unchanged. README ("The
-    # model-free path") has what it measured on BEAM and why it is on though it can gain on one
-    # development corpus only.
-    pronoun_roles: bool = True
+    # Bonus for the side a user-assistant question's pronouns point at when it names nobody: the
+    # user's turns for "I"/"my", the assistant's for "you recommended" (language/roles.py, the
+    # ``role`` channel; the ranker's speaker columns read it too). Never on a history without an
+    # assistant, so LoCoMo-shaped dialogue is unchanged; 0 turns it off. README ("Pronoun roles")
+    # has the cross-validated choice and why it is on though it can gain on one corpus only.
+    role_weight: float = 0.5
     # Chat-log normalization of the BM25 terms of turns and questions (issue 25 item 7;
     # language/chatnorm.py): chat spellings to standard words ("bday" -> "birthday", "gonna" ->
     # "going to"), elongations squashed ("sooo" -> "so"), emoji and emoticons to words. The dense

@@ -112,7 +112,7 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 # no build, so they stay out of the key and the stores already built are reused.
 # (chat_norm changes the BM25 index a view builds when it loads, not what a build stores.)
 QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model",
-                            "chat_norm", "answer_type_weight", "pronoun_roles")
+                            "chat_norm", "answer_type_weight", "role_weight")
 # Passage fields change a build only when passages are on (passage_words > 0).
 PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
 

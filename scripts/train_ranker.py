@@ -41,7 +41,7 @@ below the shipped one, a gain on at least two).
 ``Memory.compile`` with it selects what this script selects on every question.
 
     python scripts/train_ranker.py                       # the CV tables
-    python scripts/train_ranker.py --set pronoun_roles=false --write memcompile_local/fused/models/ranker-v1.json
+    python scripts/train_ranker.py --set role_weight=0 --write memcompile_local/fused/models/ranker-v1.json
     # (ranker-v1 was trained before pronoun roles; the package scores it with them on)
     python scripts/train_ranker.py --kinds lambdarank-residual --shrunk --latency   # shrinkage
 """

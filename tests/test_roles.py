@@ -1,4 +1,4 @@
-"""Pronoun roles (fusion.pronoun_roles): a first-person question in a user-assistant history is
+"""Pronoun roles (fusion.role_weight, the role channel): a first-person question in a user-assistant history is
 about the user's turns, one about what "you" said about the assistant's; histories between
 people are untouched. The chats here are written for these tests."""
 
@@ -71,26 +71,39 @@ def _cfg(**changes) -> FusionConfig:
 
 def test_a_first_person_question_finds_the_users_fact_over_an_assistant_reply_that_repeats_its_words():
     question = "Where did my sister move?"
-    off = _cfg(pronoun_roles=False)
+    off = _cfg(role_weight=0.0)
     before = fused_scores(FusionIndex.build(CHAT, {}, off), question, None, off)
     assert int(score_order(before.total)[0]) == 1  # the assistant's reply repeats "sister" and "moved"
-    on = _cfg(pronoun_roles=True)
+    assert "role" not in before.channels
+    on = _cfg()
+    assert on.role_weight == 0.5  # on by default
     after = fused_scores(FusionIndex.build(CHAT, {}, on), question, None, on)
-    assert after.channels["speaker"].tolist() == [1.0, 0.0] * 4
+    assert after.channels["role"].tolist() == [1.0, 0.0] * 4
+    assert not after.channels["speaker"].any()  # the question names nobody
     assert int(score_order(after.total)[0]) == 0
+    assert np.allclose(after.total - before.total, 0.5 * after.channels["role"])
+
+
+def test_a_named_participant_leaves_the_role_channel_silent():
+    cfg = _cfg()
+    s = fused_scores(FusionIndex.build(CHAT, {}, cfg), "What did the assistant say about my sister?", None, cfg)
+    assert s.channels["speaker"].tolist() == [0.0, 1.0] * 4 and not s.channels["role"].any()
 
 
 def test_people_histories_score_as_before():
     people = [_turn(t.ordinal, "Ines" if t.speaker == "user" else "Tomas", t.content) for t in CHAT]
     question = "Where did my sister move?"
-    a = fused_scores(FusionIndex.build(people, {}, _cfg(pronoun_roles=False)), question, None, _cfg())
-    b = fused_scores(FusionIndex.build(people, {}, _cfg(pronoun_roles=True)), question, None, _cfg())
-    assert np.array_equal(a.total, b.total) and not b.channels["speaker"].any()
+    off, on = _cfg(role_weight=0.0), _cfg(role_weight=0.5)
+    a = fused_scores(FusionIndex.build(people, {}, off), question, None, off)
+    b = fused_scores(FusionIndex.build(people, {}, on), question, None, on)
+    assert np.array_equal(a.total, b.total) and "role" not in b.channels and not b.channels["speaker"].any()
+    fa = query_features(FusionIndex.build(people, {}, off), people, question, None, off, len(people))
+    fb = query_features(FusionIndex.build(people, {}, on), people, question, None, on, len(people))
+    assert np.array_equal(fa.matrix, fb.matrix)
 
 
 def test_the_rankers_speaker_columns_read_the_role():
     cfg = _cfg()
-    assert cfg.pronoun_roles  # on by default
     index = FusionIndex.build(CHAT, {}, cfg)
     qf = query_features(index, CHAT, "What did you say about calling my sister?", None, cfg, len(CHAT))
     speaker = qf.matrix[:, FEATURE_NAMES.index("speaker")]
@@ -98,3 +111,7 @@ def test_the_rankers_speaker_columns_read_the_role():
     assert set(qf.matrix[:, FEATURE_NAMES.index("q_names_one")]) == {1.0}
     plain = query_features(index, CHAT, "Which city came up?", None, cfg, len(CHAT))
     assert not plain.matrix[:, FEATURE_NAMES.index("q_names_one")].any()
+    off = _cfg(role_weight=0.0)
+    before = query_features(FusionIndex.build(CHAT, {}, off), CHAT, "What did you say about calling my sister?",
+                            None, off, len(CHAT))
+    assert not before.matrix[:, FEATURE_NAMES.index("speaker")].any()

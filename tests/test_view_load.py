@@ -99,7 +99,6 @@ def selection(mem: Memory, ns: str) -> list[tuple]:
 def same_fusion(a: FusionIndex, b: FusionIndex) -> None:
     assert a.packet_ids == b.packet_ids and a.speakers == b.speakers and a.participants == b.participants
     assert a.expansion_terms == b.expansion_terms and a.tolerant_names == b.tolerant_names
-    assert a.pronoun_roles == b.pronoun_roles
     assert np.array_equal(a.dated, b.dated)
     assert set(a.period_rows) == set(b.period_rows)
     for k in a.period_rows:
@@ -303,7 +302,6 @@ def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> Non
     a, b = live.fusion, scratch.fusion
     assert a.packet_ids == b.packet_ids and a.speakers == b.speakers and a.participants == b.participants
     assert a.expansion_terms == b.expansion_terms and a.tolerant_names == b.tolerant_names
-    assert a.pronoun_roles == b.pronoun_roles
     assert np.array_equal(a.dated, b.dated) and set(a.period_rows) == set(b.period_rows)
     for k in a.period_rows:
         assert np.array_equal(a.period_rows[k], b.period_rows[k])

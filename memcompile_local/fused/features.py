@@ -36,7 +36,7 @@ from ..language.listcues import is_list_question
 from ..language.timecues import is_temporal_question
 from ..types import SourcePacket
 from .channels import (FusedQuery, _normalized, answer_type_channel, combine, dense_cosines, lexical_channel,
-                       name_weighted, packet_scores, score_order, speaker_channel, temporal_channel,
+                       name_weighted, packet_scores, role_channel, score_order, speaker_channel, temporal_channel,
                        time_match_channel)
 from .documents import is_assistant, question_speakers, raw_text, session_neighbours
 from .index import FusionIndex
@@ -49,7 +49,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "packet",  # the package's packet channel (z(p), the gated context vector, passages)
     "cos_z",  # cosine with z(p) alone
     "cos_context",  # cosine with the context document (0 without context vectors)
-    "speaker", "temporal", "time_match",
+    "speaker",  # the speaker channel, or the role channel where it fires (1 on that side's turns)
+    "temporal", "time_match",
     "fused",  # the hand-fit weighted sum
     "fused_rank",  # log(1 + rank of the turn by that sum)
     "packet_gap",  # packet channel minus the question's best packet score
@@ -159,6 +160,9 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
                 "temporal": temporal_channel(index, q), "time_match": time_match_channel(index, q)}
     if cfg.answer_type_weight:  # the weighted sum the ranker reorders (and its "fused" column) takes it in
         channels["answer_type"] = answer_type_channel(index, q)
+    role = role_channel(index, q) if cfg.role_weight else None
+    if role is not None:
+        channels["role"] = role
     weighted = {k: v for k, v in channels.items() if getattr(cfg, f"{k}_weight")}
     fused = combine(weighted, cfg, n)
     order = score_order(fused)
@@ -166,12 +170,14 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
     rank = np.empty(n)
     rank[order] = np.arange(n)
     raw = _normalized(table.raw_lexical.scores(index.query_terms(question)))
-    named = question_speakers(question, index.participants, tolerant=index.tolerant_names, roles=index.pronoun_roles)
+    # The speaker columns count the side the pronouns point at as the participant named (role channel).
+    named = question_speakers(question, index.participants, tolerant=index.tolerant_names, roles=bool(cfg.role_weight))
     question_cols = (math.log1p(len(question.split())), float(is_temporal_question(question)),
                      float(len(named) == 1), float(is_list_question(question)))
     cols = [
         lexical[rows], full[rows], unnamed[rows], packet[rows], cos_z[rows], cos_ctx[rows],
-        channels["speaker"][rows], channels["temporal"][rows], channels["time_match"][rows],
+        np.maximum(channels["speaker"], role)[rows] if role is not None else channels["speaker"][rows],
+        channels["temporal"][rows], channels["time_match"][rows],
         fused[rows], np.log1p(rank[rows]), packet[rows] - (float(packet.max()) if n else 0.0),
         raw[rows], _neighbour(raw, table.prev_row[rows]), _neighbour(raw, table.next_row[rows]),
         _neighbour(cos_z, table.prev_row[rows]), _neighbour(cos_z, table.next_row[rows]),

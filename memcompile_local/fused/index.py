@@ -135,7 +135,6 @@ class FusionIndex:
     period_rows: Mapping[Period, np.ndarray]  # (year, month, day) -> rows of packets dated then
     expansion_terms: tuple[tuple[str, ...], ...]  # stemmed names/keywords of each packet's claims
     tolerant_names: bool = False
-    pronoun_roles: bool = False  # FusionConfig.pronoun_roles (documents.question_speakers)
     chat_norm: bool = False  # FusionConfig.chat_norm: documents and questions chat-normalized
     # Long turns' passages (FusionConfig.passage_words): (P, d) l2-normalized vectors and the
     # packet row of each; a packet with passages scores by their pooled cosine.
@@ -242,7 +241,6 @@ class FusionIndex:
             period_rows={k: np.asarray(v, dtype=np.int64) for k, v in period_rows.items()},
             expansion_terms=tuple(expansion_terms),
             tolerant_names=cfg.tolerant_names,
-            pronoun_roles=cfg.pronoun_roles,
             chat_norm=cfg.chat_norm,
             passage_matrix=passages[0] if passages is not None and len(passages[1]) else None,
             passage_owner=np.asarray(passages[1], dtype=np.int64) if passages is not None and len(passages[1]) else None,
