@@ -40,7 +40,7 @@ from ..config import FusionConfig
 from ..language.answertype import asks_for_entity
 from ..language.stemming import stem_terms
 from ..language.timecues import is_temporal_question
-from .documents import has_assistant, named_participants, question_speakers
+from .documents import has_assistant, named_participants, role_side
 from .index import FusionIndex
 
 
@@ -133,14 +133,13 @@ def speaker_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
 
 def role_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray | None:
     """1.0 on the turns of the side a question that names nobody points at with its pronouns
-    (documents.question_speakers); None on a history without an assistant, so the sum there
+    (documents.role_side); None on a history without an assistant, so the sum there
     is exactly what it was."""
     if not has_assistant(index.participants):
         return None
     if named_participants(query.question, index.participants, tolerant=index.tolerant_names):
         return np.zeros(len(index.packet_ids))  # the speaker channel has it
-    return _own_turns(index, question_speakers(query.question, index.participants, tolerant=index.tolerant_names,
-                                               roles=True))
+    return _own_turns(index, role_side(query.question, index.participants))
 
 
 def _own_turns(index: FusionIndex, named: Sequence[str]) -> np.ndarray:

@@ -224,9 +224,14 @@ def question_speakers(question: str, participants: Sequence[str], *, tolerant: b
     (``language/roles.addressed_role``: the user for "I"/"my", the assistant for "you said"),
     when exactly one participant plays that role."""
     named = named_participants(question, participants, tolerant=tolerant)
-    if named or not roles or not has_assistant(participants):
-        return named
-    role = addressed_role(question)
+    return named if named or not roles else role_side(question, participants)
+
+
+def role_side(question: str, participants: Sequence[str]) -> list[str]:
+    """The one participant of a user-assistant history who plays the role the question's
+    pronouns point at (``language/roles.addressed_role``); [] without an assistant, without a
+    role, or when several participants play it."""
+    role = addressed_role(question) if has_assistant(participants) else None
     if role is None:
         return []
     side = [p for p in participants if is_assistant(p) == (role == "assistant")]

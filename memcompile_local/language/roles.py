@@ -6,8 +6,9 @@ the user's turns. A question about what the assistant said names it as "you" in 
 ("What did you recommend for my sleep schedule?", "your suggestion"). A request addressed to
 the assistant now ("Can you list ...", "Could you remind me ...") is neither: its "you" is the
 one answering, so only past-tense verbs of saying count. ``addressed_role`` returns the role
-the question points at; the fused selector's speaker channel treats it as the participant the
-question names (fused/documents.question_speakers). English only, like the other cues here.
+the question points at; the fused selector's role channel gives that side's turns a bonus, and
+the learned ranker's speaker columns treat it as the participant the question names
+(fused/documents.role_side, question_speakers). English only, like the other cues here.
 """
 
 from __future__ import annotations
