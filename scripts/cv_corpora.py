@@ -117,19 +117,17 @@ QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_wind
 PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
 
 
-def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int | bool]]:
+def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int]]:
     """``--set`` pairs of train_ranker.py and ablate_model_free.py as ``PipelineConfig.replace``
     sections: "SECTION.FIELD=N", or "FIELD=N" for a fusion field; whole numbers stay ints, so
-    integer fields validate; "true" and "false" are booleans."""
-    out: dict[str, dict[str, float | int | bool]] = {}
+    integer fields validate."""
+    out: dict[str, dict[str, float | int]] = {}
     for kv in pairs:
         key, sep, value = kv.partition("=")
         if not sep:
             raise SystemExit(f"--set {kv!r}: expected FIELD=VALUE")
         section, _, name = key.rpartition(".")
-        flag = {"true": True, "false": False}.get(value.lower())
-        out.setdefault(section or "fusion", {})[name] = (flag if flag is not None else int(value)
-                                                         if value.lstrip("-").isdigit() else float(value))
+        out.setdefault(section or "fusion", {})[name] = int(value) if value.lstrip("-").isdigit() else float(value)
     return out
 
 
