@@ -170,6 +170,10 @@ class FusionConfig:
     answer_type_weight: float = 0.0
     # The dense query: the rule intent's text alone, or the mean of its embedding and the question's.
     dense_query: Literal["intent", "intent+question"] = "intent+question"
+    # "drop": a question with a request frame ("Can you list the order in which I brought up
+    # ... across our conversations? Mention only five items.") is embedded as its content alone
+    # (language/framing.py); "keep": as asked. BM25 and every cue read the question as asked.
+    request_frame: Literal["keep", "drop"] = "keep"
     bursts: bool = False  # lexical documents group consecutive same-speaker messages
     tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
     # Bonus for the side a user-assistant question's pronouns point at when it names nobody: the

@@ -112,22 +112,33 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 # no build, so they stay out of the key and the stores already built are reused.
 # (chat_norm changes the BM25 index a view builds when it loads, not what a build stores.)
 QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model",
-                            "chat_norm", "answer_type_weight", "role_weight")
+                            "chat_norm", "answer_type_weight", "role_weight", "request_frame")
 # Passage fields change a build only when passages are on (passage_words > 0).
 PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
 
 
-def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int]]:
+def _value(text: str) -> float | int | str:
+    """A --set value: an int for a whole number (integer fields validate), else a float, else
+    the text itself (a Literal field such as request_frame=drop)."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int | str]]:
     """``--set`` pairs of train_ranker.py and ablate_model_free.py as ``PipelineConfig.replace``
     sections: "SECTION.FIELD=N", or "FIELD=N" for a fusion field; whole numbers stay ints, so
     integer fields validate."""
-    out: dict[str, dict[str, float | int]] = {}
+    out: dict[str, dict[str, float | int | str]] = {}
     for kv in pairs:
         key, sep, value = kv.partition("=")
         if not sep:
             raise SystemExit(f"--set {kv!r}: expected FIELD=VALUE")
         section, _, name = key.rpartition(".")
-        out.setdefault(section or "fusion", {})[name] = int(value) if value.lstrip("-").isdigit() else float(value)
+        out.setdefault(section or "fusion", {})[name] = _value(value)
     return out
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from ..config import FusionConfig
 from ..errors import ConfigError
 from ..evidence.pursuit import mem_pursuit
+from ..language.framing import question_content
 from ..language.listcues import LIST_QUESTION, is_list_question  # noqa: F401  (importers read them here)
 from ..protocols import Embedder
 from .channels import FusedScores, fused_scores, score_order
@@ -46,7 +47,16 @@ def dense_query_texts(question: str, intent_query: str, cfg: FusionConfig) -> li
     ``cfg.dense_query == "intent+question"`` the question as asked follows it, unless the
     two are the same text: the intent text repeats the question's names and keywords, which
     pulls its embedding towards them; the plain question keeps what it asks about.
+
+    With ``cfg.request_frame == "drop"`` a question that wraps its subject in a request frame
+    is embedded as its content alone (``language.framing.question_content``): the frame's
+    words ("list the order", "our conversations", "five items") match every request in a
+    user-assistant history, and the intent text built from the whole question repeats them.
     """
+    if cfg.request_frame == "drop":
+        content = question_content(question)
+        if content != question:
+            return [content]
     if cfg.dense_query == "intent" or not question or question == intent_query:
         return [intent_query]
     return [intent_query, question]
