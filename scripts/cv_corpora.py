@@ -130,8 +130,8 @@ def _value(text: str) -> float | int | str:
 
 def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int | str]]:
     """``--set`` pairs of train_ranker.py and ablate_model_free.py as ``PipelineConfig.replace``
-    sections: "SECTION.FIELD=N", or "FIELD=N" for a fusion field; whole numbers stay ints, so
-    integer fields validate."""
+    sections: "SECTION.FIELD=VALUE", or "FIELD=VALUE" for a fusion field; values as ``_value``
+    reads them (whole numbers stay ints, so integer fields validate; text stays text)."""
     out: dict[str, dict[str, float | int | str]] = {}
     for kv in pairs:
         key, sep, value = kv.partition("=")

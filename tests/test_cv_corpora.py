@@ -121,3 +121,8 @@ def test_cv_builds_cross_validates_one_run_per_value(tmp_path, capsys, monkeypat
     monkeypatch.setattr(sys, "argv", ["cv_builds.py", f"none={a}", f"bad={c}"])
     with pytest.raises(SystemExit, match="bad: corpus locomo scored other questions"):
         cv_builds.main()
+
+
+def test_config_changes_keeps_ints_floats_and_literal_text():
+    assert cv_corpora.config_changes(["request_frame=drop", "role_weight=0", "fusion.pool=40", "x.y=0.5"]) == {
+        "fusion": {"request_frame": "drop", "role_weight": 0, "pool": 40}, "x": {"y": 0.5}}

@@ -4,9 +4,6 @@ default, embed as before. The questions here are written for these tests."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -16,9 +13,6 @@ from memcompile_local.fused.index import FusionIndex
 from memcompile_local.fused.retriever import FusedRetriever, dense_query_texts
 from memcompile_local.language.framing import question_content
 from memcompile_local.types import SourcePacket
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import cv_corpora  # noqa: E402
 
 
 @pytest.mark.parametrize("question, content", [
@@ -81,8 +75,3 @@ def test_the_retriever_embeds_the_content_of_a_framed_question():
     question = "Could you remind me of my kiln repair throughout our conversations?"
     retriever.query_vector(emb, question, question + " kiln repair")
     assert emb.seen == [["my kiln repair?"]]
-
-
-def test_the_scripts_set_a_literal_field():
-    assert cv_corpora.config_changes(["request_frame=drop", "role_weight=0", "fusion.pool=40", "x.y=0.5"]) == {
-        "fusion": {"request_frame": "drop", "role_weight": 0, "pool": 40}, "x": {"y": 0.5}}
