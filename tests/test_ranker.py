@@ -132,6 +132,36 @@ def test_the_evaluator_equals_lightgbm_on_the_same_rows():
     assert np.allclose(model.predict(rows), booster.predict(rows, raw_score=True), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("leaves", [7, 40, 90])
+def test_the_bitmask_evaluation_equals_the_walk_and_lightgbm(leaves):
+    """Trees of up to 64 leaves are scored by bitmasks (uint8 / uint64 here); larger ones by
+    walking; both must give LightGBM's sums, missing values included."""
+    lgb = pytest.importorskip("lightgbm", reason="lightgbm (the train extra) is not installed")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from train_ranker import flatten
+
+    rng = np.random.default_rng(leaves)
+    X = rng.random((3000, F))
+    X[rng.random(X.shape) < 0.05] = np.nan
+    X[rng.random(X.shape) < 0.2] = 0.0  # zeros, so some splits get missing_type Zero
+    y = (np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 3]) * np.nan_to_num(X[:, 7]) + 0.3 * rng.random(3000)
+         > 0.8).astype(float)
+    booster = lgb.train({"objective": "lambdarank", "num_leaves": leaves, "min_data_in_leaf": 3, "verbose": -1,
+                         "deterministic": True, "num_threads": 1, "seed": 0, "zero_as_missing": leaves == 40},
+                        lgb.Dataset(X, y, group=[50] * 60), num_boost_round=30)
+    model = parse_model(_doc([flatten(t["tree_structure"]) for t in booster.dump_model()["tree_info"]]))
+    widest = model.scorer.leaf_value.shape[1]
+    assert widest == leaves and (model.scorer.right_mask is None) == (leaves > 64)
+    assert set(np.unique(model.scorer.missing)) == ({1} if leaves == 40 else {2})
+    rows = rng.random((257, F))
+    rows[::5, 3] = np.nan
+    rows[::3, 7] = 0.0
+    want = booster.predict(rows, raw_score=True)
+    assert np.allclose(model.predict(rows), want, rtol=0, atol=1e-12)
+    walk = dataclasses.replace(model.scorer, right_mask=None, leaf_at=None)
+    assert np.allclose(walk.predict(rows), want, rtol=0, atol=1e-12)
+
+
 def test_ordered_total_keeps_the_rankers_order_then_the_weighted_tail():
     order = np.asarray([3, 0, 2, 1, 4])
     total = ordered_total(5, order[:3], np.asarray([0.1, 0.9, 0.1]), order)
@@ -338,3 +368,4 @@ def test_auto_reads_the_role_from_the_index_not_the_config():
         assert not uses_learned_ranker(mem.view("a").fusion, fusion)
         assert uses_learned_ranker(mem.view("b").fusion, fusion)
         assert not uses_learned_ranker(mem.view("b").fusion, dataclasses.replace(fusion, ranker="weighted"))
+

@@ -64,6 +64,12 @@ class Trees:
     missing: np.ndarray  # (T, M) int8: 0 None, 1 Zero, 2 NaN
     leaf_value: np.ndarray  # (T, L) float64
     depth: int  # the longest root-to-leaf path, in internal nodes
+    # For the bitmask evaluation (``_exit_leaves``), None when a tree has over 64 leaves: bit i
+    # is a tree's i-th leaf from the left; ``right_mask`` keeps every leaf outside a split's left
+    # subtree (all bits for padding); ``leaf_at`` maps a bit to its leaf. The smallest unsigned
+    # type that holds L bits (uint8 for the shipped 7-leaf trees) keeps the (T, M, R) masks small.
+    right_mask: np.ndarray | None = None  # (T, M) uint8 to uint64
+    leaf_at: np.ndarray | None = None  # (T, bits) int64
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """The sum of the trees' leaf values for each row of ``X`` (float64), as LightGBM's
@@ -74,23 +80,47 @@ class Trees:
         T, R = len(self.root), X.shape[0]
         if T == 0 or R == 0:
             return np.zeros(R)
-        t = np.arange(T)[:, None]
-        node = np.broadcast_to(self.root[:, None], (T, R)).copy()
+        M = self.feature.shape[1]
+        # Every split's decision for every row at once ((T*M, R); padding slots decide
+        # nonsense nobody reads), then the walk only gathers: an ensemble of a thousand trees
+        # costs a few array passes, not a few per tree level and tree.
+        x = np.ascontiguousarray(X.T)[self.feature.ravel()]  # (T*M, R), C order for the reshapes below
+        miss = self.missing.reshape(-1, 1)
+        nan = np.isnan(x)
+        if nan.any() or miss.any():  # the shipped model's splits are all missing_type None
+            x = np.where(nan & (miss == 0), 0.0, x)
+            is_missing = (nan & (miss == 2)) | ((miss == 1) & (nan | (np.abs(x) <= _ZERO)))
+            go_left = np.where(is_missing, self.default_left.reshape(-1, 1), x <= self.threshold.reshape(-1, 1))
+        else:
+            go_left = x <= self.threshold.reshape(-1, 1)
+        if self.right_mask is not None:
+            leaf = self._exit_leaves(go_left.reshape(T, M, R))
+            return self.leaf_value[np.arange(T)[:, None], leaf].sum(axis=0)
+        go_left = go_left.ravel()
+        left, right = self.left.ravel(), self.right.ravel()
+        base = (np.arange(T) * M)[:, None]
         cols = np.arange(R)[None, :]
+        node = np.broadcast_to(self.root[:, None], (T, R)).copy()
         for _ in range(self.depth):
             inner = node >= 0
             if not inner.any():
                 break
-            at = np.where(inner, node, 0)
-            x = X[cols, self.feature[t, at]]
-            miss = self.missing[t, at]
-            nan = np.isnan(x)
-            x = np.where(nan & (miss == 0), 0.0, x)
-            is_missing = (nan & (miss == 2)) | ((miss == 1) & (nan | (np.abs(x) <= _ZERO)))
-            go_left = np.where(is_missing, self.default_left[t, at], x <= self.threshold[t, at])
-            nxt = np.where(go_left, self.left[t, at], self.right[t, at])
+            at = base + np.where(inner, node, 0)
+            nxt = np.where(go_left[at * R + cols], left[at], right[at])
             node = np.where(inner, nxt, node)
-        return self.leaf_value[t, ~node].sum(axis=0)
+        return self.leaf_value[np.arange(T)[:, None], ~node].sum(axis=0)
+
+    def _exit_leaves(self, go_left: np.ndarray) -> np.ndarray:
+        """(T, R) leaf of every tree and row without walking (the QuickScorer argument): each
+        split that sends a row right rules out the leaves of its left subtree, and the row's
+        leaf is the leftmost one no split ruled out, because every leaf left of it lies in the
+        left subtree of a split on its path that went right, and no split on its path rules
+        it out."""
+        every = np.iinfo(self.right_mask.dtype).max
+        kept = np.bitwise_and.reduce(np.where(go_left, every, self.right_mask[:, :, None]), axis=1)
+        lowest = kept & (~kept + kept.dtype.type(1))
+        bit = np.log2(lowest.astype(np.float64)).astype(np.int64)  # a power of two: exact
+        return np.take_along_axis(self.leaf_at, bit, axis=1)
 
 
 @dataclass(frozen=True)
@@ -191,8 +221,31 @@ def _trees(path, docs: list, n_features: int) -> Trees:
         default_left[i, :m], missing[i, :m] = dl, ms
         leaf_value[i, : len(lv)] = lv
         root[i] = 0 if m else -1
+    masks = None
+    if L <= 64:
+        kind = next(np.dtype(f"uint{b}") for b in (8, 16, 32, 64) if L <= b)
+        masks = np.full((T, M), np.iinfo(kind).max, kind), np.zeros((T, kind.itemsize * 8), np.int64)
+        for i, p in enumerate(parsed):
+            _leaf_bits(p[2], p[3], masks[0][i], masks[1][i])
     return Trees(root, feature, threshold, left, right, default_left, missing, leaf_value,
-                 max([p[7] for p in parsed] + [0]))
+                 max([p[7] for p in parsed] + [0]), *(masks or (None, None)))
+
+
+def _leaf_bits(left: np.ndarray, right: np.ndarray, right_mask: np.ndarray, leaf_at: np.ndarray) -> None:
+    """Fill one tree's ``right_mask`` and ``leaf_at`` rows (Trees): leaves numbered left to right."""
+    order: list[int] = []
+
+    def walk(n: int) -> int:  # the bits of the leaves under child ``n``
+        if n < 0:
+            order.append(~n)
+            return 1 << (len(order) - 1)
+        lbits = walk(int(left[n]))
+        rbits = walk(int(right[n]))
+        right_mask[n] = int(np.iinfo(right_mask.dtype).max) & ~lbits
+        return lbits | rbits
+
+    walk(0 if len(left) else -1)
+    leaf_at[: len(order)] = order
 
 
 def _depth(path, where: str, left: np.ndarray, right: np.ndarray) -> int:
