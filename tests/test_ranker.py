@@ -369,3 +369,21 @@ def test_auto_reads_the_role_from_the_index_not_the_config():
         assert uses_learned_ranker(mem.view("b").fusion, fusion)
         assert not uses_learned_ranker(mem.view("b").fusion, dataclasses.replace(fusion, ranker="weighted"))
 
+
+def test_a_bagged_ensemble_exports_as_one_tree_list_with_the_members_mean(tmp_path):
+    tr = _train_ranker()
+    rng = np.random.default_rng(3)
+    X = rng.random((1200, F))
+    y = (X[:, tr.FUSED_COL] + 0.3 * X[:, 5] + 0.3 * rng.random(1200) > 0.9).astype(float)
+    groups = [40] * 30
+    model = tr.LambdaRankBagged().fit(X, y, groups)
+    assert len(model.boosters) == len(tr.BAGGED_SEEDS) > 1
+    rows = rng.random((300, F))
+    members = [b.predict(rows, raw_score=True) for b in model.boosters]
+    assert not np.allclose(members[0], members[1])  # the seeds really draw different rows
+    doc = tr.export("lambdarank-bagged", model, tmp_path / "bagged.json", 50, {"command": "test"})
+    assert len(doc["trees"]) == sum(b.num_trees() for b in model.boosters)
+    loaded = load_model(tmp_path / "bagged.json")
+    want = tr.INIT_SCALE * rows[:, tr.FUSED_COL] + np.mean(members, axis=0)
+    assert np.allclose(loaded.predict(rows), want, rtol=0, atol=1e-9)
+    assert np.allclose(model.predict(rows), want, rtol=0, atol=1e-12)
