@@ -44,8 +44,10 @@ below the shipped one, a gain on at least two).
 ``Memory.compile`` with it selects what this script selects on every question.
 
     python scripts/train_ranker.py                       # the CV tables
-    python scripts/train_ranker.py --set role_weight=0 --write memcompile_local/fused/models/ranker-v1.json
-    # (ranker-v1 was trained before pronoun roles; the package scores it with them on)
+    python scripts/train_ranker.py --kinds lambdarank-residual,lambdarank-bagged --kind lambdarank-bagged \
+        --write memcompile_local/fused/models/ranker-v2.json          # the shipped model
+    python scripts/train_ranker.py --set role_weight=0 --set answer_type_weight=0 --kind lambdarank-residual \
+        --write memcompile_local/fused/models/ranker-v1.json          # the release before's
     python scripts/train_ranker.py --kinds lambdarank-residual --shrunk --latency   # shrinkage
 """
 
@@ -575,7 +577,7 @@ def main() -> int:
     ap.add_argument("--beam", default=None)
     ap.add_argument("--cache", default="~/.cache/memcompile-local/ablate", help="the cached builds (cv_corpora)")
     ap.add_argument("--pool", type=int, default=50, help=f"candidates reordered per question (at most {KEEP_ROWS})")
-    ap.add_argument("--kinds", default="lambdarank,lambdarank-reg,lambdarank-residual,linear",
+    ap.add_argument("--kinds", default="lambdarank,lambdarank-reg,lambdarank-residual,lambdarank-bagged,linear",
                     help=f"rankers to cross-validate, of {', '.join(MODELS)}")
     ap.add_argument("--extra", action="store_true", help=f"also rows with the candidate features {EXTRA_FEATURES}")
     ap.add_argument("--extra-cols", default=None, help="comma-separated EXTRA_FEATURES names the --extra rows read")
@@ -586,7 +588,7 @@ def main() -> int:
                     help="also a row trained on the --set features but scored on features computed with these "
                          "fusion fields too (a model file kept as it is, a query-time change under it)")
     ap.add_argument("--write", default=None, metavar="PATH", help="export the model trained on everything")
-    ap.add_argument("--kind", default="lambdarank-residual", help="the ranker --write exports (one of --kinds)")
+    ap.add_argument("--kind", default="lambdarank-bagged", help="the ranker --write exports (one of --kinds)")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON")
     ap.add_argument("--ablate", action="store_true", help="--kind with each feature group of GROUPS left out")
     ap.add_argument("--latency", action="store_true",

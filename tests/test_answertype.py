@@ -32,10 +32,12 @@ def test_turns_naming_entities():
     assert not names_entity("Paris was lovely.", people)  # the first word never counts
 
 
-def test_channel_off_by_default_and_on_assistant_histories():
+def test_channel_on_by_default_off_at_zero_and_on_assistant_histories():
     packets = [_packet(0, "Ines", "Hi! We sailed to Porto."), _packet(1, "Tomas", "Oh I saw Lisbon too.")]
     assert "answer_type" in CHANNELS
-    ix = FusionIndex.build(packets, {}, FusionConfig())
+    assert FusionConfig().answer_type_weight == 0.75
+    assert list(FusionIndex.build(packets, {}, FusionConfig()).entity_rows) == [1.0, 1.0]
+    ix = FusionIndex.build(packets, {}, FusionConfig(answer_type_weight=0))
     assert ix.entity_rows is None
     on = FusionIndex.build(packets, {}, FusionConfig(answer_type_weight=0.75))
     assert list(on.entity_rows) == [1.0, 1.0]

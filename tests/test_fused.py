@@ -90,7 +90,7 @@ def test_temporal_cue_lifts_dated_packets_for_time_questions_only():
     dated = Descriptor(descriptor_id="ns:D2:3:0", namespace="ns", packet_id="D2:3", claim_index=0,
                        text="Bo went camping near the lake.", speaker="Bo", session_index=2,
                        session_time="8 May, 2023", event_time="2023-05-06")
-    cfg = FusionConfig(lexical_weight=0, packet_weight=0, speaker_weight=0, temporal_weight=0.2)
+    cfg = FusionConfig(lexical_weight=0, packet_weight=0, speaker_weight=0, temporal_weight=0.2, answer_type_weight=0)
     index = FusionIndex.build(PACKETS, {"D2:3": (dated,)}, cfg)
     assert fused_scores(index, "When did someone go camping?", None, cfg).total.tolist() == [0, 0, 0, 0.2, 0]
     assert fused_scores(index, "Where did someone go camping?", None, cfg).total.tolist() == [0, 0, 0, 0, 0]
@@ -430,7 +430,7 @@ def test_a_new_channel_is_one_function_and_one_weight(monkeypatch):
     from memcompile_local.fused import channels as channels_module
 
     index = FusionIndex.build(PACKETS, {}, FusionConfig())
-    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, time_match_weight=0)
+    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, time_match_weight=0, answer_type_weight=0)
     before = fused_scores(index, "camping lake", None, cfg).total
     monkeypatch.setitem(channels_module.CHANNELS, "first_turn", lambda ix, q: np.eye(len(ix.packet_ids))[0])
     monkeypatch.setattr(FusionConfig, "first_turn_weight", 2.0, raising=False)

@@ -80,7 +80,10 @@ def test_pooled_passage_scores_by_hand():
 
 def memory(store: MemoryStore, **fusion) -> Memory:
     cfg = apply_preset("model-free", PipelineConfig())
-    cfg = cfg.replace(fusion={"lexical_weight": 0.0, "complement": "none", **fusion})  # the dense channel alone
+    # The dense channel alone: no lexical or answer-type score, and no learned ranker (its own
+    # features read BM25 of the raw turn).
+    cfg = cfg.replace(fusion={"lexical_weight": 0.0, "answer_type_weight": 0.0, "ranker": "weighted", "complement": "none",
+                              **fusion})
     return Memory(store, cfg, embedder=WindowEmbedder(dim=256), client=LLMClient(NoModelBackend(), store))
 
 

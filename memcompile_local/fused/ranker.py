@@ -1,6 +1,6 @@
 """The learned ranker of the fused selector (``FusionConfig.ranker = "learned"``).
 
-A model file (``models/ranker-v1.json``; written by ``scripts/train_ranker.py``) holds either
+A model file (``models/ranker-v2.json``; written by ``scripts/train_ranker.py``) holds either
 gradient-boosted regression trees exported from LightGBM's LambdaRank or a linear model, the
 feature names it reads in order (``features.FEATURE_NAMES``), and how it was trained (command,
 sha256 of the development data, library and version, hyperparameters, cross-validated
@@ -33,7 +33,7 @@ from .index import FusionIndex
 
 FORMAT = "memcompile-ranker"
 FORMAT_VERSION = 1
-DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v1.json"
+DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v2.json"
 # LightGBM's tolerance for "zero" under missing_type Zero (its kZeroThreshold).
 _ZERO = 1e-35
 _MISSING = {"None": 0, "Zero": 1, "NaN": 2}
@@ -321,7 +321,7 @@ _CACHE_LOCK = threading.Lock()
 
 
 def load_model(path: str | Path | None = None) -> RankerModel:
-    """The model file at ``path`` (default: the shipped ``models/ranker-v1.json``), read and
+    """The model file at ``path`` (default: the shipped ``models/ranker-v2.json``), read and
     checked once per process (models are immutable, so threads share one)."""
     p = Path(path).expanduser() if path else DEFAULT_MODEL
     key = str(p.resolve()) if p.exists() else str(p)
