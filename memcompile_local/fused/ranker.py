@@ -82,8 +82,9 @@ class Trees:
             return np.zeros(R)
         M = self.feature.shape[1]
         # Every split's decision for every row at once ((T*M, R); padding slots decide
-        # nonsense nobody reads), then the walk only gathers: an ensemble of a thousand trees
-        # costs a few array passes, not a few per tree level and tree.
+        # nonsense nobody reads). The exit leaves then come from bitmasks (_exit_leaves), or,
+        # for trees of over 64 leaves, from a walk that only gathers decisions: a thousand
+        # trees cost a few array passes, not a few per tree level and tree.
         x = np.ascontiguousarray(X.T)[self.feature.ravel()]  # (T*M, R), C order for the reshapes below
         miss = self.missing.reshape(-1, 1)
         nan = np.isnan(x)
