@@ -278,6 +278,20 @@ def test_corpus_balanced_weights_give_each_corpus_the_same_total():
     assert tr.corpus_weights(qs, groups, "locomo").tolist() == [2.0] * 6 + [1.0] * 4
 
 
+def test_conversation_subsets_leave_out_a_share_of_every_corpus_and_keep_one():
+    tr = _train_ranker()
+    Q = dataclasses.make_dataclass("Q", ["corpus", "ns"])
+    qs = [Q("beam", f"b{i}") for i in range(10) for _ in range(2)] + [Q("locomo", f"l{i}") for i in range(4)] \
+        + [Q("solo", "s0")]
+    subsets = tr.conversation_subsets(qs, range(10), drop=0.3)
+    for keep in subsets:
+        by = {c: sum(k[0] == c for k in keep) for c in ("beam", "locomo", "solo")}
+        assert by == {"beam": 7, "locomo": 3, "solo": 1}  # round(0.3 n) out; a lone conversation stays
+    assert len({frozenset(k) for k in subsets}) > 1  # the seeds draw different subsets
+    shuffled = qs[18::-1] + qs[19:]  # beam's questions reversed, the corpora still in their order
+    assert tr.conversation_subsets(shuffled, range(10), drop=0.3) == subsets
+
+
 # ----------------------------------------------------------------------------- ranker "auto"
 
 
