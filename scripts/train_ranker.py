@@ -295,15 +295,28 @@ class LambdaRankBagged(LambdaRank):
     variant = "residual"
 
     def fit(self, X, y, groups, weights=None):
-        import lightgbm as lgb
-        extra, self.rounds, self.init_scale = VARIANTS[self.variant]
-        self.params = {**LGB_PARAMS, **extra, **BAGGING}
-        init = self.init_scale * X[:, FUSED_COL]
-        data = lgb.Dataset(X, y, group=groups, init_score=init, weight=weights, free_raw_data=False)
-        self.boosters = [lgb.train({**self.params, "seed": s}, data, num_boost_round=self.rounds)
-                         for s in BAGGED_SEEDS]
-        self.params["seeds"] = list(BAGGED_SEEDS)
+        self.setup(X.shape[1])
+        data = self.dataset(X, y, groups, weights)  # binned once, shared by the seeds
+        self.boosters = [self.boost(data, s) for s in BAGGED_SEEDS]
+        self.params["seeds"] = list(BAGGED_SEEDS)  # recorded in the export, not a LightGBM parameter
         return self
+
+    def setup(self, n_cols: int) -> None:
+        extra, self.rounds, self.init_scale = VARIANTS[self.variant]
+        self.params = {**LGB_PARAMS, **extra, **BAGGING, **self.more_params(n_cols)}
+
+    def dataset(self, X, y, groups, weights=None):
+        import lightgbm as lgb
+        return lgb.Dataset(X, y, group=groups, init_score=self.init_scale * X[:, FUSED_COL], weight=weights,
+                           free_raw_data=False)
+
+    def boost(self, data, seed: int):
+        import lightgbm as lgb
+        return lgb.train({**self.params, "seed": seed}, data, num_boost_round=self.rounds)
+
+    def more_params(self, n_cols: int) -> dict:
+        """LightGBM parameters a subclass adds to the bagged setting (none here)."""
+        return {}
 
     def parts(self, X):
         trees = np.mean([b.predict(X, raw_score=True, num_threads=1) for b in self.boosters], axis=0)
@@ -393,14 +406,11 @@ class LambdaRankConvBagged(LambdaRankBagged):
     questions of a seeded random 70% of the conversations of every corpus; averaged."""
 
     def fit_questions(self, train: list, pool: int, extra: bool):
-        import lightgbm as lgb
-        params, self.rounds, self.init_scale = VARIANTS[self.variant]
-        self.params = {**LGB_PARAMS, **params, **BAGGING}
         self.boosters = []
         for s, keep in zip(BAGGED_SEEDS, conversation_subsets(train, BAGGED_SEEDS)):
             X, y, groups = design([q for q in train if (q.corpus, q.ns) in keep], pool, extra, train=True)
-            data = lgb.Dataset(X, y, group=groups, init_score=self.init_scale * X[:, FUSED_COL])
-            self.boosters.append(lgb.train({**self.params, "seed": s}, data, num_boost_round=self.rounds))
+            self.setup(X.shape[1])
+            self.boosters.append(self.boost(self.dataset(X, y, groups), s))
         self.params["seeds"] = list(BAGGED_SEEDS)
         self.params["conversation_drop"] = CONV_DROP
         return self
