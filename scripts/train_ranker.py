@@ -374,6 +374,29 @@ class LambdaRankBaggedMix(LambdaRankBagged):
 
 MODELS["lambdarank-bagged-mix"] = LambdaRankBaggedMix
 
+# The third batch against REALTALK's gap (stop 39), both fixed before any of their figures were
+# read. "-monotone": a turn cannot rank lower for matching the question better; the trees may
+# only raise a row's score with its lexical, dense and fused evidence and lower it with its
+# fused rank, so they cannot learn one chat's quirk in how a signal's middle values fall.
+# "-ff70": each tree sees a random 70% of the columns, so no booster leans on one signal alone.
+MONOTONE_UP = ("lexical", "lexical_full", "lexical_unnamed", "packet", "cos_z", "cos_context", "fused",
+               "packet_gap", "raw_bm25")
+MONOTONE_DOWN = ("fused_rank",)
+
+
+def monotone_constraints(n_cols: int) -> list[int]:
+    """+1 / -1 / 0 per design column (the package's features, then any --extra columns at 0)."""
+    sign = {**{f: 1 for f in MONOTONE_UP}, **{f: -1 for f in MONOTONE_DOWN}}
+    return [sign.get(f, 0) for f in FEATURE_NAMES] + [0] * (n_cols - len(FEATURE_NAMES))
+
+
+MODELS["lambdarank-bagged-monotone"] = type(
+    "LambdaRankBagged_monotone", (LambdaRankBagged,),
+    {"more_params": lambda self, n: {"monotone_constraints": monotone_constraints(n),
+                                     "monotone_constraints_method": "intermediate"}})
+MODELS["lambdarank-bagged-ff70"] = type(
+    "LambdaRankBagged_ff70", (LambdaRankBagged,), {"more_params": lambda self, n: {"feature_fraction": 0.7}})
+
 
 # lambdarank-bagged-convs: each booster also leaves out this share of every corpus's training
 # conversations (at least one kept). Fixed before its figures were read (stop 38): row bagging

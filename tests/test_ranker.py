@@ -292,6 +292,33 @@ def test_conversation_subsets_leave_out_a_share_of_every_corpus_and_keep_one():
     assert tr.conversation_subsets(shuffled, range(10), drop=0.3) == subsets
 
 
+def test_monotone_kind_cannot_rank_a_better_match_lower():
+    tr = _train_ranker()
+    rng = np.random.default_rng(3)
+    X = rng.random((800, F))
+    bm25, rank = FEATURE_NAMES.index("raw_bm25"), FEATURE_NAMES.index("fused_rank")
+    # Gold in the middle of raw_bm25 and of fused_rank: a free tree learns the bump.
+    y = ((np.abs(X[:, bm25] - 0.5) < 0.15) & (np.abs(X[:, rank] - 0.5) < 0.3)).astype(float)
+    groups = [20] * 40
+    probe = np.repeat(rng.random((1, F)), 21, axis=0)
+    grid = np.linspace(0.0, 1.0, 21)
+
+    def curves(kind):
+        model = tr.MODELS[kind]().fit(X, y, groups)
+        out = []
+        for col in (bm25, rank):
+            P = probe.copy()
+            P[:, col] = grid
+            out.append(model.parts(P)[1])  # the trees alone (the init score is fused, held fixed)
+        return out
+
+    up, down = curves("lambdarank-bagged-monotone")
+    assert np.all(np.diff(up) >= -1e-12) and np.all(np.diff(down) <= 1e-12)
+    assert tr.monotone_constraints(F + 2)[bm25] == 1 and tr.monotone_constraints(F + 2)[-2:] == [0, 0]
+    free_up, free_down = curves("lambdarank-bagged")  # the same data without the constraint does bend
+    assert np.any(np.diff(free_up) < -1e-9) or np.any(np.diff(free_down) > 1e-9)
+
+
 # ----------------------------------------------------------------------------- ranker "auto"
 
 
