@@ -397,6 +397,17 @@ MODELS["lambdarank-bagged-monotone"] = type(
 MODELS["lambdarank-bagged-ff70"] = type(
     "LambdaRankBagged_ff70", (LambdaRankBagged,), {"more_params": lambda self, n: {"feature_fraction": 0.7}})
 
+# The fourth batch (stop 40), fixed before any of their figures were read: two regularizers
+# that act on how a split is chosen or how much a leaf says, not on the tree's size.
+# "-extra": LightGBM's extremely randomized trees (one random threshold tried per column), so a
+# split cannot sit exactly on one chat's value. "-smooth": path_smooth 200 (a leaf of n rows
+# keeps n / (n + 200) of its own value and takes the rest from its parent), so leaves of few
+# rows, the ones a single chat can fill, say less.
+MODELS["lambdarank-bagged-extra"] = type(
+    "LambdaRankBagged_extra", (LambdaRankBagged,), {"more_params": lambda self, n: {"extra_trees": True}})
+MODELS["lambdarank-bagged-smooth"] = type(
+    "LambdaRankBagged_smooth", (LambdaRankBagged,), {"more_params": lambda self, n: {"path_smooth": 200.0}})
+
 
 # lambdarank-bagged-convs: each booster also leaves out this share of every corpus's training
 # conversations (at least one kept). Fixed before its figures were read (stop 38): row bagging
