@@ -28,6 +28,9 @@ the very function the package calls at query time) and trains a ranker on them:
   CV read 1.4 (measurements; none shipped);
 * ``lambdarank-bagged-convs``: the bagged average where each booster also leaves out 30% of
   every corpus's training conversations (``LambdaRankConvBagged``);
+* ``lambdarank-bagged-monotone``, ``-ff70``, ``-extra``, ``-smooth``: the bagged average with
+  one LightGBM parameter set more (``MORE_PARAMS``: monotone in the matching signals, 70% of
+  the columns a tree, random thresholds, smoothed leaves); measurements, none shipped;
 * ``--shrunk``: the residual trees shrunk towards the weighted sum (score = 5 x weighted sum
   + alpha x the trees, alpha in ``ALPHAS``; alpha 0 is the weighted sum's order). The kind and
   alpha are chosen per held-out conversation on the OTHER conversations' CV recall by a rule
@@ -390,23 +393,23 @@ def monotone_constraints(n_cols: int) -> list[int]:
     return [sign.get(f, 0) for f in FEATURE_NAMES] + [0] * (n_cols - len(FEATURE_NAMES))
 
 
-MODELS["lambdarank-bagged-monotone"] = type(
-    "LambdaRankBagged_monotone", (LambdaRankBagged,),
-    {"more_params": lambda self, n: {"monotone_constraints": monotone_constraints(n),
-                                     "monotone_constraints_method": "intermediate"}})
-MODELS["lambdarank-bagged-ff70"] = type(
-    "LambdaRankBagged_ff70", (LambdaRankBagged,), {"more_params": lambda self, n: {"feature_fraction": 0.7}})
-
 # The fourth batch (stop 40), fixed before any of their figures were read: two regularizers
 # that act on how a split is chosen or how much a leaf says, not on the tree's size.
 # "-extra": LightGBM's extremely randomized trees (one random threshold tried per column), so a
 # split cannot sit exactly on one chat's value. "-smooth": path_smooth 200 (a leaf of n rows
 # keeps n / (n + 200) of its own value and takes the rest from its parent), so leaves of few
 # rows, the ones a single chat can fill, say less.
-MODELS["lambdarank-bagged-extra"] = type(
-    "LambdaRankBagged_extra", (LambdaRankBagged,), {"more_params": lambda self, n: {"extra_trees": True}})
-MODELS["lambdarank-bagged-smooth"] = type(
-    "LambdaRankBagged_smooth", (LambdaRankBagged,), {"more_params": lambda self, n: {"path_smooth": 200.0}})
+# Each maps the design's column count to the LightGBM parameters it adds to the bagged setting.
+MORE_PARAMS = {
+    "monotone": lambda n: {"monotone_constraints": monotone_constraints(n),
+                           "monotone_constraints_method": "intermediate"},
+    "ff70": lambda n: {"feature_fraction": 0.7},
+    "extra": lambda n: {"extra_trees": True},
+    "smooth": lambda n: {"path_smooth": 200.0},
+}
+for _k, _more in MORE_PARAMS.items():
+    MODELS[f"lambdarank-bagged-{_k}"] = type(f"LambdaRankBagged_{_k}", (LambdaRankBagged,),
+                                             {"more_params": lambda self, n, _more=_more: _more(n)})
 
 
 # lambdarank-bagged-convs: each booster also leaves out this share of every corpus's training
