@@ -580,15 +580,17 @@ def summarize(name: str, qs_by: dict[str, list[Q]], res: dict[str, dict[int, lis
     for c, qs in qs_by.items():
         cv = recall(qs, res["cv"])
         ins = recall(qs, res["in_sample"])
+        gap = ins - cv
         cats = np.asarray([q.category for q in qs])
         nss = np.asarray([q.ns for q in qs])
+        folds = list(dict.fromkeys(nss))
         row["corpora"][c] = {
             "n": len(qs), "in_sample": 100 * ins.mean(), "cv10": 100 * cv.mean(),
             "corpus_out": 100 * recall(qs, res["corpus_out"]).mean(),
             "cats": {k: 100 * cv[cats == k].mean() for k in dict.fromkeys(cats)},
-            "folds": {ns: 100 * cv[nss == ns].mean() for ns in dict.fromkeys(nss)},
-            "fold_gaps": {ns: 100 * (ins - cv)[nss == ns].mean() for ns in dict.fromkeys(nss)},
-            "gap_ci": gap_interval(ins - cv, nss)}
+            "folds": {ns: 100 * cv[nss == ns].mean() for ns in folds},
+            "fold_gaps": {ns: 100 * gap[nss == ns].mean() for ns in folds},
+            "gap_ci": gap_interval(gap, nss)}
     return row
 
 
