@@ -139,11 +139,15 @@ GROUPS = {
     "position": ("session_position", "turn_position"),
     "question": ("q_log_words", "q_temporal", "q_names_one", "q_list"),
     "rank": ("fused_rank",),
+    "plain-turn cosine": ("raw_cos", "raw_cos_gap"),
 }
 DROPPED: tuple[str, ...] = ()  # the group --ablate leaves out now
 LINEAR_C = 0.1
-# Candidate columns the package does not compute (yet): measured here as extra features.
-EXTRA_FEATURES = ("raw_cos", "raw_cos_gap", "own_first_person_cos", "own_first_person_gap", "answer_type")
+# Candidate columns the package does not compute (yet): measured here as extra features. The
+# first two are the package's raw_cos columns with the question embedded alone instead of the
+# package's query vector (measured beside them in stop 42; the package's own ship).
+EXTRA_FEATURES = ("question_raw_cos", "question_raw_cos_gap", "own_first_person_cos", "own_first_person_gap",
+                  "answer_type")
 EXTRA_COLS: list[int] | None = None  # --extra-cols: the EXTRA_FEATURES columns the --extra rows read (default all)
 
 

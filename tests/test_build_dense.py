@@ -26,8 +26,10 @@ from test_embedding_cache import SESSION_A, SESSION_B, CountingEmbedder
 
 
 def _config(document: str, context: str) -> PipelineConfig:
+    # The weighted sum: the learned ranker's plain turn vectors (raw_turns) would be a second
+    # document per turn, and these tests count the dense documents of each option.
     cfg = apply_preset("model-free", PipelineConfig())
-    return cfg.replace(fusion={"dense_document": document, "dense_context": context})
+    return cfg.replace(fusion={"dense_document": document, "dense_context": context, "ranker": "weighted"})
 
 
 def _packet(**kw) -> SourcePacket:
@@ -82,9 +84,13 @@ def test_the_plan_follows_the_fusion_section_only_on_the_fused_path():
     # The paper's path (LLM anchor selector) embeds z(p) whatever the fusion section says.
     paper = apply_preset("A0", PipelineConfig()).replace(fusion={"dense_document": "turn"})
     assert dense_plan(paper, False).document == "packet"
-    # The shipped defaults are the paper's document and embedded context documents.
-    assert dense_plan(apply_preset("model-free", PipelineConfig()), True) == DensePlan(
-        "packet", "embedded", context_window_words=300)
+    # The shipped defaults are the paper's document and embedded context documents, and the
+    # plain turn vectors the learned ranker (fusion.ranker "auto") reads.
+    shipped = apply_preset("model-free", PipelineConfig())
+    assert dense_plan(shipped, True) == DensePlan("packet", "embedded", context_window_words=300, raw_turns=True)
+    assert dense_plan(shipped.replace(fusion={"ranker": "learned"}), True).raw_turns
+    assert not dense_plan(shipped.replace(fusion={"ranker": "weighted"}), True).raw_turns
+    assert not dense_plan(apply_preset("A0", PipelineConfig()), False).raw_turns  # no fused selector
 
 
 def test_raw_turn_mode_embeds_exactly_one_document_per_turn(tmp_path):

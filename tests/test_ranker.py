@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from memcompile_local import Memory, PipelineConfig
+from memcompile_local.fused.documents import plain_turn_text
 from memcompile_local.fused.features import FEATURE_NAMES, query_features
 from memcompile_local.fused.ranker import (DEFAULT_MODEL, RankerModelError, load_model, ordered_total,
                                            parse_model)
@@ -73,8 +74,9 @@ def test_a_linear_model_file():
 @pytest.mark.parametrize("change, field", [
     (lambda d: d.update(format_version=2), "format_version"),
     (lambda d: d.update(format="something-else"), "format"),
-    (lambda d: d.update(features=list(FEATURE_NAMES[:-1])), "features"),
-    (lambda d: d.update(features=list(reversed(FEATURE_NAMES))), "features"),
+    (lambda d: d.update(features=list(FEATURE_NAMES) + ["tomorrow_cos"]), "features"),
+    (lambda d: d.update(features=list(FEATURE_NAMES) + ["fused"]), "features"),
+    (lambda d: d.update(features=[]), "features"),
     (lambda d: d.update(pool=0), "pool"),
     (lambda d: d.update(kind="forest"), "kind"),
     (lambda d: d["trees"][0].update(left=[-1, 5]), "trees[0].left"),
@@ -96,6 +98,23 @@ def test_a_malformed_model_file_names_the_file_and_the_field(tmp_path, change, f
     assert str(path) in str(e.value) and repr(field) in str(e.value) and "expected" in str(e.value)
 
 
+def test_a_model_reads_its_own_columns_by_name():
+    # A file of fewer columns (a model trained before a column was added, as ranker-v2 before
+    # raw_cos) or of another order reads exactly the columns it names from query_features' matrix.
+    names = ["packet", "fused", "lexical"]
+    trees = copy.deepcopy(HAND_TREES)
+    trees[0]["feature"] = [2, 0]  # lexical, then packet: the hand tree on the model's own columns
+    model = parse_model(_doc(trees, features=names, init_score={"feature": "fused", "scale": 2.0}))
+    assert model.columns == [FEATURE_NAMES.index(f) for f in names] and model.init_feature == 1
+    full = _rows([(0.9, 0.8), (0.2, 0.1)])
+    full[:, FEATURE_NAMES.index("fused")] = [1.0, 0.5]
+    assert model.predict(full[:, model.columns]).tolist() == [3.25 + 2.0, 1.25 + 1.0]
+    with pytest.raises(RankerModelError, match="trees\\[0\\].feature"):
+        parse_model(_doc(HAND_TREES, features=["lexical", "packet"]))  # feature 3 is past its two columns
+    with pytest.raises(RankerModelError, match="init_score.feature"):
+        parse_model(_doc(HAND_TREES, features=list(FEATURE_NAMES[:5])))  # "fused" is not among them
+
+
 def test_an_unreadable_or_non_json_model_file(tmp_path):
     with pytest.raises(RankerModelError, match="readable model file"):
         load_model(tmp_path / "missing.json")
@@ -112,10 +131,14 @@ def test_the_shipped_model_file_loads_with_its_training_record():
     assert len(t["data_sha256"]) == 64 and set(t["cv"]) == {"locomo", "realtalk", "beam"}
     X = np.random.default_rng(0).random((40, F))
     assert np.array_equal(model.predict(X), model.predict(X.copy()))
-    # ranker-v2: ten bagged boosters of 100 trees, averaged; the release before's file still loads.
+    # ranker-v3: ten bagged boosters of 100 trees, averaged, reading every feature (the plain-turn
+    # cosine included); the releases before's files still load and read the first 27 columns.
     assert t["kind"] == "lambdarank-bagged" and len(t["params"]["seeds"]) == 10 and len(model.scorer.root) == 1000
-    v1 = load_model(DEFAULT_MODEL.parent / "ranker-v1.json")
-    assert v1.training["kind"] == "lambdarank-residual" and len(v1.scorer.root) == 100
+    assert "raw_cos" in model.features and t["cv"]["realtalk"]["in_sample"] - t["cv"]["realtalk"]["cv10"] < 1
+    for name, kind, trees in (("ranker-v2.json", "lambdarank-bagged", 1000), ("ranker-v1.json", "lambdarank-residual", 100)):
+        old = load_model(DEFAULT_MODEL.parent / name)
+        assert old.training["kind"] == kind and len(old.scorer.root) == trees
+        assert old.features == FEATURE_NAMES[:27] and old.columns == list(range(27))
 
 
 def test_the_evaluator_equals_lightgbm_on_the_same_rows():
@@ -223,9 +246,37 @@ def test_the_training_scripts_features_give_what_compile_selects(learned):
         qvec = retriever.query_vector(learned.embedder, q["question"], intent.lexical_query())
         qf = query_features(view.fusion, view.packets, q["question"], qvec, cfg.fusion, model.pool)
         assert qf.matrix.shape == (min(model.pool, len(view.packets)), F) and np.isfinite(qf.matrix).all()
-        total = ordered_total(len(view.packets), qf.rows, model.predict(qf.matrix), qf.order)
+        total = ordered_total(len(view.packets), qf.rows, model.predict(qf.matrix[:, model.columns]), qf.order)
         rows = select_rows(view.fusion, q["question"], total, qvec, cfg.fusion, cfg.evidence.k0)
         assert [view.packets[i].packet_id for i in rows] == _ids(learned, q["question"])
+
+
+def test_the_raw_cos_columns_read_each_turns_plain_text_vector(learned):
+    """raw_cos is the query vector's cosine with the turn's plain text embedded alone (the plain
+    dense baseline's document), raw_cos_gap that minus the question's best; the plain vectors are
+    built and stored with the memory, and an index without them reads zeros."""
+    cfg = learned.config
+    view = learned.view(FIXTURE["namespace"])
+    raw = view.fusion.raw_matrix
+    want = np.asarray(learned.embedder.embed([plain_turn_text(p) for p in view.packets]), dtype=np.float32)
+    assert raw is not None and raw.shape == want.shape and np.allclose(raw, want, atol=1e-6)
+    assert not np.allclose(raw, view.fusion.packet_matrix, atol=1e-3)  # not z(p): no speaker, no claims
+    q = FIXTURE["questions"][0]["question"]
+    intent = query_intent(q, cfg, None, view)
+    qvec = FusedRetriever(view.fusion, cfg.fusion, view.packets).query_vector(learned.embedder, q,
+                                                                               intent.lexical_query())
+    qf = query_features(view.fusion, view.packets, q, qvec, cfg.fusion, 8)
+    cos = (raw @ qvec).astype(np.float64)
+    col, gap = FEATURE_NAMES.index("raw_cos"), FEATURE_NAMES.index("raw_cos_gap")
+    assert np.array_equal(qf.matrix[:, col], cos[qf.rows])
+    assert np.allclose(qf.matrix[:, gap], cos[qf.rows] - cos.max()) and qf.matrix[:, gap].max() <= 0
+    bare = dataclasses.replace(view.fusion, raw_matrix=None)
+    assert not query_features(bare, view.packets, q, qvec, cfg.fusion, 8).matrix[:, [col, gap]].any()
+    # The weighted sum never reads them, so its builds do not embed them.
+    with Memory(":memory:", _cfg("weighted")) as mem:
+        mem.add(FIXTURE["namespace"], FIXTURE["sessions"])
+        mem.build(FIXTURE["namespace"])
+        assert mem.view(FIXTURE["namespace"]).fusion.raw_matrix is None
 
 
 def test_the_learned_ranker_needs_the_packets(learned):

@@ -103,7 +103,7 @@ def same_fusion(a: FusionIndex, b: FusionIndex) -> None:
     assert set(a.period_rows) == set(b.period_rows)
     for k in a.period_rows:
         assert np.array_equal(a.period_rows[k], b.period_rows[k])
-    for m in ("packet_matrix", "context_matrix"):
+    for m in ("packet_matrix", "context_matrix", "raw_matrix"):
         x, y = getattr(a, m), getattr(b, m)
         assert (x is None) == (y is None)
         if x is not None:
@@ -141,7 +141,7 @@ def test_incremental_load_after_appends_equals_a_load_from_scratch(tmp_path, mon
         assert selection(scratch, "u") == incremental
         same_fusion(view.fusion, FusionIndex.build(
             view.packets, view.descriptors_by_packet, cfg.fusion, packet_matrix=scratch.view("u").packet_matrix,
-            context_matrix=scratch.view("u").fusion.context_matrix))
+            context_matrix=scratch.view("u").fusion.context_matrix, raw_matrix=scratch.view("u").fusion.raw_matrix))
         same_fusion(view.fusion, scratch.view("u").fusion)
         assert np.array_equal(view.packet_matrix, scratch.view("u").packet_matrix)
     store.close()
@@ -308,10 +308,12 @@ def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> Non
     assert (a.context_matrix is None) == (b.context_matrix is None)
     if a.context_matrix is not None:
         assert np.array_equal(a.context_matrix, b.context_matrix)
-    # long turns' passages, the context gate, the answer-type channel's turns
-    for m in ("passage_matrix", "passage_owner", "context_rows", "entity_rows"):
+    # long turns' passages, the context gate, the answer-type channel's turns, the plain turn vectors
+    for m in ("passage_matrix", "passage_owner", "context_rows", "entity_rows", "raw_matrix"):
         x, y = getattr(a, m), getattr(b, m)
         assert (x is None) == (y is None) and (x is None or np.array_equal(x, y))
+    # The learned ranker (any ranker setting but "weighted") reads plain turn vectors.
+    assert (a.raw_matrix is not None) == (cfg.fusion.ranker != "weighted")
     if cfg.fusion.passage_words:
         assert a.passage_owner is not None  # several of these turns are longer than 6 words
     if cfg.fusion.answer_type_weight:

@@ -18,6 +18,7 @@ from ..build.stages import embedding_model_id
 from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..evidence.views import render_raw_packets
+from ..fused.documents import plain_turn_text
 from ..language.stemming import stem_terms
 from ..language.tokens import count_tokens
 from ..protocols import Embedder
@@ -31,8 +32,7 @@ def render_raw(packets: Sequence[SourcePacket]) -> str:
     return render_raw_packets(packets)
 
 
-def _raw_text(p: SourcePacket) -> str:
-    return p.content + (f" [image: {p.image_caption}]" if p.image_caption else "")
+_raw_text = plain_turn_text  # one definition: the ranker's raw_cos columns embed the baseline's text
 
 
 def baseline_context(kind: str, store: Store, embedder: Embedder | None, namespace: str, question: str,

@@ -24,7 +24,7 @@ from ..address.placement_memo import PlacementMemo
 from ..config import PipelineConfig, PlacementConfig
 from ..errors import ExtractionError, PacketExtractionError
 from ..address.passages import long_turn_passages
-from ..fused.documents import context_documents, context_fits, raw_text
+from ..fused.documents import context_documents, context_fits, plain_turn_text, raw_text
 from .progress import bar
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import Store
@@ -62,6 +62,8 @@ class DensePlan:
     # (0: every one). The fused dense channel reads no other (FusionConfig.context_window_words),
     # so on long-turn histories most of them were embedded for nothing.
     context_window_words: int = 0
+    # Each turn's plain text also embedded on its own (the learned ranker's raw_cos columns).
+    raw_turns: bool = False
 
     def __post_init__(self) -> None:
         if self.document not in DENSE_DOCUMENTS or self.context not in ("none", "embedded", "composed"):
@@ -83,7 +85,9 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     context = config.fusion.dense_context if context_vectors else "none"
     words = config.fusion.passage_words if fused else 0
     window = config.fusion.context_window_words if context == "embedded" else 0
-    return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0, window)
+    # The learned ranker (fusion.ranker "auto" or "learned") reads the plain turn's cosine.
+    raw = fused and config.fusion.ranker != "weighted"
+    return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0, window, raw)
 
 
 FALLBACK_META_PREFIX = "fallback:"  # meta key of the turns the rule extractor stood in for, per set
@@ -290,6 +294,28 @@ def embed_contexts(
                           batch_size=batch_size, on_progress=on_progress)
 
 
+def raw_model_id(embedder: Embedder) -> str:
+    """Store model id of the plain turn vectors (``raw_document_keys``): kept apart from z(p)."""
+    return f"{embedding_model_id(embedder)}|raw-v1"
+
+
+def raw_document_keys(packets: Sequence[SourcePacket]) -> tuple[list[str], list[str]]:
+    """(keys, documents) of each turn's plain text (``fused.documents.plain_turn_text``), in
+    packet order (the plain dense baseline embeds the same text)."""
+    return _keyed(packets, [plain_turn_text(p) for p in packets])
+
+
+def embed_raw_turns(store: Store, namespace: str, embedder: Embedder, *,
+                    packets: Sequence[SourcePacket] | None = None, batch_size: int = 256,
+                    on_progress: Callable[[int], None] | None = None) -> int:
+    """Embed every turn's plain text not yet stored; returns how many texts were embedded now."""
+    if packets is None:
+        packets = store.packets(namespace)
+    keys, docs = raw_document_keys(packets)
+    return _embed_missing(store, namespace, raw_model_id(embedder), embedder, keys, docs,
+                          batch_size=batch_size, on_progress=on_progress)
+
+
 def _embed_missing(store: Store, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
                    docs: list[str], *, batch_size: int, on_progress: Callable[[int], None] | None) -> int:
     """Give every key a stored vector; returns how many texts were embedded now.
@@ -477,6 +503,13 @@ def load_context_matrix(
     return _load_matrix(store, namespace, context_model_id(embedder), embedder, keys, "context")
 
 
+def load_raw_matrix(store: Store, namespace: str, embedder: Embedder,
+                    packets: Sequence[SourcePacket] | None = None) -> np.ndarray:
+    """The (N, d) matrix of plain turn vectors in packet order (all must be built)."""
+    keys, _ = raw_document_keys(store.packets(namespace) if packets is None else packets)
+    return _load_matrix(store, namespace, raw_model_id(embedder), embedder, keys, "plain turn")
+
+
 def composed_contexts(packets: Sequence[SourcePacket], packet_matrix: np.ndarray) -> np.ndarray:
     """Composed context vectors of ``packets`` (dialogue order) from their packet matrix rows:
     each row the normalized sum of its own and its in-session neighbours' rows."""
@@ -548,6 +581,9 @@ def build_memory(
             with bar(total=None, desc=f"embed passages {namespace}", unit="doc", enabled=progress) as pb:
                 embedded += embed_passages(store, namespace, embedder, dense.passage_words,
                                            dense.passage_overlap_words, packets=packets, on_progress=pb.update)
+        if dense.raw_turns:
+            with bar(total=n_packets, desc=f"embed turns {namespace}", unit="doc", enabled=progress) as pb:
+                embedded += embed_raw_turns(store, namespace, embedder, packets=packets, on_progress=pb.update)
     return BuildResult(
         namespace=namespace,
         descriptor_set=extractor.descriptor_set,

@@ -99,6 +99,12 @@ def raw_text(p: SourcePacket) -> str:
     return f"{p.content} {p.image_caption}" if p.image_caption else p.content
 
 
+def plain_turn_text(p: SourcePacket) -> str:
+    """The turn as the plain dense baseline embeds it (no speaker, no claims): its content,
+    then its image caption in brackets. The learned ranker's raw_cos columns read its vector."""
+    return p.content + (f" [image: {p.image_caption}]" if p.image_caption else "")
+
+
 ASSISTANT = "assistant"  # the speaker name the user-assistant loaders (BEAM, LongMemEval) give replies
 
 

@@ -12,7 +12,8 @@ weight and without the named participant's terms), the two cosines the packet ch
 the larger of (z(p) and the context document), the weighted sum itself and its rank, BM25
 over the raw turn text alone (no claims, no neighbours), the neighbours' raw-turn BM25 and
 cosine (an answer is often the reply to the turn that matched), the turn's length, role,
-caption and place in the history, and four properties of the question. The training script
+caption and place in the history, four properties of the question, and the cosine with the
+turn's plain text embedded alone (the plain dense baseline's document). The training script
 (``scripts/train_ranker.py``) calls this same function, so what a model was trained on is
 what it reads at query time.
 
@@ -60,6 +61,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "log_words", "dated", "is_assistant", "has_caption",
     "session_position", "turn_position",  # session index / last one; turn index in its session / its length
     "q_log_words", "q_temporal", "q_names_one", "q_list",
+    # Cosine with the turn's plain text alone (fused.documents.plain_turn_text: no speaker, no
+    # claims), and that minus the question's best; 0 where the index holds no plain vectors.
+    # Added after ranker-v2, which reads the columns above only.
+    "raw_cos", "raw_cos_gap",
 )
 
 
@@ -150,6 +155,8 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
     lexical = name_weighted(full, unnamed, cfg.name_term_weight, cfg.name_term_scope)
     q = FusedQuery(question, query_vec, anchor, cfg.name_term_weight, cfg.name_term_scope)
     zeros = np.zeros(n)
+    raw_cos = (index.raw_matrix @ query_vec).astype(np.float64) \
+        if query_vec is not None and index.raw_matrix is not None else zeros
     if query_vec is not None and index.packet_matrix is not None:
         cos_z, ctx = dense_cosines(index, query_vec)
         packet = packet_scores(index, query_vec, cos_z, ctx)
@@ -184,6 +191,7 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
         table.log_words[rows], index.dated[rows], table.is_assistant[rows], table.has_caption[rows],
         table.session_position[rows], table.turn_position[rows],
         *(np.full(len(rows), v) for v in question_cols),
+        raw_cos[rows], raw_cos[rows] - (float(raw_cos.max()) if n else 0.0),
     ]
     matrix = np.stack(cols, axis=1) if len(rows) else np.zeros((0, len(FEATURE_NAMES)))
     return QueryFeatures(rows=rows, matrix=matrix, fused=fused, order=order)

@@ -148,6 +148,9 @@ class FusionIndex:
     burst_share: float = 0.0
     # (N,) 1.0 where the turn names a person, place or title (language/answertype.names_entity).
     entity_rows: np.ndarray | None = None
+    # (N, d) l2-normalized vectors of each turn's plain text (fused.documents.plain_turn_text),
+    # read only by the learned ranker's raw_cos columns; None when the plan embeds none.
+    raw_matrix: np.ndarray | None = None
 
     @cached_property
     def row_of(self) -> dict[str, int]:
@@ -164,9 +167,10 @@ class FusionIndex:
         packet_matrix: np.ndarray | None = None,
         context_matrix: np.ndarray | None = None,
         passages: "tuple[np.ndarray, np.ndarray] | None" = None,
+        raw_matrix: np.ndarray | None = None,
     ) -> "FusionIndex":
         return cls.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
-                                 context_matrix=context_matrix, passages=passages)[0]
+                                 context_matrix=context_matrix, passages=passages, raw_matrix=raw_matrix)[0]
 
     @classmethod
     def build_reusing(
@@ -179,14 +183,13 @@ class FusionIndex:
         context_matrix: np.ndarray | None = None,
         previous: "FusionParts | None" = None,
         passages: "tuple[np.ndarray, np.ndarray] | None" = None,
+        raw_matrix: np.ndarray | None = None,
     ) -> "tuple[FusionIndex, FusionParts]":
         """``build``, taking each per-text result (stemmed document, dated periods, expansion
         terms) from ``previous`` where its input is unchanged; returns the index and the parts
         to hand to the next build (a view reload after an append recomputes only new turns).
-        ``passages``: (passage vectors, packet row of each) of the long turns, or None."""
-        for name, m in (("packet_matrix", packet_matrix), ("context_matrix", context_matrix)):
-            if m is not None and m.shape[0] != len(packets):
-                raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
+        ``passages``: (passage vectors, packet row of each) of the long turns, or None;
+        ``raw_matrix``: the plain turn vectors (``FusionIndex.raw_matrix``), or None."""
         old = previous or FusionParts()
         participants = tuple(dict.fromkeys(p.speaker for p in packets))
         docs = lexical_texts(packets, descriptors_by_packet, cfg, participants)
@@ -202,7 +205,8 @@ class FusionIndex:
         dated: list[float] = []
         add_packet_rows(packets, 0, descriptors_by_packet, parts, old, rows, expansion, dated)
         index = cls.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
-                             period_rows=rows, expansion_terms=expansion, dated=dated, passages=passages)
+                             period_rows=rows, expansion_terms=expansion, dated=dated, passages=passages,
+                             raw_matrix=raw_matrix)
         return index, parts
 
     @classmethod
@@ -219,10 +223,15 @@ class FusionIndex:
         dated: Sequence[float],
         passages: "tuple[np.ndarray, np.ndarray] | None" = None,
         entity: np.ndarray | None = None,
+        raw_matrix: np.ndarray | None = None,
     ) -> "FusionIndex":
         """The index of ``packets`` from its computed parts (a build, or an append in place).
         ``entity``: the answer-type channel's rows when already known (``grown_entity_rows``),
         else computed here (at once None on a user-assistant history)."""
+        for name, m in (("packet_matrix", packet_matrix), ("context_matrix", context_matrix),
+                        ("raw_matrix", raw_matrix)):
+            if m is not None and m.shape[0] != len(packets):
+                raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
         speakers = tuple(p.speaker for p in packets)
         participants = tuple(dict.fromkeys(speakers))
         if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
@@ -249,6 +258,7 @@ class FusionIndex:
             burst_share=speaker_run_share(packets),
             entity_rows=None if not cfg.answer_type_weight else
             entity if entity is not None else entity_rows(packets, participants),
+            raw_matrix=raw_matrix,
         )
 
     def query_terms(self, question: str) -> list[str]:

@@ -1,6 +1,6 @@
 """The learned ranker of the fused selector (``FusionConfig.ranker = "learned"``).
 
-A model file (``models/ranker-v2.json``; written by ``scripts/train_ranker.py``) holds either
+A model file (``models/ranker-v3.json``; written by ``scripts/train_ranker.py``) holds either
 gradient-boosted regression trees exported from LightGBM's LambdaRank or a linear model, the
 feature names it reads in order (``features.FEATURE_NAMES``), and how it was trained (command,
 sha256 of the development data, library and version, hyperparameters, cross-validated
@@ -33,7 +33,7 @@ from .index import FusionIndex
 
 FORMAT = "memcompile-ranker"
 FORMAT_VERSION = 1
-DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v2.json"
+DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v3.json"
 # LightGBM's tolerance for "zero" under missing_type Zero (its kZeroThreshold).
 _ZERO = 1e-35
 _MISSING = {"None": 0, "Zero": 1, "NaN": 2}
@@ -140,16 +140,22 @@ class Linear:
 class RankerModel:
     path: str
     kind: str  # "trees" or "linear"
-    features: tuple[str, ...]
+    features: tuple[str, ...]  # the columns it reads, by name, in its own order
     pool: int  # candidates reordered per question
     scorer: Trees | Linear
     training: dict
     # The trees' starting score: ``init_scale`` times feature ``init_feature`` (the weighted sum,
     # so the trees learn corrections to it); scale 0: none.
-    init_feature: int = 0
+    init_feature: int = 0  # a column of the model's own features
     init_scale: float = 0.0
 
+    @property
+    def columns(self) -> list[int]:
+        """The model's features as columns of ``features.FEATURE_NAMES`` (query_features' matrix)."""
+        return [FEATURE_NAMES.index(f) for f in self.features]
+
     def predict(self, X: np.ndarray) -> np.ndarray:
+        """Scores of the rows of ``X``, a matrix of the model's own columns (``columns``)."""
         X = np.asarray(X, dtype=np.float64)
         out = self.scorer.predict(X)
         return out + self.init_scale * X[:, self.init_feature] if self.init_scale else out
@@ -278,17 +284,18 @@ def parse_model(doc: Any, path: str | Path = "<model>") -> RankerModel:
     version = doc.get("format_version")
     if version != FORMAT_VERSION:
         raise RankerModelError(path, "format_version", f"{FORMAT_VERSION} (the version this package reads)", version)
+    # A model reads any of the package's features by name (ranker-v1 and -v2 the first 27,
+    # ranker-v3 all 29), so a model trained before a column was added keeps loading.
     features = _need(path, doc, "features", list, "a list of feature names")
-    if tuple(features) != FEATURE_NAMES:
-        missing = [f for f in FEATURE_NAMES if f not in features]
-        extra = [f for f in features if f not in FEATURE_NAMES]
-        raise RankerModelError(path, "features", f"the package's {len(FEATURE_NAMES)} features in order "
-                               f"(missing {missing}, unknown {extra})", features)
+    unknown = [f for f in features if f not in FEATURE_NAMES]
+    if not features or unknown or len(set(features)) != len(features):
+        raise RankerModelError(path, "features", f"distinct names of the package's features {list(FEATURE_NAMES)} "
+                               f"(unknown {unknown})", features)
     pool = _need(path, doc, "pool", int, "a positive integer")
     if pool < 1:
         raise RankerModelError(path, "pool", "a positive integer", pool)
     kind = doc.get("kind")
-    n = len(FEATURE_NAMES)
+    n = len(features)
     if kind == "trees":
         scorer: Trees | Linear = _trees(path, _need(path, doc, "trees", list, "a list of trees"), n)
     elif kind == "linear":
@@ -306,15 +313,15 @@ def parse_model(doc: Any, path: str | Path = "<model>") -> RankerModel:
     training = doc.get("training", {})
     if not isinstance(training, dict):
         raise RankerModelError(path, "training", "an object", training)
-    init = doc.get("init_score", {"feature": FEATURE_NAMES[0], "scale": 0.0})
-    if not isinstance(init, dict) or init.get("feature") not in FEATURE_NAMES:
-        raise RankerModelError(path, "init_score.feature", f"one of the features {list(FEATURE_NAMES)}",
+    init = doc.get("init_score", {"feature": features[0], "scale": 0.0})
+    if not isinstance(init, dict) or init.get("feature") not in features:
+        raise RankerModelError(path, "init_score.feature", f"one of the model's features {list(features)}",
                                init.get("feature") if isinstance(init, dict) else init)
     scale = init.get("scale")
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
         raise RankerModelError(path, "init_score.scale", "a finite number", scale)
     return RankerModel(str(path), kind, tuple(features), pool, scorer, training,
-                       FEATURE_NAMES.index(init["feature"]), float(scale))
+                       features.index(init["feature"]), float(scale))
 
 
 _CACHE: dict[str, RankerModel] = {}
@@ -322,7 +329,7 @@ _CACHE_LOCK = threading.Lock()
 
 
 def load_model(path: str | Path | None = None) -> RankerModel:
-    """The model file at ``path`` (default: the shipped ``models/ranker-v2.json``), read and
+    """The model file at ``path`` (default: the shipped ``models/ranker-v3.json``), read and
     checked once per process (models are immutable, so threads share one)."""
     p = Path(path).expanduser() if path else DEFAULT_MODEL
     key = str(p.resolve()) if p.exists() else str(p)
@@ -356,7 +363,7 @@ def learned_scores(index: FusionIndex, packets: Sequence[SourcePacket], question
                    cfg, model: RankerModel, *, anchor=None) -> FusedScores:
     """The fused scores of every packet under the learned ranker (see the module docstring)."""
     qf = query_features(index, packets, question, query_vec, cfg, model.pool, anchor=anchor)
-    learned = model.predict(qf.matrix)
+    learned = model.predict(qf.matrix[:, model.columns])
     n = len(index.packet_ids)
     full = np.full(n, np.nan)
     full[qf.rows] = learned

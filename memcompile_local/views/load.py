@@ -44,7 +44,8 @@ from ..address.layouts import build_layout
 # missing" step must be exactly the build's, so they are shared rather than copied.
 from ..build.spec import BuildSpec
 from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_document_keys, context_model_id,
-                            embedding_model_id, is_unread_key, passage_document_keys, passage_model_id, text_address)
+                            embedding_model_id, is_unread_key, passage_document_keys, passage_model_id,
+                            raw_document_keys, raw_model_id, text_address)
 from ..config import FusionConfig
 from ..fused.index import FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, lexical_texts
 from ..language.stemming import stem_terms
@@ -231,7 +232,7 @@ class ViewLoader:
             for d in descriptors:
                 by_packet.setdefault(d.packet_id, []).append(d)
             embedded = 0
-            matrix = context = passages = None
+            matrix = context = passages = raw = None
             if embedder is not None:
                 model_id = embedding_model_id(embedder)
                 pdocs, documents = _packet_documents(packets, by_packet, documents, dense.document)
@@ -255,6 +256,12 @@ class ViewLoader:
                     rows[pmid], n = _matrix(store, namespace, pmid, embedder, pkeys, pdocs, rows.get(pmid), "passage")
                     embedded += n
                     passages = (rows[pmid].matrix, np.asarray(owner, dtype=np.int64))
+                if dense.raw_turns:  # each turn's plain text (the learned ranker's raw_cos columns)
+                    rid = raw_model_id(embedder)
+                    rkeys, rdocs = raw_document_keys(packets)
+                    rows[rid], n = _matrix(store, namespace, rid, embedder, rkeys, rdocs, rows.get(rid), "plain turn")
+                    embedded += n
+                    raw = rows[rid].matrix
             if not embedded and store.generation(namespace) == generation:
                 break
         descriptors_by_packet = {k: tuple(v) for k, v in by_packet.items()}
@@ -268,7 +275,7 @@ class ViewLoader:
                     donor = dataclasses.replace(memo, fusion=shared)
             fusion, parts = FusionIndex.build_reusing(packets, descriptors_by_packet, cfg.fusion,
                                                       packet_matrix=matrix, context_matrix=context,
-                                                      previous=donor.fusion, passages=passages)
+                                                      previous=donor.fusion, passages=passages, raw_matrix=raw)
         flat = cfg.placement.layout == "flat"
         index = LazyAddressIndex(lambda: AddressIndex.build(
             packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
@@ -322,7 +329,7 @@ class ViewLoader:
         rows = dict(memo.rows)
         documents = dict(memo.documents)
         saves: list[tuple[str, list[str], np.ndarray, list[str], str]] = []
-        matrix = context = passages = None
+        matrix = context = passages = raw = None
         if embedder is not None:
             model_id = embedding_model_id(embedder)
             new_docs, memo_docs = _packet_documents(packets, by_packet, {}, dense.document)
@@ -356,8 +363,17 @@ class ViewLoader:
                 if pmid not in rows or len(rows[pmid].row_of) != n_old_passages:
                     return None
                 pkeys, pdocs, powner = passage_document_keys(packets, dense.passage_words, dense.passage_overlap_words)
+            # A plain turn reads its own turn only, as a passage does.
+            rkeys: list[str] = []
+            rdocs: list[str] = []
+            if dense.raw_turns:
+                rid = raw_model_id(embedder)
+                if rid not in rows or len(rows[rid].row_of) != n_old:
+                    return None
+                rkeys, rdocs = raw_document_keys(packets)
             # Every new text of all kinds in one embed call (a model's per-call cost is most of it).
-            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs, *pdocs])
+            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs, *pdocs,
+                                                        *rdocs])
             rows[model_id], save = _grown_rows(vectors_of, embedder, model_id, rows.get(model_id), n_old, {},
                                                keys, docs)
             saves.extend(save)
@@ -374,14 +390,18 @@ class ViewLoader:
                 owner = np.concatenate([old_owner if old_owner is not None else np.zeros(0, np.int64),
                                         np.asarray(powner, dtype=np.int64) + n_old])
                 passages = (rows[pmid].matrix, owner)
+            if dense.raw_turns:
+                rows[rid], save = _grown_rows(vectors_of, embedder, rid, rows[rid], n_old, {}, rkeys, rdocs)
+                saves.extend(save)
+                raw = rows[rid].matrix
         parts, fusion, lexical_docs = memo.fusion, None, memo.lexical_docs
         if use_fusion:
             grown = _grown_fusion(base.fusion, memo, allp, n_old, by_packet, cfg.fusion,
-                                  packet_matrix=matrix, context_matrix=context, passages=passages)
+                                  packet_matrix=matrix, context_matrix=context, passages=passages, raw_matrix=raw)
             if grown is None:
                 fusion, parts = FusionIndex.build_reusing(allp, by_packet, cfg.fusion, packet_matrix=matrix,
                                                           context_matrix=context, previous=memo.fusion,
-                                                          passages=passages)
+                                                          passages=passages, raw_matrix=raw)
                 lexical_docs = None
             else:
                 fusion, parts, lexical_docs = grown
@@ -531,6 +551,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                   by_packet: Mapping[str, Sequence[Descriptor]], cfg: FusionConfig, *,
                   packet_matrix: np.ndarray | None, context_matrix: np.ndarray | None,
                   passages: "tuple[np.ndarray, np.ndarray] | None" = None,
+                  raw_matrix: np.ndarray | None = None,
                   ) -> tuple[FusionIndex, FusionParts, tuple[str, ...]] | None:
     """The fused index of ``packets`` from ``base`` (the index of the first ``n_old``), or None
     when it has to be built afresh (no base, a new participant under tolerant names)."""
@@ -573,6 +594,6 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     entity = grown_entity_rows(base, packets, n_old) if cfg.answer_type_weight else None
     index = FusionIndex.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
                                  period_rows=rows, expansion_terms=terms, dated=dated, passages=passages,
-                                 entity=entity)
+                                 entity=entity, raw_matrix=raw_matrix)
     return index, parts, docs
 

@@ -18,8 +18,8 @@ import threading
 
 from ..address.index import AddressIndex
 from ..build.spec import BuildSpec
-from ..build.stages import (embed_contexts, embed_packets, embed_passages, load_context_matrix, load_packet_matrix,
-                            load_passage_matrix)
+from ..build.stages import (embed_contexts, embed_packets, embed_passages, embed_raw_turns, load_context_matrix,
+                            load_packet_matrix, load_passage_matrix, load_raw_matrix)
 from ..errors import ConfigError
 from ..fused.index import FusionIndex
 from ..protocols import Embedder
@@ -65,6 +65,8 @@ class PartialViews:
             if dense.passage_words:
                 embed_passages(store, namespace, embedder, dense.passage_words, dense.passage_overlap_words,
                                packets=packets)
+            if dense.raw_turns:
+                embed_raw_turns(store, namespace, embedder, packets=packets)
         generation = store.generation(namespace)
         packets = store.packets(namespace)
         descriptors = store.descriptors(namespace, dset)
@@ -89,8 +91,11 @@ class PartialViews:
             passages = (load_passage_matrix(store, namespace, embedder, dense.passage_words,
                                             dense.passage_overlap_words, packets)
                         if embedder is not None and dense.passage_words else None)
+            raw = (load_raw_matrix(store, namespace, embedder, packets)
+                   if embedder is not None and dense.raw_turns else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, cfg.fusion,
-                                       packet_matrix=matrix, context_matrix=context, passages=passages)
+                                       packet_matrix=matrix, context_matrix=context, passages=passages,
+                                       raw_matrix=raw)
         index = AddressIndex.build(packets, descriptors, cells, matrix, layout=cfg.placement.layout,
                                    placement=cfg.placement, routing=cfg.routing)
         view = MemoryView(
