@@ -149,7 +149,9 @@ class FusionConfig:
     # The context vector counts only for turns whose context document has at most this many
     # words (whitespace runs; 0: for every turn). An embedder reads its first window only
     # (all-MiniLM-L6-v2: 256 word pieces, about 190 words), so the context document of a long
-    # turn is embedded as the turn before it, which the question often resembles more.
+    # turn is embedded as the turn before it, which the question often resembles more. The
+    # learned ranker's plain-turn vector of a turn longer than this is its z(p) vector: both read
+    # the same first window of the turn's text, so the turn is not embedded a second time.
     context_window_words: NonNegInt = 300
     # Long turns (issue 25 item 3): a turn of more than ``passage_words`` words (whitespace runs)
     # is also embedded as overlapping passages of at most that many words on sentence boundaries

@@ -87,7 +87,8 @@ def test_the_plan_follows_the_fusion_section_only_on_the_fused_path():
     # The shipped defaults are the paper's document and embedded context documents, and the
     # plain turn vectors the learned ranker (fusion.ranker "auto") reads.
     shipped = apply_preset("model-free", PipelineConfig())
-    assert dense_plan(shipped, True) == DensePlan("packet", "embedded", context_window_words=300, raw_turns=True)
+    assert dense_plan(shipped, True) == DensePlan("packet", "embedded", context_window_words=300, raw_turns=True,
+                                                  raw_window_words=300)
     assert dense_plan(shipped.replace(fusion={"ranker": "learned"}), True).raw_turns
     assert not dense_plan(shipped.replace(fusion={"ranker": "weighted"}), True).raw_turns
     assert not dense_plan(apply_preset("A0", PipelineConfig()), False).raw_turns  # no fused selector
@@ -227,4 +228,41 @@ def test_context_documents_the_fused_index_never_reads_are_not_embedded_and_chan
     for q in _LONG_QUESTIONS:
         assert mem.compile("tove", q).packet_ids == Memory(store, cfg, embedder=CountingEmbedder()).compile(
             "tove", q).packet_ids
+    store.close()
+
+
+def test_a_long_turns_plain_vector_is_its_zp_vector_and_is_not_embedded_twice(tmp_path):
+    """The learned ranker's plain-turn vectors (raw_cos): a turn of at most context_window_words
+    words has its plain text embedded; a longer one reads the same first window of its text as
+    its z(p) does, so it takes z(p)'s row and nothing more is embedded or stored for it, in a
+    build, an append in place and a fresh load alike."""
+    from memcompile_local.build.stages import raw_document_keys, raw_model_id, unread_key
+    from memcompile_local.fused.documents import plain_turn_text
+
+    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"context_window_words": 40})
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = Memory(store, cfg, embedder=emb)
+    mem.add("tove", _LONG_CHAT)
+    view = mem.view("tove")
+    packets = store.packets("tove")
+    short = np.asarray([len(plain_turn_text(p).split()) <= 40 for p in packets])
+    assert 0 < short.sum() < len(short)  # the long replies are longer
+    assert [plain_turn_text(p) in emb.texts for p in packets] == short.tolist()
+    keys, _ = raw_document_keys(packets, 40)
+    assert set(store.embeddings("tove", raw_model_id(emb), keys)) == {k for k, s in zip(keys, short) if s}
+    assert [k for k, s in zip(keys, short) if not s] == [unread_key(p.packet_id) for p, s in zip(packets, short)
+                                                         if not s]
+    raw = view.fusion.raw_matrix
+    want = np.asarray(CountingEmbedder().embed([plain_turn_text(p) for p in packets]), dtype=np.float32)
+    assert np.array_equal(raw[short], want[short])
+    assert np.array_equal(raw[~short], view.packet_matrix[~short])
+    mem.add("tove", [{"time": "2024-02-15 07:45", "id": "g3", "turns": [
+        {"speaker": "assistant", "text": _LONG_REPLY.replace("allotment", "bean rows"), "id": "g3b"},
+        {"speaker": "Tove", "text": "Lovely, thank you.", "id": "g3c"}]}])
+    grown = mem.view("tove")
+    fresh = Memory(store, cfg, embedder=CountingEmbedder()).view("tove")
+    np.testing.assert_array_equal(grown.fusion.raw_matrix, fresh.fusion.raw_matrix)
+    np.testing.assert_array_equal(grown.fusion.raw_matrix[-2], grown.packet_matrix[-2])  # the long reply
+    assert not np.array_equal(grown.fusion.raw_matrix[-1], grown.packet_matrix[-1])  # the short thanks
     store.close()

@@ -24,7 +24,7 @@ from ..address.placement_memo import PlacementMemo
 from ..config import PipelineConfig, PlacementConfig
 from ..errors import ExtractionError, PacketExtractionError
 from ..address.passages import long_turn_passages
-from ..fused.documents import context_documents, context_fits, plain_turn_text, raw_text
+from ..fused.documents import context_documents, context_fits, plain_turn_fits, plain_turn_text, raw_text
 from .progress import bar
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import Store
@@ -62,8 +62,10 @@ class DensePlan:
     # (0: every one). The fused dense channel reads no other (FusionConfig.context_window_words),
     # so on long-turn histories most of them were embedded for nothing.
     context_window_words: int = 0
-    # Each turn's plain text also embedded on its own (the learned ranker's raw_cos columns).
+    # Each turn's plain text also embedded on its own (the learned ranker's raw_cos columns),
+    # up to this many words (``fused.documents.plain_turn_fits``; 0: every turn).
     raw_turns: bool = False
+    raw_window_words: int = 0
 
     def __post_init__(self) -> None:
         if self.document not in DENSE_DOCUMENTS or self.context not in ("none", "embedded", "composed"):
@@ -87,7 +89,8 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     window = config.fusion.context_window_words if context == "embedded" else 0
     # The learned ranker (fusion.ranker "auto" or "learned") reads the plain turn's cosine.
     raw = fused and config.fusion.ranker != "weighted"
-    return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0, window, raw)
+    return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0, window, raw,
+                     config.fusion.context_window_words if raw else 0)
 
 
 FALLBACK_META_PREFIX = "fallback:"  # meta key of the turns the rule extractor stood in for, per set
@@ -299,19 +302,26 @@ def raw_model_id(embedder: Embedder) -> str:
     return f"{embedding_model_id(embedder)}|raw-v1"
 
 
-def raw_document_keys(packets: Sequence[SourcePacket]) -> tuple[list[str], list[str]]:
+def raw_document_keys(packets: Sequence[SourcePacket], window: int = 0) -> tuple[list[str], list[str]]:
     """(keys, documents) of each turn's plain text (``fused.documents.plain_turn_text``), in
-    packet order (the plain dense baseline embeds the same text)."""
-    return _keyed(packets, [plain_turn_text(p) for p in packets])
+    packet order (the plain dense baseline embeds the same text). ``window`` (words, 0: no
+    limit): a longer turn gets the unread key of its packet and the empty text, as a context
+    document past the gate does; its plain vector is its z(p) vector (``FusionIndex.assemble``)."""
+    keys, docs = _keyed(packets, [plain_turn_text(p) for p in packets])
+    for i, (p, fits) in enumerate(zip(packets, plain_turn_fits(packets, window))):
+        if not fits:
+            keys[i], docs[i] = unread_key(p.packet_id), ""
+    return keys, docs
 
 
-def embed_raw_turns(store: Store, namespace: str, embedder: Embedder, *,
+def embed_raw_turns(store: Store, namespace: str, embedder: Embedder, *, window: int = 0,
                     packets: Sequence[SourcePacket] | None = None, batch_size: int = 256,
                     on_progress: Callable[[int], None] | None = None) -> int:
-    """Embed every turn's plain text not yet stored; returns how many texts were embedded now."""
+    """Embed every turn's plain text (of at most ``window`` words) not yet stored; returns how
+    many texts were embedded now."""
     if packets is None:
         packets = store.packets(namespace)
-    keys, docs = raw_document_keys(packets)
+    keys, docs = raw_document_keys(packets, window)
     return _embed_missing(store, namespace, raw_model_id(embedder), embedder, keys, docs,
                           batch_size=batch_size, on_progress=on_progress)
 
@@ -504,9 +514,10 @@ def load_context_matrix(
 
 
 def load_raw_matrix(store: Store, namespace: str, embedder: Embedder,
-                    packets: Sequence[SourcePacket] | None = None) -> np.ndarray:
-    """The (N, d) matrix of plain turn vectors in packet order (all must be built)."""
-    keys, _ = raw_document_keys(store.packets(namespace) if packets is None else packets)
+                    packets: Sequence[SourcePacket] | None = None, *, window: int = 0) -> np.ndarray:
+    """The (N, d) matrix of plain turn vectors in packet order (all must be built; rows of
+    turns past ``window`` words are zero)."""
+    keys, _ = raw_document_keys(store.packets(namespace) if packets is None else packets, window)
     return _load_matrix(store, namespace, raw_model_id(embedder), embedder, keys, "plain turn")
 
 
@@ -583,7 +594,8 @@ def build_memory(
                                            dense.passage_overlap_words, packets=packets, on_progress=pb.update)
         if dense.raw_turns:
             with bar(total=n_packets, desc=f"embed turns {namespace}", unit="doc", enabled=progress) as pb:
-                embedded += embed_raw_turns(store, namespace, embedder, packets=packets, on_progress=pb.update)
+                embedded += embed_raw_turns(store, namespace, embedder, window=dense.raw_window_words,
+                                            packets=packets, on_progress=pb.update)
     return BuildResult(
         namespace=namespace,
         descriptor_set=extractor.descriptor_set,

@@ -105,6 +105,16 @@ def plain_turn_text(p: SourcePacket) -> str:
     return p.content + (f" [image: {p.image_caption}]" if p.image_caption else "")
 
 
+def plain_turn_fits(packets: Sequence[SourcePacket], window: int) -> list[bool]:
+    """Whether each packet's plain text has at most ``window`` words (whitespace runs; 0: no
+    limit). Past the embedder's window a turn's plain text and its z(p) begin with the same
+    words and are read only that far, so a longer turn's plain vector is its z(p) vector
+    (``FusionIndex.assemble``) and the build does not embed it (``build.stages.raw_document_keys``)."""
+    if not window:
+        return [True] * len(packets)
+    return [len(plain_turn_text(p).split()) <= window for p in packets]
+
+
 ASSISTANT = "assistant"  # the speaker name the user-assistant loaders (BEAM, LongMemEval) give replies
 
 

@@ -25,6 +25,7 @@ from .documents import (
     packet_periods,
     period_key,
     period_matches,
+    plain_turn_fits,
     question_periods,
 )
 
@@ -149,7 +150,8 @@ class FusionIndex:
     # (N,) 1.0 where the turn names a person, place or title (language/answertype.names_entity).
     entity_rows: np.ndarray | None = None
     # (N, d) l2-normalized vectors of each turn's plain text (fused.documents.plain_turn_text),
-    # read only by the learned ranker's raw_cos columns; None when the plan embeds none.
+    # z(p)'s row for a turn past context_window_words; read only by the learned ranker's raw_cos
+    # columns; None when the plan embeds none.
     raw_matrix: np.ndarray | None = None
 
     @cached_property
@@ -236,6 +238,12 @@ class FusionIndex:
         participants = tuple(dict.fromkeys(speakers))
         if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
             raise ValueError("a passage names a packet row past the packets")
+        if raw_matrix is not None and packet_matrix is not None and cfg.context_window_words:
+            # A turn past the window was not embedded as plain text (a zero row): its z(p) row
+            # reads the same first window of its text (fused.documents.plain_turn_fits).
+            long = ~np.asarray(plain_turn_fits(packets, cfg.context_window_words), dtype=bool)
+            if long.any():
+                raw_matrix = np.where(long[:, None], packet_matrix, raw_matrix)
         context_rows = None
         if context_matrix is not None and cfg.dense_neighbor_context and cfg.context_window_words:
             context_rows = np.asarray(context_fits(packets, cfg.context_window_words), dtype=bool)

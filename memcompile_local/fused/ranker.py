@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -149,7 +150,7 @@ class RankerModel:
     init_feature: int = 0  # a column of the model's own features
     init_scale: float = 0.0
 
-    @property
+    @cached_property  # read by every question: looked up once per model
     def columns(self) -> list[int]:
         """The model's features as columns of ``features.FEATURE_NAMES`` (query_features' matrix)."""
         return [FEATURE_NAMES.index(f) for f in self.features]

@@ -258,7 +258,7 @@ class ViewLoader:
                     passages = (rows[pmid].matrix, np.asarray(owner, dtype=np.int64))
                 if dense.raw_turns:  # each turn's plain text (the learned ranker's raw_cos columns)
                     rid = raw_model_id(embedder)
-                    rkeys, rdocs = raw_document_keys(packets)
+                    rkeys, rdocs = raw_document_keys(packets, dense.raw_window_words)
                     rows[rid], n = _matrix(store, namespace, rid, embedder, rkeys, rdocs, rows.get(rid), "plain turn")
                     embedded += n
                     raw = rows[rid].matrix
@@ -370,7 +370,7 @@ class ViewLoader:
                 rid = raw_model_id(embedder)
                 if rid not in rows or len(rows[rid].row_of) != n_old:
                     return None
-                rkeys, rdocs = raw_document_keys(packets)
+                rkeys, rdocs = raw_document_keys(packets, dense.raw_window_words)
             # Every new text of all kinds in one embed call (a model's per-call cost is most of it).
             vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs, *pdocs,
                                                         *rdocs])

@@ -66,7 +66,7 @@ class PartialViews:
                 embed_passages(store, namespace, embedder, dense.passage_words, dense.passage_overlap_words,
                                packets=packets)
             if dense.raw_turns:
-                embed_raw_turns(store, namespace, embedder, packets=packets)
+                embed_raw_turns(store, namespace, embedder, window=dense.raw_window_words, packets=packets)
         generation = store.generation(namespace)
         packets = store.packets(namespace)
         descriptors = store.descriptors(namespace, dset)
@@ -91,7 +91,7 @@ class PartialViews:
             passages = (load_passage_matrix(store, namespace, embedder, dense.passage_words,
                                             dense.passage_overlap_words, packets)
                         if embedder is not None and dense.passage_words else None)
-            raw = (load_raw_matrix(store, namespace, embedder, packets)
+            raw = (load_raw_matrix(store, namespace, embedder, packets, window=dense.raw_window_words)
                    if embedder is not None and dense.raw_turns else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, cfg.fusion,
                                        packet_matrix=matrix, context_matrix=context, passages=passages,
