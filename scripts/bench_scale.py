@@ -178,7 +178,8 @@ def main() -> int:
                     help="only print the table of points measured before: JSON files written by --out, or "
                          "the JSON lines this script prints on stderr, one point per line")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=N",
-                    help="a config field of every build (numbers only), e.g. extraction.max_rule_claims=12")
+                    help="a config field of every build, e.g. extraction.max_rule_claims=12 or "
+                         "ranker_model=memcompile_local/fused/models/ranker-v3.json")
     ap.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.table:

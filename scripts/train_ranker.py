@@ -96,7 +96,8 @@ from memcompile_local.pipeline.compile import query_intent  # noqa: E402
 from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 
 K = 10
-KEEP_ROWS = 100  # feature rows kept per question (the largest --pool)
+KEEP_ROWS = 100
+PLAIN_TURN_MODEL = Path(__file__).resolve().parent.parent / "memcompile_local" / "fused" / "models" / "ranker-v3.json"  # feature rows kept per question (the largest --pool)
 # Fixed before any figure was read.
 LGB_PARAMS = {"objective": "lambdarank", "metric": "ndcg", "eval_at": [10], "learning_rate": 0.05,
               "num_leaves": 15, "min_data_in_leaf": 50, "lambda_l2": 1.0, "feature_fraction": 1.0,
@@ -773,6 +774,9 @@ def main() -> int:
         global EXTRA_COLS
         EXTRA_COLS = [EXTRA_FEATURES.index(c.strip()) for c in args.extra_cols.split(",")]
     cfg = apply_preset("model-free", PipelineConfig())
+    # The plain-turn columns (raw_cos) read vectors that a build makes only for a ranker model
+    # that reads them: the views here are loaded as for ranker-v3, whatever model is trained.
+    cfg = cfg.replace(fusion={"ranker_model": str(PLAIN_TURN_MODEL)})
     if args.set:
         cfg = cfg.replace(**cv_corpora.config_changes(args.set))
         print("config changes:", ", ".join(args.set))

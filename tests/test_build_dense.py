@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memcompile_local.fused.ranker import DEFAULT_MODEL
 from memcompile_local.address.dense import (
     composed_context_matrix,
     dense_document,
@@ -26,10 +27,8 @@ from test_embedding_cache import SESSION_A, SESSION_B, CountingEmbedder
 
 
 def _config(document: str, context: str) -> PipelineConfig:
-    # The weighted sum: the learned ranker's plain turn vectors (raw_turns) would be a second
-    # document per turn, and these tests count the dense documents of each option.
     cfg = apply_preset("model-free", PipelineConfig())
-    return cfg.replace(fusion={"dense_document": document, "dense_context": context, "ranker": "weighted"})
+    return cfg.replace(fusion={"dense_document": document, "dense_context": context})
 
 
 def _packet(**kw) -> SourcePacket:
@@ -84,14 +83,19 @@ def test_the_plan_follows_the_fusion_section_only_on_the_fused_path():
     # The paper's path (LLM anchor selector) embeds z(p) whatever the fusion section says.
     paper = apply_preset("A0", PipelineConfig()).replace(fusion={"dense_document": "turn"})
     assert dense_plan(paper, False).document == "packet"
-    # The shipped defaults are the paper's document and embedded context documents, and the
-    # plain turn vectors the learned ranker (fusion.ranker "auto") reads.
+    # The shipped defaults are the paper's document and embedded context documents; the shipped
+    # ranker (ranker-v2) reads no plain-turn cosine, so no plain turn is embedded.
     shipped = apply_preset("model-free", PipelineConfig())
-    assert dense_plan(shipped, True) == DensePlan("packet", "embedded", context_window_words=300, raw_turns=True,
-                                                  raw_window_words=300)
-    assert dense_plan(shipped.replace(fusion={"ranker": "learned"}), True).raw_turns
-    assert not dense_plan(shipped.replace(fusion={"ranker": "weighted"}), True).raw_turns
-    assert not dense_plan(apply_preset("A0", PipelineConfig()), False).raw_turns  # no fused selector
+    assert dense_plan(shipped, True) == DensePlan("packet", "embedded", context_window_words=300)
+    # ranker-v3 reads it: its plain turns are embedded up to the context window, under a
+    # learned ranker only.
+    v3 = shipped.replace(fusion={"ranker_model": str(DEFAULT_MODEL.parent / "ranker-v3.json")})
+    assert dense_plan(v3, True) == DensePlan("packet", "embedded", context_window_words=300, raw_turns=True,
+                                             raw_window_words=300)
+    assert dense_plan(v3.replace(fusion={"ranker": "learned"}), True).raw_turns
+    assert not dense_plan(v3.replace(fusion={"ranker": "weighted"}), True).raw_turns
+    a0 = apply_preset("A0", PipelineConfig())
+    assert not dense_plan(a0.replace(fusion={"ranker_model": v3.fusion.ranker_model}), False).raw_turns
 
 
 def test_raw_turn_mode_embeds_exactly_one_document_per_turn(tmp_path):
@@ -239,7 +243,8 @@ def test_a_long_turns_plain_vector_is_its_zp_vector_and_is_not_embedded_twice(tm
     from memcompile_local.build.stages import raw_document_keys, raw_model_id, unread_key
     from memcompile_local.fused.documents import plain_turn_text
 
-    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"context_window_words": 40})
+    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={
+        "context_window_words": 40, "ranker_model": str(DEFAULT_MODEL.parent / "ranker-v3.json")})
     store = MemoryStore(tmp_path / "m.sqlite")
     emb = CountingEmbedder()
     mem = Memory(store, cfg, embedder=emb)

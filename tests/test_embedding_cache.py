@@ -19,7 +19,6 @@ from memcompile_local.build.stages import (
     embedding_model_id,
     load_packet_matrix,
     packet_document_keys,
-    raw_document_keys,
     text_address,
 )
 from memcompile_local.config import PipelineConfig
@@ -81,14 +80,12 @@ def test_a_second_namespace_with_the_same_sessions_embeds_nothing(tmp_path):
     mem.add("alice", [SESSION_A, SESSION_B])
     mem.view("alice")
     first = list(emb.texts)
-    # Every distinct text once: packet documents, context documents and the plain turns the
-    # learned ranker reads (fusion.ranker "auto"), duplicates merged.
+    # Every distinct text once: packet documents and context documents, duplicates merged.
     keys, docs = packet_document_keys(store, "alice", mem.extractor().descriptor_set)
     _, ctx = context_document_keys(store, "alice")
-    _, plain = raw_document_keys(store.packets("alice"))
-    assert sorted(first) == sorted(set(docs) | set(ctx) | set(plain))
+    assert sorted(first) == sorted(set(docs) | set(ctx))
     rows = vector_rows(store)
-    assert rows == len(set(docs) | set(ctx) | set(plain))
+    assert rows == len(set(docs) | set(ctx))
 
     mem.add("bob", [SESSION_A, SESSION_B])
     view = mem.view("bob")
@@ -159,11 +156,11 @@ def test_appending_a_turn_re_embeds_only_the_changed_neighbour_documents(tmp_pat
     keys, docs = packet_document_keys(store, "alice", dset)
     _, ctx_after = context_document_keys(store, "alice")
     changed_ctx = [d for d in ctx_after if d not in ctx_before]
-    new_docs = [docs[-1], raw_document_keys(store.packets("alice"))[1][-1]]  # its packet document, plain text
-    # The new turn's packet, plain and context documents, and the context document of the turn
-    # it follows (which now quotes it); nothing else.
+    new_docs = [docs[-1]]  # the appended turn's packet document
+    # The new turn's packet and context documents, and the context document of the turn it
+    # follows (which now quotes it); nothing else.
     assert sorted(emb.texts) == sorted(set(new_docs) | set(changed_ctx))
-    assert len(changed_ctx) == 2 and len(emb.texts) == 4
+    assert len(changed_ctx) == 2 and len(emb.texts) == 3
     store.close()
 
 

@@ -103,7 +103,7 @@ def test_model_free_path_makes_no_model_call(tmp_path, conv):
 def test_model_free_build_embeds_context_documents_incrementally(tmp_path, conv):
     from dataclasses import replace
 
-    from memcompile_local.build.stages import context_document_keys, context_model_id, raw_document_keys, raw_model_id
+    from memcompile_local.build.stages import context_document_keys, context_model_id
 
     store = MemoryStore(tmp_path / "m.sqlite")
     emb = HashEmbedder(dim=64)
@@ -112,17 +112,14 @@ def test_model_free_build_embeds_context_documents_incrementally(tmp_path, conv)
     first = replace(conv, sessions=conv.sessions[:-1])
     mem.add(conv.namespace, first)
     n = sum(len(s.turns) for s in first.sessions)
-    # z(p), context document and plain text (the learned ranker's raw_cos) per turn
-    assert mem.build(conv.namespace).embedded_now == 3 * n
+    assert mem.build(conv.namespace).embedded_now == 2 * n  # z(p) and context document per turn
     keys, _ = context_document_keys(store, conv.namespace)
     assert len(store.embeddings(conv.namespace, context_model_id(emb), keys)) == n
-    keys, _ = raw_document_keys(store.packets(conv.namespace))
-    assert len(store.embeddings(conv.namespace, raw_model_id(emb), keys)) == n
     assert mem.view(conv.namespace).fusion.context_matrix.shape == (n, 64)
     # A new session adds its own turns' documents only: nothing before it changes.
     mem.add(conv.namespace, conv)
     added = len(conv.sessions[-1].turns)
-    assert mem.build(conv.namespace).embedded_now == 3 * added
+    assert mem.build(conv.namespace).embedded_now == 2 * added
     assert mem.build(conv.namespace).embedded_now == 0
     # Switched off, the selector neither embeds nor loads context documents.
     off = Memory(store, apply_preset("model-free", PipelineConfig()).replace(fusion={"dense_neighbor_context": False}),

@@ -18,6 +18,7 @@ import threading
 import numpy as np
 import pytest
 
+from memcompile_local.fused.ranker import DEFAULT_MODEL
 from memcompile_local.fused import index as fused
 from memcompile_local.views import load as view_load
 from memcompile_local.build.stages import layout_id
@@ -74,6 +75,9 @@ def build_queue(store: MemoryStore) -> MemoryStore:
     return store
 
 
+RANKER_V3 = DEFAULT_MODEL.parent / "ranker-v3.json"
+
+
 def config(**fusion) -> PipelineConfig:
     cfg = apply_preset("model-free", PipelineConfig())
     return cfg.replace(fusion=fusion) if fusion else cfg
@@ -114,7 +118,8 @@ def same_fusion(a: FusionIndex, b: FusionIndex) -> None:
 
 
 @pytest.mark.parametrize("fusion", [{}, {"bursts": True, "tolerant_names": True},
-                                    {"neighbor_context": False, "dense_neighbor_context": False}])
+                                    {"neighbor_context": False, "dense_neighbor_context": False},
+                                    {"ranker_model": str(RANKER_V3), "context_window_words": 14}])
 def test_incremental_load_after_appends_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
     store = MemoryStore(tmp_path / "m.sqlite")
     cfg = config(**fusion)
@@ -312,8 +317,8 @@ def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> Non
     for m in ("passage_matrix", "passage_owner", "context_rows", "entity_rows", "raw_matrix"):
         x, y = getattr(a, m), getattr(b, m)
         assert (x is None) == (y is None) and (x is None or np.array_equal(x, y))
-    # The learned ranker (any ranker setting but "weighted") reads plain turn vectors.
-    assert (a.raw_matrix is not None) == (cfg.fusion.ranker != "weighted")
+    # Plain turn vectors are there exactly when the ranker's model reads them (ranker-v3).
+    assert (a.raw_matrix is not None) == (cfg.fusion.ranker_model == str(RANKER_V3))
     if cfg.fusion.passage_words:
         assert a.passage_owner is not None  # several of these turns are longer than 6 words
     if cfg.fusion.answer_type_weight:
@@ -337,7 +342,9 @@ def same_selection(x: list[tuple], y: list[tuple]) -> None:
                                     {"dense_document": "turn", "dense_context": "composed"},
                                     {"dense_document": "lean", "dense_context": "embedded"},
                                     {"passage_words": 6, "passage_overlap_words": 2, "context_window_words": 14},
-                                    {"answer_type_weight": 0.75}])
+                                    {"answer_type_weight": 0.75},
+                                    # ranker-v3's plain-turn vectors; turns past 14 words take their z(p) row
+                                    {"ranker_model": str(RANKER_V3), "context_window_words": 14}])
 def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
     store = MemoryStore(tmp_path / "m.sqlite")
     cfg = config(**fusion)

@@ -25,6 +25,7 @@ from ..config import PipelineConfig, PlacementConfig
 from ..errors import ExtractionError, PacketExtractionError
 from ..address.passages import long_turn_passages
 from ..fused.documents import context_documents, context_fits, plain_turn_fits, plain_turn_text, raw_text
+from ..fused.ranker import reads_plain_turns
 from .progress import bar
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import Store
@@ -87,8 +88,9 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     context = config.fusion.dense_context if context_vectors else "none"
     words = config.fusion.passage_words if fused else 0
     window = config.fusion.context_window_words if context == "embedded" else 0
-    # The learned ranker (fusion.ranker "auto" or "learned") reads the plain turn's cosine.
-    raw = fused and config.fusion.ranker != "weighted"
+    # The plain turns are embedded only for a learned ranker (fusion.ranker "auto" or "learned")
+    # whose model file reads their cosine (ranker-v3 does; the shipped ranker-v2 does not).
+    raw = fused and config.fusion.ranker != "weighted" and reads_plain_turns(config.fusion.ranker_model)
     return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0, window, raw,
                      config.fusion.context_window_words if raw else 0)
 

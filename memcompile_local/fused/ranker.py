@@ -1,6 +1,6 @@
 """The learned ranker of the fused selector (``FusionConfig.ranker = "learned"``).
 
-A model file (``models/ranker-v3.json``; written by ``scripts/train_ranker.py``) holds either
+A model file (``models/ranker-v2.json``; written by ``scripts/train_ranker.py``) holds either
 gradient-boosted regression trees exported from LightGBM's LambdaRank or a linear model, the
 feature names it reads in order (``features.FEATURE_NAMES``), and how it was trained (command,
 sha256 of the development data, library and version, hyperparameters, cross-validated
@@ -34,7 +34,9 @@ from .index import FusionIndex
 
 FORMAT = "memcompile-ranker"
 FORMAT_VERSION = 1
-DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v3.json"
+DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v2.json"
+# The columns a model may read that need vectors of their own at build time.
+PLAIN_TURN_FEATURES = ("raw_cos", "raw_cos_gap")
 # LightGBM's tolerance for "zero" under missing_type Zero (its kZeroThreshold).
 _ZERO = 1e-35
 _MISSING = {"None": 0, "Zero": 1, "NaN": 2}
@@ -330,7 +332,7 @@ _CACHE_LOCK = threading.Lock()
 
 
 def load_model(path: str | Path | None = None) -> RankerModel:
-    """The model file at ``path`` (default: the shipped ``models/ranker-v3.json``), read and
+    """The model file at ``path`` (default: the shipped ``models/ranker-v2.json``), read and
     checked once per process (models are immutable, so threads share one)."""
     p = Path(path).expanduser() if path else DEFAULT_MODEL
     key = str(p.resolve()) if p.exists() else str(p)
@@ -347,6 +349,12 @@ def load_model(path: str | Path | None = None) -> RankerModel:
                 raise RankerModelError(p, "$", "JSON", f"{e.msg} at line {e.lineno}") from None
             model = _CACHE[key] = parse_model(doc, p)
     return model
+
+
+def reads_plain_turns(path: str | Path | None = None) -> bool:
+    """Whether the model file at ``path`` (default: the shipped one) reads the plain-turn cosine
+    columns, so a build must embed each turn's plain text (``build.stages.dense_plan``)."""
+    return any(f in PLAIN_TURN_FEATURES for f in load_model(path).features)
 
 
 def ordered_total(n: int, rows: np.ndarray, scores: np.ndarray, order: np.ndarray) -> np.ndarray:
