@@ -181,6 +181,17 @@ _LONG_CHAT = [
         {"speaker": "Tove", "text": "The broad beans are up!", "id": "g3a"},
     ]},
 ]
+def _long_chat_memory(tmp_path, **fusion):
+    """(config, store, counting embedder, Memory, view, packets) of ``_LONG_CHAT`` under the
+    model-free preset with the ``fusion`` fields given."""
+    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion=fusion)
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = Memory(store, cfg, embedder=emb)
+    mem.add("tove", _LONG_CHAT)
+    return cfg, store, emb, mem, mem.view("tove"), store.packets("tove")
+
+
 _LONG_QUESTIONS = ["Where did Tove put the compost bins?", "Who gave Tove strawberry runners?",
                    "What goes in after the frost?", "When did the broad beans come up?"]
 
@@ -191,13 +202,7 @@ def test_context_documents_the_fused_index_never_reads_are_not_embedded_and_chan
     from memcompile_local.fused.documents import context_documents
     from memcompile_local.fused.index import FusionIndex
 
-    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"context_window_words": 40})
-    store = MemoryStore(tmp_path / "m.sqlite")
-    emb = CountingEmbedder()
-    mem = Memory(store, cfg, embedder=emb)
-    mem.add("tove", _LONG_CHAT)
-    view = mem.view("tove")
-    packets = store.packets("tove")
+    cfg, store, emb, mem, view, packets = _long_chat_memory(tmp_path, context_window_words=40)
     every = context_documents(packets)
     read = [len(d.split()) <= 40 for d in every]
     assert 0 < sum(read) < len(read)  # the fixture has both kinds
@@ -243,14 +248,8 @@ def test_a_long_turns_plain_vector_is_its_zp_vector_and_is_not_embedded_twice(tm
     from memcompile_local.build.stages import raw_document_keys, raw_model_id, unread_key
     from memcompile_local.fused.documents import plain_turn_text
 
-    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={
-        "context_window_words": 40, "ranker_model": str(DEFAULT_MODEL.parent / "ranker-v3.json")})
-    store = MemoryStore(tmp_path / "m.sqlite")
-    emb = CountingEmbedder()
-    mem = Memory(store, cfg, embedder=emb)
-    mem.add("tove", _LONG_CHAT)
-    view = mem.view("tove")
-    packets = store.packets("tove")
+    cfg, store, emb, mem, view, packets = _long_chat_memory(
+        tmp_path, context_window_words=40, ranker_model=str(DEFAULT_MODEL.parent / "ranker-v3.json"))
     short = np.asarray([len(plain_turn_text(p).split()) <= 40 for p in packets])
     assert 0 < short.sum() < len(short)  # the long replies are longer
     assert [plain_turn_text(p) in emb.texts for p in packets] == short.tolist()
