@@ -270,3 +270,25 @@ def test_a_long_turns_plain_vector_is_its_zp_vector_and_is_not_embedded_twice(tm
     np.testing.assert_array_equal(grown.fusion.raw_matrix[-2], grown.packet_matrix[-2])  # the long reply
     assert not np.array_equal(grown.fusion.raw_matrix[-1], grown.packet_matrix[-1])  # the short thanks
     store.close()
+
+
+def test_a_turn_with_no_text_has_a_zero_plain_vector_built_or_appended(tmp_path):
+    from memcompile_local.build.stages import raw_document_keys, unread_key
+
+    cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={
+        "ranker": "learned", "ranker_model": str(DEFAULT_MODEL.parent / "ranker-v3.json")})
+    store = MemoryStore(tmp_path / "m.sqlite")
+    emb = CountingEmbedder()
+    mem = Memory(store, cfg, embedder=emb)
+    mem.add("a", [{"time": "2024-05-01 09:30", "turns": [{"speaker": "Ines", "text": "I like green tea."},
+                                                         {"speaker": "Bo", "text": ""}]}])
+    assert mem.compile("a", "What does Ines like?").packet_ids[0] == "S1:1"
+    assert "" not in emb.texts
+    keys, _ = raw_document_keys(store.packets("a"))
+    assert keys[1] == unread_key("S1:2")
+    mem.add("a", [{"time": "2024-05-02 10:00", "turns": [{"speaker": "Ines", "text": ""}]}])  # in place
+    grown = mem.view("a")
+    assert not grown.fusion.raw_matrix[[1, 2]].any() and grown.fusion.raw_matrix[0].any()
+    fresh = Memory(store, cfg, embedder=CountingEmbedder()).view("a")
+    np.testing.assert_array_equal(grown.fusion.raw_matrix, fresh.fusion.raw_matrix)
+    store.close()

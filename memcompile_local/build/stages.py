@@ -308,10 +308,11 @@ def raw_document_keys(packets: Sequence[SourcePacket], window: int = 0) -> tuple
     """(keys, documents) of each turn's plain text (``fused.documents.plain_turn_text``), in
     packet order (the plain dense baseline embeds the same text). ``window`` (words, 0: no
     limit): a longer turn gets the unread key of its packet and the empty text, as a context
-    document past the gate does; its plain vector is its z(p) vector (``FusionIndex.assemble``)."""
+    document past the gate does; its plain vector is its z(p) vector (``FusionIndex.assemble``).
+    A turn with no text and no caption gets the unread key too (a zero row)."""
     keys, docs = _keyed(packets, [plain_turn_text(p) for p in packets])
     for i, (p, fits) in enumerate(zip(packets, plain_turn_fits(packets, window))):
-        if not fits:
+        if not fits or not docs[i].strip():  # an empty turn has nothing to embed: a zero row
             keys[i], docs[i] = unread_key(p.packet_id), ""
     return keys, docs
 
