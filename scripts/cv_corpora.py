@@ -38,11 +38,12 @@ from tqdm import tqdm
 from memcompile_local import __version__
 from memcompile_local.address import extract_rule
 from memcompile_local.address.lexical import LexicalIndex
-from memcompile_local.bench.baselines import _raw_matrix, _raw_text
+from memcompile_local.bench.baselines import _raw_matrix
 from memcompile_local.bench.corpora import split_reachable
 from memcompile_local.bench.coverage import gold_recall
 from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
                                    load_locomo, load_longmemeval, load_realtalk)
+from memcompile_local.fused.documents import plain_turn_text
 from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, name_weighted, packet_channel
 from memcompile_local.fused.index import FusionIndex, lexical_texts
 from memcompile_local.fused.retriever import FusedRetriever, select_rows
@@ -288,7 +289,7 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
     retriever = FusedRetriever(view.fusion, cfg.fusion)  # the package's: Memory.compile's query vector
     packets = mem.store.packets(ns)
     raw_dense = _raw_matrix(mem.store, mem.embedder, ns, packets)
-    raw_bm25 = LexicalIndex([stem_terms(_raw_text(p)) for p in packets], k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b)
+    raw_bm25 = LexicalIndex([stem_terms(plain_turn_text(p)) for p in packets], k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b)
     out, same = [], 0
     for q in scored_questions(corpus, conv):
         t0 = time.perf_counter()

@@ -32,9 +32,6 @@ def render_raw(packets: Sequence[SourcePacket]) -> str:
     return render_raw_packets(packets)
 
 
-_raw_text = plain_turn_text  # one definition: the ranker's raw_cos columns embed the baseline's text
-
-
 def baseline_context(kind: str, store: Store, embedder: Embedder | None, namespace: str, question: str,
                      cfg: PipelineConfig, cache: dict | None = None) -> tuple[list[str], str]:
     """(packet ids, rendered context) of a baseline for one question over ``store`` (the dense
@@ -55,7 +52,7 @@ def baseline_context(kind: str, store: Store, embedder: Embedder | None, namespa
         return [p.packet_id for p in packets], text
     if kind == "bm25":
         index = _cached(cache, ("bm25", namespace, len(packets)),
-                        lambda: LexicalIndex([stem_terms(_raw_text(p)) for p in packets],
+                        lambda: LexicalIndex([stem_terms(plain_turn_text(p)) for p in packets],
                                              k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b))
         hits = index.top_k(stem_terms(question), k)
         chosen = [packets[i] for i, _ in hits]
@@ -79,12 +76,12 @@ def _cached(cache: dict, key: tuple, make):
 def _raw_matrix(store: Store, embedder: Embedder, namespace: str, packets: Sequence[SourcePacket]) -> np.ndarray:
     """Raw-turn embeddings, stored in the memory store like the packet documents."""
     model_id = embedding_model_id(embedder)
-    keys = [f"raw|{p.packet_id}|{hashlib.sha256(_raw_text(p).encode()).hexdigest()[:16]}" for p in packets]
+    keys = [f"raw|{p.packet_id}|{hashlib.sha256(plain_turn_text(p).encode()).hexdigest()[:16]}" for p in packets]
     have = store.embeddings(namespace, model_id, keys)
     missing = [i for i, k in enumerate(keys) if k not in have]
     for start in range(0, len(missing), 64):
         idx = missing[start : start + 64]
-        vecs = np.asarray(embedder.embed([_raw_text(packets[i]) for i in idx]), dtype=np.float32)
+        vecs = np.asarray(embedder.embed([plain_turn_text(packets[i]) for i in idx]), dtype=np.float32)
         store.save_embeddings(namespace, model_id, [keys[i] for i in idx], vecs)
         have.update({keys[i]: v for i, v in zip(idx, vecs)})
     return np.stack([have[k] for k in keys]).astype(np.float32)
