@@ -3,8 +3,12 @@
 Stores N turns (sessions of 10, default 600), searches once so the view is loaded, then R
 times (default 30) adds one new turn and searches for it; prints p50 and p95 of the add,
 the search after it, and their sum. ``--in-place`` adds with ``Memory.add(..., in_place=True)``
-(the turn built and the loaded view extended in the add; the search then loads nothing). Usage:
-``python scripts/bench_append_search.py [--turns N] [--repeats R] [--embedder hash] [--in-place]``.
+(the turn built and the loaded view extended in the add; the search then loads nothing).
+``--turn-words W`` pads every stored turn to about W words (a history of long assistant-style
+replies); ``--set SECTION.FIELD=VALUE`` changes a config field (a bare FIELD is a fusion field),
+e.g. ``--set ranker_model=memcompile_local/fused/models/ranker-v3.json``. Usage:
+``python scripts/bench_append_search.py [--turns N] [--repeats R] [--embedder hash] [--in-place]
+[--turn-words W] [--set FIELD=VALUE]``.
 Figures depend on the machine and how busy it is; compare runs made on the same machine.
 """
 
@@ -25,8 +29,30 @@ PEOPLE = ("Ana", "Ben")
 TOPICS = ("hiking", "the garden", "a new job", "the concert", "cooking", "a trip to Lisbon", "painting")
 
 
-def _turn(i: int) -> dict:
-    return {"speaker": PEOPLE[i % 2], "text": f"I spent time on {TOPICS[i % len(TOPICS)]} with friend {i % 37} today."}
+def _turn(i: int, words: int = 0) -> dict:
+    text = f"I spent time on {TOPICS[i % len(TOPICS)]} with friend {i % 37} today."
+    filler = [f"step{(i * 7 + j) % 97}" for j in range(max(0, words - len(text.split())))]
+    return {"speaker": PEOPLE[i % 2], "text": " ".join([text, *filler])}
+
+
+def _value(text: str):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _changes(pairs: list[str]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for kv in pairs:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {kv!r}: expected FIELD=VALUE")
+        section, _, name = key.rpartition(".")
+        out.setdefault(section or "fusion", {})[name] = _value(value)
+    return out
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -40,13 +66,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--embedder", default="hash")
     ap.add_argument("--in-place", action="store_true", help="Memory.add(..., in_place=True)")
+    ap.add_argument("--turn-words", type=int, default=0, help="pad every stored turn to about this many words")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     args = ap.parse_args()
     cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": args.embedder})
+    if args.set:
+        cfg = cfg.replace(**_changes(args.set))
     with tempfile.TemporaryDirectory() as folder:
         store = MemoryStore(Path(folder) / "s.sqlite")
         mem = Memory(store, cfg)
         sessions = [{"time": f"2024-01-{1 + (s % 28):02d} 10:{s % 60:02d}",
-                     "turns": [_turn(s * 10 + j) for j in range(10)]} for s in range(args.turns // 10)]
+                     "turns": [_turn(s * 10 + j, args.turn_words) for j in range(10)]} for s in range(args.turns // 10)]
         mem.add("bench", sessions)
         mem.search("bench", "what did Ana do?")
         adds, searches = [], []
@@ -63,8 +93,9 @@ def main() -> None:
             assert hits, "the appended turn should be found"
         store.close()
     total = [a + s for a, s in zip(adds, searches)]
-    print(f"model-free preset, {args.embedder} embedder, {args.turns} stored turns, {args.repeats} appends"
-          f"{' in place' if args.in_place else ''}")
+    print(f"model-free preset, {args.embedder} embedder, {args.turns} stored turns"
+          f"{f' of about {args.turn_words} words' if args.turn_words else ''}, {args.repeats} appends"
+          f"{' in place' if args.in_place else ''}{''.join(f', {kv}' for kv in args.set)}")
     for name, vals in (("add", adds), ("search after add", searches), ("add + search", total)):
         print(f"{name:>18}: p50 {1000 * statistics.median(vals):6.1f} ms   p95 {1000 * _pct(vals, 0.95):6.1f} ms")
 

@@ -396,6 +396,32 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
     store.close()
 
 
+def test_an_append_in_place_counts_the_words_of_its_new_turns_only(tmp_path, monkeypatch):
+    """The plain-turn rows and the context gate of the old turns are taken from the view before
+    the append (only the last old turn can gain a neighbour), so an append's word counting does
+    not grow with the history; the view still equals a load from scratch."""
+    import memcompile_local.fused.index as fused_index
+
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config(ranker_model=str(RANKER_V3), context_window_words=14)
+    live = memory(store, cfg)
+    live.add("u", FIRST)
+    n_old = len(live.view("u").packets)
+    counted: list[int] = []
+    for name in ("plain_turn_fits", "context_fits"):
+        real = getattr(fused_index, name)
+        monkeypatch.setattr(fused_index, name, lambda packets, window, real=real: counted.append(len(packets))
+                            or real(packets, window))
+    app = appender(live)
+    batch = APPENDS[0]
+    assert app.add("u", as_conversation(store, "u", batch)) is not None and app.in_place == 1
+    new = len(batch[0]["turns"])
+    assert counted and max(counted) <= new + 2 < n_old
+    monkeypatch.undo()
+    same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
+    store.close()
+
+
 def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_path, monkeypatch):
     """A write by another connection (another server process) after the view was loaded, even
     between the append's plan and its transaction, or a build lease another process holds,

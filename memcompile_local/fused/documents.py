@@ -112,7 +112,14 @@ def plain_turn_fits(packets: Sequence[SourcePacket], window: int) -> list[bool]:
     (``FusionIndex.assemble``) and the build does not embed it (``build.stages.raw_document_keys``)."""
     if not window:
         return [True] * len(packets)
-    return [len(plain_turn_text(p).split()) <= window for p in packets]
+    return [words_upto(plain_turn_text(p), window) <= window for p in packets]
+
+
+def words_upto(text: str, limit: int) -> int:
+    """The number of words (whitespace runs) in ``text`` when at most ``limit``, else
+    ``limit + 1``: a window test needs no more, and splitting stops there (a reply can run to
+    hundreds of thousands of characters)."""
+    return len(text.split(maxsplit=limit))
 
 
 ASSISTANT = "assistant"  # the speaker name the user-assistant loaders (BEAM, LongMemEval) give replies
@@ -152,7 +159,8 @@ def context_fits(packets: Sequence[SourcePacket], window: int) -> list[bool]:
     the lines are joined by a newline, so a document's words are its lines' words."""
     if not window:
         return [True] * len(packets)
-    words = [len(_context_line(p).split()) for p in packets]
+    # Capped counts decide the same: a line past the window puts any sum it is in past it too.
+    words = [words_upto(_context_line(p), window) for p in packets]
     return [words[i] + sum(words[j] for j in session_neighbours(packets, i)) <= window for i in range(len(packets))]
 
 

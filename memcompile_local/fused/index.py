@@ -54,6 +54,40 @@ def expansion_of(words: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stem_terms(words)))
 
 
+def plain_turn_rows(packets: Sequence[SourcePacket], raw_matrix: np.ndarray, packet_matrix: np.ndarray,
+                    window: int, old_rows: np.ndarray | None = None) -> np.ndarray:
+    """``FusionIndex.raw_matrix``: the stored plain-turn rows, where a turn past ``window`` words
+    (not embedded as plain text, a zero row) reads its z(p) row, which holds the same first
+    window of its text (``fused.documents.plain_turn_fits``). ``old_rows``: the rows this
+    function made for the first ``len(old_rows)`` packets (an append in place), kept as they are,
+    since a turn's plain text is its own; only the rest are checked."""
+    start = 0 if old_rows is None else len(old_rows)
+    tail = packets[start:]
+    long = ~np.asarray(plain_turn_fits(tail, window), dtype=bool) if len(tail) else np.zeros(0, bool)
+    if old_rows is None and not long.any():
+        return raw_matrix
+    out = raw_matrix.copy()
+    if old_rows is not None:
+        out[:start] = old_rows
+    rows = start + np.flatnonzero(long)
+    out[rows] = packet_matrix[rows]
+    return out
+
+
+def grown_context_rows(base: "FusionIndex | None", packets: Sequence[SourcePacket], n_old: int,
+                       window: int) -> np.ndarray:
+    """``FusionIndex.context_rows`` (``fused.documents.context_fits``) of ``packets``, taking the
+    rows of ``base`` (the index of ``packets[:n_old]``) for the old turns whose context document
+    cannot have changed: a context document quotes the turns beside it in its session, so of
+    the old turns only the last can gain a neighbour."""
+    old = base.context_rows if base is not None else None
+    if old is None or len(old) != n_old or n_old == 0:
+        return np.asarray(context_fits(packets, window), dtype=bool)
+    near = max(0, n_old - 2)  # the last old turn's neighbours are in packets[near:]
+    tail = np.asarray(context_fits(packets[near:], window), dtype=bool)
+    return np.concatenate([old[:n_old - 1], tail[n_old - 1 - near:]])
+
+
 @dataclass
 class FusionParts:
     """Per-text results of one ``FusionIndex.build_reusing``, keyed by what each was computed
@@ -226,10 +260,14 @@ class FusionIndex:
         passages: "tuple[np.ndarray, np.ndarray] | None" = None,
         entity: np.ndarray | None = None,
         raw_matrix: np.ndarray | None = None,
+        grown_from: "tuple[FusionIndex, int] | None" = None,
     ) -> "FusionIndex":
         """The index of ``packets`` from its computed parts (a build, or an append in place).
         ``entity``: the answer-type channel's rows when already known (``grown_entity_rows``),
-        else computed here (at once None on a user-assistant history)."""
+        else computed here (at once None on a user-assistant history). ``grown_from``: (the
+        index of ``packets[:n_old]``, ``n_old``) on an append in place, whose plain-turn rows and
+        context gate are kept for the old turns that cannot have changed, so an append counts
+        the words of its new turns only (``plain_turn_rows``, ``grown_context_rows``)."""
         for name, m in (("packet_matrix", packet_matrix), ("context_matrix", context_matrix),
                         ("raw_matrix", raw_matrix)):
             if m is not None and m.shape[0] != len(packets):
@@ -238,15 +276,14 @@ class FusionIndex:
         participants = tuple(dict.fromkeys(speakers))
         if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
             raise ValueError("a passage names a packet row past the packets")
+        base, n_old = grown_from if grown_from is not None else (None, 0)
         if raw_matrix is not None and packet_matrix is not None and cfg.context_window_words:
-            # A turn past the window was not embedded as plain text (a zero row): its z(p) row
-            # reads the same first window of its text (fused.documents.plain_turn_fits).
-            long = ~np.asarray(plain_turn_fits(packets, cfg.context_window_words), dtype=bool)
-            if long.any():
-                raw_matrix = np.where(long[:, None], packet_matrix, raw_matrix)
+            old_rows = base.raw_matrix if base is not None else None
+            raw_matrix = plain_turn_rows(packets, raw_matrix, packet_matrix, cfg.context_window_words,
+                                         old_rows=old_rows if old_rows is not None and len(old_rows) == n_old else None)
         context_rows = None
         if context_matrix is not None and cfg.dense_neighbor_context and cfg.context_window_words:
-            context_rows = np.asarray(context_fits(packets, cfg.context_window_words), dtype=bool)
+            context_rows = grown_context_rows(base, packets, n_old, cfg.context_window_words)
         return cls(
             packet_ids=tuple(p.packet_id for p in packets),
             speakers=speakers,

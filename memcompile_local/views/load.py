@@ -594,6 +594,6 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     entity = grown_entity_rows(base, packets, n_old) if cfg.answer_type_weight else None
     index = FusionIndex.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
                                  period_rows=rows, expansion_terms=terms, dated=dated, passages=passages,
-                                 entity=entity, raw_matrix=raw_matrix)
+                                 entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
     return index, parts, docs
 
