@@ -35,26 +35,6 @@ def _turn(i: int, words: int = 0) -> dict:
     return {"speaker": PEOPLE[i % 2], "text": " ".join([text, *filler])}
 
 
-def _value(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def _changes(pairs: list[str]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for kv in pairs:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {kv!r}: expected FIELD=VALUE")
-        section, _, name = key.rpartition(".")
-        out.setdefault(section or "fusion", {})[name] = _value(value)
-    return out
-
-
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
@@ -71,7 +51,9 @@ def main() -> None:
     args = ap.parse_args()
     cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": args.embedder})
     if args.set:
-        cfg = cfg.replace(**_changes(args.set))
+        from cv_corpora import config_changes  # scripts/ is on sys.path when this file runs
+
+        cfg = cfg.replace(**config_changes(args.set))
     with tempfile.TemporaryDirectory() as folder:
         store = MemoryStore(Path(folder) / "s.sqlite")
         mem = Memory(store, cfg)

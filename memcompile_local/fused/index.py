@@ -54,23 +54,21 @@ def expansion_of(words: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(stem_terms(words)))
 
 
-def plain_turn_rows(packets: Sequence[SourcePacket], raw_matrix: np.ndarray, packet_matrix: np.ndarray,
-                    window: int, old_rows: np.ndarray | None = None) -> np.ndarray:
-    """``FusionIndex.raw_matrix``: the stored plain-turn rows, where a turn past ``window`` words
-    (not embedded as plain text, a zero row) reads its z(p) row, which holds the same first
-    window of its text (``fused.documents.plain_turn_fits``). ``old_rows``: the rows this
-    function made for the first ``len(old_rows)`` packets (an append in place), kept as they are,
-    since a turn's plain text is its own; only the rest are checked."""
-    start = 0 if old_rows is None else len(old_rows)
-    tail = packets[start:]
-    long = ~np.asarray(plain_turn_fits(tail, window), dtype=bool) if len(tail) else np.zeros(0, bool)
-    if old_rows is None and not long.any():
+def plain_turn_rows(base: "FusionIndex | None", packets: Sequence[SourcePacket], n_old: int,
+                    raw_matrix: np.ndarray, packet_matrix: np.ndarray, window: int) -> np.ndarray:
+    """``FusionIndex.raw_matrix`` of ``packets``: their stored plain-turn rows, where a turn past
+    ``window`` words (not embedded as plain text, a zero row) reads its z(p) row, which holds the
+    same first window of its text (``fused.documents.plain_turn_fits``). The rows of ``base``
+    (the index of ``packets[:n_old]``) are kept for the old turns: a turn's plain text is its own."""
+    old = base.raw_matrix if base is not None else None
+    start = n_old if old is not None and len(old) == n_old else 0
+    long = start + np.flatnonzero(~np.asarray(plain_turn_fits(packets[start:], window), dtype=bool))
+    if not start and not long.size:
         return raw_matrix
     out = raw_matrix.copy()
-    if old_rows is not None:
-        out[:start] = old_rows
-    rows = start + np.flatnonzero(long)
-    out[rows] = packet_matrix[rows]
+    if start:
+        out[:start] = old
+    out[long] = packet_matrix[long]
     return out
 
 
@@ -278,9 +276,7 @@ class FusionIndex:
             raise ValueError("a passage names a packet row past the packets")
         base, n_old = grown_from if grown_from is not None else (None, 0)
         if raw_matrix is not None and packet_matrix is not None and cfg.context_window_words:
-            old_rows = base.raw_matrix if base is not None else None
-            raw_matrix = plain_turn_rows(packets, raw_matrix, packet_matrix, cfg.context_window_words,
-                                         old_rows=old_rows if old_rows is not None and len(old_rows) == n_old else None)
+            raw_matrix = plain_turn_rows(base, packets, n_old, raw_matrix, packet_matrix, cfg.context_window_words)
         context_rows = None
         if context_matrix is not None and cfg.dense_neighbor_context and cfg.context_window_words:
             context_rows = grown_context_rows(base, packets, n_old, cfg.context_window_words)
