@@ -147,8 +147,14 @@ LINEAR_C = 0.1
 # Candidate columns the package does not compute (yet): measured here as extra features. The
 # first two are the package's raw_cos columns with the question embedded alone instead of the
 # package's query vector (measured beside them in stop 42; the package's own ship).
+# The last two (stop 43, fixed before their figures were read) describe the turn's session: the
+# best weighted-sum score among the session's other turns, minus the question's best, and the
+# share of the 50 best turns that lie in the session. An answer that spans a session (BEAM's
+# multi-session and ordering questions, a LoCoMo exchange) may sit in a turn that matches
+# little by itself while its session matches much.
 EXTRA_FEATURES = ("question_raw_cos", "question_raw_cos_gap", "own_first_person_cos", "own_first_person_gap",
-                  "answer_type")
+                  "answer_type", "session_best_other_gap", "session_top50_share")
+SESSION_TOP = 50
 EXTRA_COLS: list[int] | None = None  # --extra-cols: the EXTRA_FEATURES columns the --extra rows read (default all)
 
 
@@ -211,7 +217,7 @@ def collect(corpus, mem, conv, cfg, extra: bool = False) -> list[Q]:
         X = qf.matrix[[pos[int(r)] for r in rows]]
         qraw = np.asarray(mem.embedder.embed([q.question]), dtype=np.float32)[0]
         cos = (raw @ qraw).astype(np.float64)
-        E = extra_columns(mem, view, entity_index, packets, q.question, cos, rows) if extra else \
+        E = extra_columns(mem, view, entity_index, packets, q.question, cos, rows, qf) if extra else \
             np.full((len(rows), len(EXTRA_FEATURES)), np.nan)
         shipped = select_rows(view.fusion, q.question, qf.fused, qvec, cfg.fusion, K)
         dense = np.lexsort((np.arange(len(cos)), -cos.astype(np.float32)))[:K]
@@ -221,7 +227,24 @@ def collect(corpus, mem, conv, cfg, extra: bool = False) -> list[Q]:
     return out
 
 
-def extra_columns(mem, view, entity_index, packets, question: str, cos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def session_columns(packets, fused: np.ndarray, order: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), 2): the best weighted-sum score of the other turns of each row's session minus
+    the question's best (-1 below the best when the session has no other turn), and the share of
+    the ``SESSION_TOP`` best turns that lie in its session."""
+    session = np.asarray([p.session_index for p in packets])
+    best = float(fused.max()) if len(fused) else 0.0
+    top = order[:SESSION_TOP]
+    out = np.zeros((len(rows), 2))
+    for j, r in enumerate(rows):
+        same = np.flatnonzero(session == session[r])
+        others = same[same != r]
+        out[j, 0] = (fused[others].max() if len(others) else best - 1.0) - best
+        out[j, 1] = np.count_nonzero(session[top] == session[r]) / SESSION_TOP
+    return out
+
+
+def extra_columns(mem, view, entity_index, packets, question: str, cos: np.ndarray, rows: np.ndarray,
+                  qf) -> np.ndarray:
     """The ``EXTRA_FEATURES`` columns of ``rows`` (candidate features, ``--extra``)."""
     # The question in the first person of the one participant it names, against that
     # participant's own turns' z(p) (0 elsewhere and for other questions; multihop study).
@@ -233,7 +256,8 @@ def extra_columns(mem, view, entity_index, packets, question: str, cos: np.ndarr
         fp = np.where(own, (view.fusion.packet_matrix @ fv).astype(np.float64), 0.0)
     # The answer-type cue (language/answertype.py) as a column, whatever answer_type_weight is.
     at = answer_type_channel(entity_index, FusedQuery(question, None))
-    return np.stack([cos[rows], cos[rows] - cos.max(), fp[rows], fp[rows] - fp.max(), at[rows]], axis=1)
+    return np.hstack([np.stack([cos[rows], cos[rows] - cos.max(), fp[rows], fp[rows] - fp.max(), at[rows]], axis=1),
+                      session_columns(packets, qf.fused, qf.order, rows)])
 
 
 def design(qs: list[Q], pool: int, extra: bool, train: bool):
