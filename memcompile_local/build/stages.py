@@ -24,7 +24,7 @@ from ..address.placement_memo import PlacementMemo
 from ..config import PipelineConfig, PlacementConfig
 from ..errors import ExtractionError, PacketExtractionError
 from ..address.passages import long_turn_passages
-from ..fused.documents import context_documents, context_fits, plain_turn_fits, plain_turn_text, raw_text
+from ..fused.documents import context_documents, context_fits, fits_window, plain_turn_text, raw_text
 from ..fused.ranker import reads_plain_turns
 from .progress import bar
 from ..protocols import DescriptorExtractor, Embedder
@@ -311,8 +311,8 @@ def raw_document_keys(packets: Sequence[SourcePacket], window: int = 0) -> tuple
     document past the gate does; its plain vector is its z(p) vector (``FusionIndex.assemble``).
     A turn with no text and no caption gets the unread key too (a zero row)."""
     keys, docs = _keyed(packets, [plain_turn_text(p) for p in packets])
-    for i, (p, fits) in enumerate(zip(packets, plain_turn_fits(packets, window))):
-        if not fits or not docs[i].strip():  # an empty turn has nothing to embed: a zero row
+    for i, p in enumerate(packets):  # the rule of fused.documents.plain_turn_fits, on the texts made here
+        if not fits_window(docs[i], window) or not docs[i].strip():  # an empty turn: nothing to embed, a zero row
             keys[i], docs[i] = unread_key(p.packet_id), ""
     return keys, docs
 

@@ -110,9 +110,12 @@ def plain_turn_fits(packets: Sequence[SourcePacket], window: int) -> list[bool]:
     limit). Past the embedder's window a turn's plain text and its z(p) begin with the same
     words and are read only that far, so a longer turn's plain vector is its z(p) vector
     (``FusionIndex.assemble``) and the build does not embed it (``build.stages.raw_document_keys``)."""
-    if not window:
-        return [True] * len(packets)
-    return [words_upto(plain_turn_text(p), window) <= window for p in packets]
+    return [fits_window(plain_turn_text(p), window) for p in packets]
+
+
+def fits_window(text: str, window: int) -> bool:
+    """Whether ``text`` has at most ``window`` words (whitespace runs; 0: no limit)."""
+    return not window or words_upto(text, window) <= window
 
 
 def words_upto(text: str, limit: int) -> int:
