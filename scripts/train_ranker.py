@@ -260,6 +260,14 @@ def extra_columns(mem, view, entity_index, packets, question: str, cos: np.ndarr
                       session_columns(packets, qf.fused, qf.order, rows)])
 
 
+def zeroed(X: np.ndarray, names) -> np.ndarray:
+    """A copy of ``X`` with the package's feature columns ``names`` set to 0 (a constant column,
+    so no tree splits on it; column positions stay put)."""
+    X = X.copy()
+    X[:, [FEATURE_NAMES.index(f) for f in names]] = 0.0
+    return X
+
+
 def design(qs: list[Q], pool: int, extra: bool, train: bool):
     """Feature matrix, labels and group sizes: the fused head of ``pool`` rows (plus gold
     outside it when training)."""
@@ -271,8 +279,7 @@ def design(qs: list[Q], pool: int, extra: bool, train: bool):
             take = np.concatenate([take, np.flatnonzero(q.label[start:] > 0) + start])
         X = q.X[take]
         if DROPPED:  # zeroed, so column positions (the init score's "fused") stay put
-            X = X.copy()
-            X[:, [FEATURE_NAMES.index(f) for f in DROPPED]] = 0.0
+            X = zeroed(X, DROPPED)
         E = q.E[take] if EXTRA_COLS is None else q.E[take][:, EXTRA_COLS]
         Xs.append(np.hstack([X, E]) if extra else X)
         ys.append(q.label[take])
@@ -419,10 +426,7 @@ class LambdaRankBaggedV2V3(LambdaRankBagged):
     """Ten boosters without the plain-turn columns and ten with them, all twenty averaged."""
 
     def fit(self, X, y, groups, weights=None):
-        plain = [FEATURE_NAMES.index(f) for f in GROUPS["plain-turn cosine"]]
-        without = X.copy()
-        without[:, plain] = 0.0
-        boosters = super().fit(without, y, groups, weights).boosters
+        boosters = super().fit(zeroed(X, GROUPS["plain-turn cosine"]), y, groups, weights).boosters
         self.boosters = boosters + super().fit(X, y, groups, weights).boosters
         self.params["members"] = ["residual, plain-turn columns zeroed", "residual"]
         return self
@@ -436,9 +440,7 @@ class LambdaRankBaggedV2(LambdaRankBagged):
     of the batch above, not a candidate)."""
 
     def fit(self, X, y, groups, weights=None):
-        X = X.copy()
-        X[:, [FEATURE_NAMES.index(f) for f in GROUPS["plain-turn cosine"]]] = 0.0
-        return super().fit(X, y, groups, weights)
+        return super().fit(zeroed(X, GROUPS["plain-turn cosine"]), y, groups, weights)
 
 
 MODELS["lambdarank-bagged-v2"] = LambdaRankBaggedV2
