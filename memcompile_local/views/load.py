@@ -423,13 +423,19 @@ class ViewLoader:
         cfg = spec.config
         namespace = plan.namespace
         packets = list(plan.packets)
-        descriptors = [d for p in packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
+        by_packet = plan.descriptors_by_packet
         matrix = plan.packet_matrix
+
+        def address_index() -> AddressIndex:
+            # Listing every descriptor waits for the first use too: it is O(history) per append.
+            descriptors = [d for p in packets for d in by_packet.get(p.packet_id, ())]
+            return AddressIndex.build(packets, descriptors, _cells_at(spec, store, namespace, generation, descriptors),
+                                      matrix, layout=cfg.placement.layout, placement=cfg.placement,
+                                      routing=cfg.routing)
+
         # The closure names only what the index is built from, never the plan: the plan holds
         # the view it extends, so capturing it would chain every earlier view to the newest one.
-        index = LazyAddressIndex(lambda: AddressIndex.build(
-            packets, descriptors, _cells_at(spec, store, namespace, generation, descriptors), matrix,
-            layout=cfg.placement.layout, placement=cfg.placement, routing=cfg.routing))
+        index = LazyAddressIndex(address_index)
         view = MemoryView(
             namespace=plan.namespace,
             packets=plan.packets,
@@ -517,16 +523,21 @@ def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_
     dim = old.matrix.shape[1] if old.matrix.ndim == 2 and old.matrix.shape[0] else vectors.shape[1]
     matrix = np.empty((n_old + len(keys), dim), dtype=np.float32)
     matrix[:n_old] = old.matrix
-    old_keys = list(old.row_of)
+    matrix[n_old:] = vectors[len(changed):]
+    # A dict copy, not a comprehension over every key (O(history) Python work per append).
+    # The keys' order is the rows' order (callers read ``list(row_of)``), so from the first
+    # changed row on they are taken off the end and entered again in order.
+    row_of = dict(old.row_of)
+    first = min(changed, default=n_old)
+    tail = [row_of.popitem()[0] for _ in range(n_old - first)][::-1]
     for j, (row, (k, _)) in enumerate(changed.items()):
         matrix[row] = vectors[j]
-        old_keys[row] = k
-    matrix[n_old:] = vectors[len(changed):]
-    all_keys = old_keys + keys
+        tail[row - first] = k
+    row_of.update((k, first + i) for i, k in enumerate([*tail, *keys]))
     kept = [j for j, k in enumerate(new_keys) if not is_unread_key(k)]
     save = ([(model_id, [new_keys[j] for j in kept], vectors[kept], [addresses[j] for j in kept], space)]
             if kept else [])
-    return _Rows({k: i for i, k in enumerate(all_keys)}, matrix), save
+    return _Rows(row_of, matrix), save
 
 
 def _lexical_tail(packets: Sequence[SourcePacket], n_old: int, bursts: bool) -> tuple[int, int]:
