@@ -39,6 +39,7 @@ from memcompile_local.views.record import MemoryView
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation, Session, Turn
 from memcompile_local.views.load import LazyAddressIndex
+from memcompile_local.views.cache import estimate_view_bytes
 
 FIRST = [
     {"time": "2024-05-02 10:00", "id": "s1", "turns": [
@@ -307,9 +308,12 @@ def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> Non
     a, b = live.fusion, scratch.fusion
     assert a.packet_ids == b.packet_ids and a.speakers == b.speakers and a.participants == b.participants
     assert a.expansion_terms == b.expansion_terms and a.tolerant_names == b.tolerant_names
-    assert np.array_equal(a.dated, b.dated) and set(a.period_rows) == set(b.period_rows)
+    assert np.array_equal(a.dated, b.dated) and a.dated.dtype == b.dated.dtype
+    assert set(a.period_rows) == set(b.period_rows)
     for k in a.period_rows:
-        assert np.array_equal(a.period_rows[k], b.period_rows[k])
+        assert np.array_equal(a.period_rows[k], b.period_rows[k]) and a.period_rows[k].dtype == np.int64
+    # grown from the base's (the run count, the row map), not recounted
+    assert a.burst_share == b.burst_share and a.row_of == b.row_of
     assert (a.context_matrix is None) == (b.context_matrix is None)
     if a.context_matrix is not None:
         assert np.array_equal(a.context_matrix, b.context_matrix)
@@ -375,6 +379,8 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
         assert held is not None and held[0] is not before  # current without a load
         view = live.view("u")
         assert view is held[0] and loads == []
+        # the cache's estimate of the grown view, grown from the base's, is the whole count
+        assert live.views.held_bytes == estimate_view_bytes(view) > 0
         scratch = memory(store, cfg)
         assert not scratch.views.loader.remembered("u")
         same_view(view, scratch.view("u"), cfg)

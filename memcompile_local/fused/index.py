@@ -133,25 +133,34 @@ def entity_rows(packets: Sequence[SourcePacket], participants: Sequence[str]) ->
     return np.asarray([float(names_entity(p.content, participants)) for p in packets])
 
 
+def grown_participants(base: "FusionIndex", packets: Sequence[SourcePacket], n_old: int) -> tuple[str, ...]:
+    """The distinct speakers of ``packets`` in order of first turn, from ``base`` (the index of
+    ``packets[:n_old]``): its participants, then the new speakers of the appended turns."""
+    return tuple(dict.fromkeys([*base.participants, *(p.speaker for p in packets[n_old:])]))
+
+
 def grown_entity_rows(base: "FusionIndex", packets: Sequence[SourcePacket], n_old: int) -> np.ndarray | None:
     """``entity_rows(packets, ...)`` from ``base`` (the index of ``packets[:n_old]``): only the
     appended turns are read when the participants are unchanged (the cue of a turn depends
     only on its text and the participants); every turn otherwise."""
-    participants = tuple(dict.fromkeys(p.speaker for p in packets))
+    participants = grown_participants(base, packets, n_old)
     if participants != base.participants or base.entity_rows is None:
         return entity_rows(packets, participants)
     grown = entity_rows(packets[n_old:], participants)
     return None if grown is None else np.concatenate([base.entity_rows, grown])
 
 
+def speaker_runs(packets: Sequence[SourcePacket]) -> int:
+    """How many of ``packets`` (in dialogue order) are spoken by the same participant as the
+    packet just before them in the same session."""
+    return sum(1 for a, b in zip(packets, packets[1:]) if a.session_id == b.session_id and a.speaker == b.speaker)
+
+
 def speaker_run_share(packets: Sequence[SourcePacket]) -> float:
-    """The share of ``packets`` (in dialogue order) spoken by the same participant as the packet
-    just before them in the same session: 0 for strictly alternating dialogue, about a third or
-    more for messaging-app chats, where one person often sends several messages in a row."""
-    if not packets:
-        return 0.0
-    runs = sum(1 for a, b in zip(packets, packets[1:]) if a.session_id == b.session_id and a.speaker == b.speaker)
-    return runs / len(packets)
+    """The share of ``packets`` counted by ``speaker_runs``: 0 for strictly alternating
+    dialogue, about a third or more for messaging-app chats, where one person often sends
+    several messages in a row."""
+    return speaker_runs(packets) / len(packets) if packets else 0.0
 
 
 @dataclass(frozen=True)
@@ -270,18 +279,29 @@ class FusionIndex:
                         ("raw_matrix", raw_matrix)):
             if m is not None and m.shape[0] != len(packets):
                 raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
-        speakers = tuple(p.speaker for p in packets)
-        participants = tuple(dict.fromkeys(speakers))
         if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
             raise ValueError("a passage names a packet row past the packets")
         base, n_old = grown_from if grown_from is not None else (None, 0)
+        if base is not None and len(base.packet_ids) == n_old:
+            # An append in place: the old turns' ids, speakers and runs are the base's.
+            new = packets[n_old:]
+            packet_ids = base.packet_ids + tuple(p.packet_id for p in new)
+            speakers = base.speakers + tuple(p.speaker for p in new)
+            participants = grown_participants(base, packets, n_old)
+            # burst_share * n_old is the base's run count up to float rounding (far below 0.5).
+            runs = round(base.burst_share * n_old) + speaker_runs(packets[max(0, n_old - 1):])
+        else:
+            packet_ids = tuple(p.packet_id for p in packets)
+            speakers = tuple(p.speaker for p in packets)
+            participants = tuple(dict.fromkeys(speakers))
+            runs = speaker_runs(packets)
         if raw_matrix is not None and packet_matrix is not None and cfg.context_window_words:
             raw_matrix = plain_turn_rows(base, packets, n_old, raw_matrix, packet_matrix, cfg.context_window_words)
         context_rows = None
         if context_matrix is not None and cfg.dense_neighbor_context and cfg.context_window_words:
             context_rows = grown_context_rows(base, packets, n_old, cfg.context_window_words)
-        return cls(
-            packet_ids=tuple(p.packet_id for p in packets),
+        index = cls(
+            packet_ids=packet_ids,
             speakers=speakers,
             participants=participants,
             lexical=lexical,
@@ -296,11 +316,17 @@ class FusionIndex:
             passage_owner=np.asarray(passages[1], dtype=np.int64) if passages is not None and len(passages[1]) else None,
             passage_pool=cfg.passage_pool,
             context_rows=context_rows,
-            burst_share=speaker_run_share(packets),
+            burst_share=runs / len(packets) if packets else 0.0,
             entity_rows=None if not cfg.answer_type_weight else
             entity if entity is not None else entity_rows(packets, participants),
             raw_matrix=raw_matrix,
         )
+        if base is not None and "row_of" in base.__dict__ and len(base.packet_ids) == n_old:
+            # row_of (a cached_property) extended from the base's: a copy, not a rebuild.
+            row_of = dict(base.row_of)
+            row_of.update((pid, n_old + i) for i, pid in enumerate(packet_ids[n_old:]))
+            index.__dict__["row_of"] = row_of
+        return index
 
     def query_terms(self, question: str) -> list[str]:
         """The question's lexical terms, names made canonical when the index is tolerant and

@@ -47,7 +47,8 @@ from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_d
                             embedding_model_id, is_unread_key, passage_document_keys, passage_model_id,
                             raw_document_keys, raw_model_id, text_address)
 from ..config import FusionConfig
-from ..fused.index import FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, lexical_texts
+from ..fused.index import (FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, grown_participants,
+                           lexical_texts)
 from ..language.stemming import stem_terms
 from ..address.lexical_growth import GrowingLexicalIndex
 from ..protocols import Embedder
@@ -436,14 +437,20 @@ class ViewLoader:
         # The closure names only what the index is built from, never the plan: the plan holds
         # the view it extends, so capturing it would chain every earlier view to the newest one.
         index = LazyAddressIndex(address_index)
+        n_old = len(plan.base.packets)
+        # Both maps are the base's with the appended packets added: copies, not rebuilds.
+        packets_by_id = dict(plan.base.packets_by_id)
+        packets_by_id.update((p.packet_id, p) for p in packets[n_old:])
+        row_of = dict(plan.base.row_of)
+        row_of.update((p.packet_id, n_old + i) for i, p in enumerate(packets[n_old:]))
         view = MemoryView(
             namespace=plan.namespace,
             packets=plan.packets,
-            packets_by_id={**plan.base.packets_by_id, **{p.packet_id: p for p in packets[len(plan.base.packets):]}},
+            packets_by_id=packets_by_id,
             descriptors_by_packet=plan.descriptors_by_packet,
             index=index,  # type: ignore[arg-type]
             packet_matrix=matrix,
-            row_of={p.packet_id: i for i, p in enumerate(packets)},
+            row_of=row_of,
             fusion=plan.fusion,
         )
         with self._lock:
@@ -568,7 +575,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     when it has to be built afresh (no base, a new participant under tolerant names)."""
     if base is None:
         return None
-    participants = tuple(dict.fromkeys(p.speaker for p in packets))
+    participants = grown_participants(base, packets, n_old)
     if (cfg.tolerant_names or cfg.chat_norm) and participants != base.participants:
         return None  # every document's canonical (or kept) names may change
     old_docs = memo.lexical_docs
@@ -597,14 +604,20 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     for i in replaced:  # a replaced text no other document has any more is not kept
         if old_docs[i] not in docs[start:]:
             tokens.pop(old_docs[i], None)
-    rows = {k: list(v) for k, v in base.period_rows.items()}
-    dated = list(base.dated)
-    terms = list(base.expansion_terms)
+    # The appended turns' rows only, then joined to the base's arrays (no per-turn Python
+    # work on the old turns).
+    new_rows: dict = {}
+    new_terms: list[tuple[str, ...]] = []
+    new_dated: list[float] = []
     parts = FusionParts(participants, tokens, periods, expansion)
-    add_packet_rows(packets, n_old, by_packet, parts, FusionParts(), rows, terms, dated)
+    add_packet_rows(packets, n_old, by_packet, parts, FusionParts(), new_rows, new_terms, new_dated)
+    rows = dict(base.period_rows)
+    for period, got in new_rows.items():
+        rows[period] = np.concatenate([rows[period], got]) if period in rows else got
     entity = grown_entity_rows(base, packets, n_old) if cfg.answer_type_weight else None
     index = FusionIndex.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
-                                 period_rows=rows, expansion_terms=terms, dated=dated, passages=passages,
-                                 entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
+                                 period_rows=rows, expansion_terms=base.expansion_terms + tuple(new_terms),
+                                 dated=np.concatenate([base.dated, np.asarray(new_dated, dtype=np.float64)]),
+                                 passages=passages, entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
     return index, parts, docs
 
