@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Iterable
 
 import numpy as np
 
 from ..build.spec import BuildSpec
 from ..protocols import Embedder
 from ..store.base import Store
+from ..types import Descriptor, SourcePacket
 from .load import AppendPlan, ViewLoader
 from .record import MemoryView
 from .threads import limit_blas_threads
@@ -32,14 +34,29 @@ DEFAULT_MAX_VIEW_BYTES = 1 << 30
 """The default bound on the estimated bytes of the views one cache holds (1 GiB)."""
 
 
-def estimate_view_bytes(view: MemoryView) -> int:
+def estimate_view_bytes(view: MemoryView, *, grown_from: tuple[MemoryView, int] | None = None) -> int:
     """An estimate of the memory ``view`` holds: its arrays exactly, its texts and records roughly.
 
     Arrays (packet and context vectors, the fused index's per-packet arrays) are counted by their
     ``nbytes``, once each when shared; every packet and descriptor adds its text length and a
     fixed allowance for the Python objects around it (record, dict entries, lexical postings).
     It is a bound for the cache, not an accounting: it grows with what a view really holds.
+
+    ``grown_from``: (the view ``view`` was appended to in place, that view's estimate); then
+    only the appended packets' records are counted (the old ones are the base's), with the same
+    result as counting all of them.
     """
+    if grown_from is None:
+        records = _record_bytes(view.packets, view.descriptors_by_packet.values())
+    else:
+        base, base_bytes = grown_from
+        new = view.packets[len(base.packets):]
+        records = base_bytes - _array_bytes(base) + _record_bytes(
+            new, (view.descriptors_by_packet.get(p.packet_id, ()) for p in new))
+    return _array_bytes(view) + records
+
+
+def _array_bytes(view: MemoryView) -> int:
     arrays: dict[int, np.ndarray] = {}
 
     def add(a) -> None:
@@ -54,10 +71,14 @@ def estimate_view_bytes(view: MemoryView) -> int:
         add(fusion.dated)
         for rows in fusion.period_rows.values():
             add(rows)
-    total = sum(a.nbytes for a in arrays.values())
-    for packet in view.packets:
+    return sum(a.nbytes for a in arrays.values())
+
+
+def _record_bytes(packets: Iterable[SourcePacket], descriptor_groups: Iterable[Iterable[Descriptor]]) -> int:
+    total = 0
+    for packet in packets:
         total += _PACKET_OVERHEAD + _TEXT_COPIES * (len(packet.content) + len(packet.image_caption or ""))
-    for descriptors in view.descriptors_by_packet.values():
+    for descriptors in descriptor_groups:
         for d in descriptors:
             total += _DESCRIPTOR_OVERHEAD + 2 * len(d.text)
     return total
@@ -105,8 +126,10 @@ class ViewCache:
         with self._lock:
             return len(self._entries)
 
-    def _hold(self, key: tuple, view: MemoryView) -> None:
+    def _hold(self, key: tuple, view: MemoryView, *, base: MemoryView | None = None) -> None:
         """Hold ``view`` as its namespace's only view, most recently used; evict over the bounds.
+        ``base``: the view ``view`` was appended to in place (its estimate, when it is the one
+        held, is grown rather than made again over the whole history).
 
         Caller holds ``self._lock``.
         """
@@ -114,7 +137,8 @@ class ViewCache:
         old = self._entries.pop(namespace, None)
         if old is not None:
             self._bytes -= old[2]
-        size = estimate_view_bytes(view)
+        grown_from = (base, old[2]) if old is not None and base is not None and old[1] is base else None
+        size = estimate_view_bytes(view, grown_from=grown_from)
         self._entries[namespace] = (key, view, size)
         self._bytes += size
         while len(self._entries) > 1 and (
@@ -188,7 +212,7 @@ class ViewCache:
             entry = self._entries.get(plan.namespace)
             if entry is not None and entry[0][1] > generation:
                 return entry[1]
-            self._hold(key, view)
+            self._hold(key, view, base=plan.base)
         return view
 
     def drop(self, namespace: str) -> None:
