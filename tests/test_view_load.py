@@ -528,6 +528,22 @@ def test_an_append_in_place_adopts_nothing_after_the_namespace_was_dropped(tmp_p
     store.close()
 
 
+def test_a_bm25_index_grown_from_nothing_scores_as_one_built_afresh():
+    """From an empty corpus, then documents replaced by nothing and by new terms: the flat
+    postings are removed and inserted where their terms are."""
+    steps = [({}, [["kiln", "clay", "kiln"], [], ["glaze", "clay"], ["ferry"]]),
+             ({0: []}, [["kiln", "ferry", "ferry"]]),
+             ({1: ["glaze", "tram"], 3: []}, [])]
+    grown, corpus = GrowingLexicalIndex.from_tokens([]), []
+    for replaced, appended in steps:
+        grown = grown.grown(replaced, appended)
+        corpus = [replaced.get(i, t) for i, t in enumerate(corpus)] + appended
+        fresh = LexicalIndex(corpus)
+        for query in (["kiln"], ["clay", "glaze"], ["ferry", "tram", "absent"], ["tram"]):
+            assert np.allclose(grown.scores(query), fresh.scores(query), rtol=1e-12, atol=0)
+    assert grown.scores(["tram"])[1] > 0 and grown.scores(["ferry"])[3] == 0
+
+
 def test_a_grown_bm25_index_scores_as_one_built_afresh():
     """GrowingLexicalIndex after 100 appends and replacements (terms that vanish, new terms,
     empty documents) against LexicalIndex over the final corpus: equal scores up to rounding,
