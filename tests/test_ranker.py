@@ -503,3 +503,43 @@ def test_a_bagged_ensemble_exports_as_one_tree_list_with_the_members_mean(tmp_pa
     want = tr.INIT_SCALE * rows[:, tr.FUSED_COL] + np.mean(members, axis=0)
     assert np.allclose(loaded.predict(rows), want, rtol=0, atol=1e-9)
     assert np.allclose(model.predict(rows), want, rtol=0, atol=1e-12)
+
+
+def test_a_turn_table_grown_by_appends_equals_one_made_afresh():
+    """TurnTable.grown (an append in place) against TurnTable.of over the final turns, column by
+    column and bit for bit: neighbours across a session that gains a turn after another session,
+    positions when the last session index grows, captions, assistant turns, raw BM25 scores."""
+    from memcompile_local.config import FusionConfig
+    from memcompile_local.fused.features import TurnTable
+    from memcompile_local.types import SourcePacket
+
+    lines = [(1, "user", "I repotted the fig tree on the balcony", None),
+             (1, "assistant", "Figs like a deep pot and a sunny corner", None),
+             (2, "user", "The ferry to the island left late again", "a photo of a harbour"),
+             (2, "assistant", "Late ferries are common in windy weather", None),
+             (1, "user", "Back to the fig: two leaves turned yellow", None),  # session 1 again, after 2
+             (3, "user", "My sister starts at the bakery on Monday", None),
+             (3, "user", "She will bake rye bread and fig rolls", None),
+             (5, "assistant", "", "a drawing of a kiln")]
+    packets = [SourcePacket("ns", f"p{i}", i, s, f"S{s}", "2024-01-01", who, text, cap, "")
+               for i, (s, who, text, cap) in enumerate(lines)]
+    cfg = FusionConfig()
+    for n_old in (1, 3, 4, 5):
+        table = TurnTable.of(packets[:n_old], cfg)
+        for end in (n_old + 1, len(packets)):
+            table = table.grown(packets[:end], n_old)
+            n_old = end
+        fresh = TurnTable.of(packets, cfg)
+        for name in ("prev_row", "next_row", "log_words", "is_assistant", "has_caption", "session_position",
+                     "turn_position", "sessions"):
+            got, want = getattr(table, name), getattr(fresh, name)
+            assert got.dtype == want.dtype and np.array_equal(got, want), name
+        for query in (["fig"], ["ferri", "harbour"], ["bakeri", "rye", "fig"], ["kiln"], ["absent"]):
+            assert np.array_equal(table.raw_lexical.scores(query), fresh.raw_lexical.scores(query))
+    assert fresh.prev_row.tolist() == [-1, 0, -1, 2, -1, -1, 5, -1]
+    assert fresh.next_row.tolist() == [1, -1, 3, -1, -1, 6, -1, -1]
+    # Session 1's turns are rows 0, 1 and 4: their positions are row distances from row 0 over 2.
+    assert fresh.turn_position.tolist() == [0.0, 0.5, 0.0, 1.0, 2.0, 0.0, 1.0, 0.0]
+    assert fresh.session_position.tolist() == [0.0, 0.0, 0.25, 0.25, 0.0, 0.5, 0.5, 1.0]
+    with pytest.raises(ValueError, match="not the 3 old turns"):
+        TurnTable.of(packets[:2], cfg).grown(packets, 3)

@@ -40,6 +40,7 @@ from memcompile_local.store import MemoryStore
 from memcompile_local.types import Conversation, Session, Turn
 from memcompile_local.views.load import LazyAddressIndex
 from memcompile_local.views.cache import estimate_view_bytes
+from memcompile_local.fused.features import TurnTable
 
 FIRST = [
     {"time": "2024-05-02 10:00", "id": "s1", "turns": [
@@ -348,7 +349,8 @@ def same_selection(x: list[tuple], y: list[tuple]) -> None:
                                     {"passage_words": 6, "passage_overlap_words": 2, "context_window_words": 14},
                                     {"answer_type_weight": 0.75},
                                     # ranker-v3's plain-turn vectors; turns past 14 words take their z(p) row
-                                    {"ranker_model": str(RANKER_V3), "context_window_words": 14}])
+                                    {"ranker_model": str(RANKER_V3), "context_window_words": 14},
+                                    {"ranker": "learned"}])  # its turn table grown, not made again
 def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
     store = MemoryStore(tmp_path / "m.sqlite")
     cfg = config(**fusion)
@@ -384,6 +386,13 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
         scratch = memory(store, cfg)
         assert not scratch.views.loader.remembered("u")
         same_view(view, scratch.view("u"), cfg)
+        if cfg.fusion.ranker == "learned" and n > 1:  # the questions after the last append made its table
+            grown = view.fusion.__dict__.get("_ranker_turn_table")
+            assert grown is not None and "_ranker_turn_table" in before.fusion.__dict__
+            fresh = TurnTable.of(view.packets, cfg.fusion)
+            for name in ("prev_row", "next_row", "log_words", "is_assistant", "has_caption", "session_position",
+                         "turn_position"):
+                assert np.array_equal(getattr(grown, name), getattr(fresh, name)), name
         same_selection(selection(live, "u"), selection(scratch, "u"))
     # An adopted view reads its Cells only when its AddressIndex is first used; by then the
     # store may have moved on, and the Cells are placed from the view's own descriptors.

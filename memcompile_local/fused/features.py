@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..address.lexical import LexicalIndex
+from ..address.lexical_growth import GrowingLexicalIndex
 from ..config import FusionConfig
 from ..language.stemming import stem_terms
 from ..language.listcues import is_list_question
@@ -39,7 +39,7 @@ from ..types import SourcePacket
 from .channels import (FusedQuery, _normalized, answer_type_channel, combine, dense_cosines, lexical_channel,
                        name_weighted, packet_scores, role_channel, score_order, speaker_channel, temporal_channel,
                        time_match_channel)
-from .documents import is_assistant, question_speakers, raw_text, session_neighbours
+from .documents import is_assistant, question_speakers, raw_text
 from .index import FusionIndex
 
 # Column order of the feature matrix; a model file names these and must match them exactly.
@@ -72,7 +72,7 @@ FEATURE_NAMES: tuple[str, ...] = (
 class TurnTable:
     """The per-conversation columns of ``FEATURE_NAMES``, aligned with the index's rows."""
 
-    raw_lexical: LexicalIndex
+    raw_lexical: GrowingLexicalIndex  # BM25 over the raw turn texts; an append grows it
     prev_row: np.ndarray  # (N,) previous row of the same session, -1 where none
     next_row: np.ndarray
     log_words: np.ndarray
@@ -80,36 +80,74 @@ class TurnTable:
     has_caption: np.ndarray
     session_position: np.ndarray
     turn_position: np.ndarray
+    sessions: np.ndarray  # (N,) session index of each row (int64): the positions are made from it
 
     @classmethod
     def of(cls, packets: Sequence[SourcePacket], cfg: FusionConfig) -> "TurnTable":
-        n = len(packets)
+        texts = [raw_text(p) for p in packets]
+        # GrowingLexicalIndex scores as LexicalIndex does (to rounding) and builds faster; an
+        # append in place grows it instead of stemming every turn again (``grown``).
+        raw = GrowingLexicalIndex.from_tokens([stem_terms(t) for t in texts], k1=cfg.bm25_k1, b=cfg.bm25_b)
+        return cls._assemble(raw, packets, texts, None)
+
+    def grown(self, packets: Sequence[SourcePacket], n_old: int) -> "TurnTable":
+        """The table of ``packets``, this being the table of ``packets[:n_old]``: only the
+        appended turns are read; equal to ``TurnTable.of(packets, cfg)`` (tests/test_ranker.py)."""
+        if len(self.sessions) != n_old:
+            raise ValueError(f"the table has {len(self.sessions)} rows, not the {n_old} old turns")
+        new = packets[n_old:]
+        texts = [raw_text(p) for p in new]
+        return self._assemble(self.raw_lexical.grown({}, [stem_terms(t) for t in texts]), new, texts, self)
+
+    @classmethod
+    def _assemble(cls, raw: GrowingLexicalIndex, packets: Sequence[SourcePacket], texts: Sequence[str],
+                  base: "TurnTable | None") -> "TurnTable":
+        """The table from ``raw`` and the per-turn columns of ``packets`` (the appended ones
+        after ``base``'s, or all); the columns that depend on the whole history (neighbours,
+        positions) are recomputed from the session indexes in array operations."""
+        def column(name: str, values: list) -> np.ndarray:
+            got = np.asarray(values, dtype=np.float64)
+            return got if base is None else np.concatenate([getattr(base, name), got])
+
+        sessions = np.asarray([p.session_index for p in packets], dtype=np.int64)
+        if base is not None:
+            sessions = np.concatenate([base.sessions, sessions])
+        n = len(sessions)
+        rows = np.arange(n, dtype=np.int64)
+        # A neighbour is the row before or after in the same session (fused.documents.session_neighbours).
+        same = sessions[1:] == sessions[:-1]
         prev_row = np.full(n, -1, dtype=np.int64)
         next_row = np.full(n, -1, dtype=np.int64)
-        for i in range(n):
-            for j in session_neighbours(packets, i):
-                (prev_row if j < i else next_row)[i] = j
-        texts = [raw_text(p) for p in packets]
-        sessions = np.asarray([p.session_index for p in packets], dtype=np.float64)
-        first = {}
-        size: dict[int, int] = {}
-        for i, p in enumerate(packets):
-            first.setdefault(p.session_index, i)
-            size[p.session_index] = size.get(p.session_index, 0) + 1
-        s_lo, s_hi = (float(sessions.min()), float(sessions.max())) if n else (0.0, 0.0)
+        prev_row[1:][same] = rows[:-1][same]
+        next_row[:-1][same] = rows[1:][same]
+        s = sessions.astype(np.float64)
+        s_lo, s_hi = (float(s.min()), float(s.max())) if n else (0.0, 0.0)
+        # A turn's position: its row minus its session's first row, over the session's size - 1.
+        _, inv = np.unique(sessions, return_inverse=True)
+        first = np.full(int(inv.max()) + 1 if n else 0, n, dtype=np.int64)
+        np.minimum.at(first, inv, rows)
+        size = np.bincount(inv, minlength=len(first))
         return cls(
-            raw_lexical=LexicalIndex([stem_terms(t) for t in texts], k1=cfg.bm25_k1, b=cfg.bm25_b),
-            prev_row=prev_row, next_row=next_row,
-            log_words=np.asarray([math.log1p(len(t.split())) for t in texts], dtype=np.float64),
-            is_assistant=np.asarray([is_assistant(p.speaker) for p in packets], dtype=np.float64),
-            has_caption=np.asarray([bool(p.image_caption) for p in packets], dtype=np.float64),
-            session_position=(sessions - s_lo) / (s_hi - s_lo) if s_hi > s_lo else np.zeros(n),
-            turn_position=np.asarray([(i - first[p.session_index]) / max(size[p.session_index] - 1, 1)
-                                      for i, p in enumerate(packets)], dtype=np.float64),
+            raw_lexical=raw, prev_row=prev_row, next_row=next_row,
+            log_words=column("log_words", [math.log1p(len(t.split())) for t in texts]),
+            is_assistant=column("is_assistant", [is_assistant(p.speaker) for p in packets]),
+            has_caption=column("has_caption", [bool(p.image_caption) for p in packets]),
+            session_position=(s - s_lo) / (s_hi - s_lo) if s_hi > s_lo else np.zeros(n),
+            turn_position=(rows - first[inv]) / np.maximum(size[inv] - 1, 1),
+            sessions=sessions,
         )
 
 
 _TABLE_LOCK = threading.Lock()
+
+
+def grow_turn_table(base: FusionIndex, index: FusionIndex, packets: Sequence[SourcePacket], n_old: int) -> None:
+    """Give ``index`` (``base`` grown by ``packets[n_old:]``, not yet shared with any thread) the
+    base's turn table grown by the appended turns, when the base has one: the first question
+    on the new view then reads the table instead of stemming the whole history again."""
+    table = base.__dict__.get("_ranker_turn_table")
+    if table is not None and len(table.sessions) == n_old and len(index.packet_ids) == len(packets):
+        object.__setattr__(index, "_ranker_turn_table", table.grown(packets, n_old))
 
 
 def turn_table(index: FusionIndex, packets: Sequence[SourcePacket], cfg: FusionConfig) -> TurnTable:

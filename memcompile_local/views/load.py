@@ -47,6 +47,7 @@ from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_d
                             embedding_model_id, is_unread_key, passage_document_keys, passage_model_id,
                             raw_document_keys, raw_model_id, text_address)
 from ..config import FusionConfig
+from ..fused.features import grow_turn_table
 from ..fused.index import (FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, grown_participants,
                            lexical_texts)
 from ..language.stemming import stem_terms
@@ -619,5 +620,6 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                                  period_rows=rows, expansion_terms=base.expansion_terms + tuple(new_terms),
                                  dated=np.concatenate([base.dated, np.asarray(new_dated, dtype=np.float64)]),
                                  passages=passages, entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
+    grow_turn_table(base, index, packets, n_old)  # the learned ranker's per-turn columns, when made
     return index, parts, docs
 
