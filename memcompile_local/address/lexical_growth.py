@@ -9,6 +9,11 @@ where a document was added or replaced. ``GrowingLexicalIndex`` keeps those coun
 flat array of postings, inserts and removes the changed documents' postings, and recomputes
 the impacts in a few vectorized numpy operations (no per-document Python work on old ones).
 
+The fused selector's index and the learned ranker's raw-turn index are built as this class
+from the start (``from_tokens`` counts postings in one pass, a few times faster than bm25s's
+indexing), so an append in place grows the index a load made. The Address Plane's
+descriptor BM25 stays a ``LexicalIndex``.
+
 Scores are the same function as ``LexicalIndex`` (Okapi BM25 with the epsilon floor,
 ``lexical.okapi_idf``, over the vocabulary of terms that occur), computed in another order of
 float64 operations: equal to a fresh ``LexicalIndex`` up to rounding (a few ulp), which
