@@ -573,8 +573,10 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                   raw_matrix: np.ndarray | None = None,
                   ) -> tuple[FusionIndex, FusionParts, tuple[str, ...]] | None:
     """The fused index of ``packets`` from ``base`` (the index of the first ``n_old``), or None
-    when it has to be built afresh (no base, a new participant under tolerant names)."""
-    if base is None:
+    when it has to be built afresh (no base, a new participant under tolerant names, a BM25
+    index that cannot grow: a load builds a GrowingLexicalIndex, only an index made elsewhere
+    has another)."""
+    if base is None or not isinstance(base.lexical, GrowingLexicalIndex):
         return None
     participants = grown_participants(base, packets, n_old)
     if (cfg.tolerant_names or cfg.chat_norm) and participants != base.participants:
@@ -598,10 +600,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
 
     replaced = {i: stemmed(docs[i]) for i in range(start, n_old) if docs[i] != old_docs[i]}
     appended = [stemmed(d) for d in docs[n_old:]]
-    lexical = base.lexical
-    if not isinstance(lexical, GrowingLexicalIndex):
-        lexical = GrowingLexicalIndex.from_tokens([stemmed(d) for d in old_docs], k1=cfg.bm25_k1, b=cfg.bm25_b)
-    lexical = lexical.grown(replaced, appended)
+    lexical = base.lexical.grown(replaced, appended)
     for i in replaced:  # a replaced text no other document has any more is not kept
         if old_docs[i] not in docs[start:]:
             tokens.pop(old_docs[i], None)
