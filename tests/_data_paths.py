@@ -20,12 +20,16 @@ import pytest
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LOCOMO_MINI = FIXTURES / "locomo_mini.json"
 LONGMEMEVAL_MINI = FIXTURES / "longmemeval_mini.json"
+LONGMEMEVAL_QUIRKS = FIXTURES / "longmemeval_quirks.json"  # each published-file quirk, one question each
 REALTALK_MINI = FIXTURES / "realtalk"  # two chats in the REALTALK layout
 BEAM_MINI = FIXTURES / "beam" / "100K"  # two chat folders in the BEAM layout
+BEAM_QUIRKS = FIXTURES / "beam_quirks" / "1M"  # one chat whose questions carry the released files' quirks
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOCOMO_DEV = SHARED_DATA / "locomo" / "locomo_dev.json"
 LONGMEMEVAL_DEV = SHARED_DATA / "longmemeval" / "longmemeval_s_single.json"
+LONGMEMEVAL_S_DEV100 = SHARED_DATA / "longmemeval" / "longmemeval_s_dev100.json.gz"
+LONGMEMEVAL_ORACLE_DEV100 = SHARED_DATA / "longmemeval" / "longmemeval_oracle_dev100.json"
 LOCOMO_DEV4 = SHARED_DATA / "locomo" / "locomo_dev4.json"
 REALTALK_DEV = SHARED_DATA / "realtalk"
 BEAM_DEV = SHARED_DATA / "beam" / "100K"

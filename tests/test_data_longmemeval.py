@@ -137,7 +137,8 @@ def test_selection(tmp_path):
     "over, where, expected",
     [
         ({"haystack_dates": ["only one"]}, "$[0].haystack_dates", "2 dates"),
-        ({"haystack_session_ids": ["s_a", "s_a"]}, "$[0].haystack_session_ids[1]", "unique"),
+        ({"haystack_session_ids": ["s_a", "s_a"]}, "$[0].haystack_sessions[1]",
+         "the same turns as $[0].haystack_sessions[0]"),
         ({"haystack_sessions": [[{"role": "user", "content": "x", "has_answer": "yes"}], []]},
          "$[0].haystack_sessions[0][0].has_answer", "true or false"),
         ({"haystack_sessions": [[{"role": "user"}], []]},

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from ..data.beam import BEAM_CATEGORIES, beam_files, load_beam
 from ..data.jsonio import DEFAULT_MAX_TURN_CHARS
+from ..data.quirks import QuirkLog
 from ..data.realtalk import REALTALK_CATEGORY_NAMES, load_realtalk, realtalk_files
 from ..errors import DataFormatError
 from ..types import Conversation
@@ -68,14 +69,17 @@ def corpus_files(benchmark: str, data: str | Sequence[str]) -> list[Path]:
 
 
 def load_corpus(benchmark: str, data: str | Sequence[str], *,
-                max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
-    """The conversations of a REALTALK or BEAM ``--data`` value."""
+                max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS,
+                quirks: QuirkLog | None = None) -> list[Conversation]:
+    """The conversations of a REALTALK or BEAM ``--data`` value. ``quirks``: where BEAM's
+    loader notes what it read past (a lenient log leaves out an odd chat or question instead of
+    refusing the folder; see ``data/quirks.py``); REALTALK's loader is always strict."""
     if benchmark == "realtalk":
         return load_realtalk(data, max_turn_chars=max_turn_chars)
     if isinstance(data, (list, tuple)):
         corpus_files(benchmark, data)  # the one-folder check
         data = data[0]
-    return load_beam(data, max_turn_chars=max_turn_chars)
+    return load_beam(data, max_turn_chars=max_turn_chars, quirks=quirks)
 
 
 def data_sha256(files: Iterable[Path]) -> str:

@@ -16,6 +16,7 @@ from memcompile_local.bench.corpora import (CORPORA, CORPUS_DEFINITIONS, corpus_
                                             report_title)
 from memcompile_local.bench.judge import LONGMEMEVAL_TYPES
 from memcompile_local.bench.metrics import bleu_tokenizer_name
+from memcompile_local.data.quirks import describe_kind
 from memcompile_local.errors import DataFormatError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "token_table_markdown",
     "metrics_markdown",
     "write_markdown_report",
+    "quirks_markdown",
     "compare_table",
     "aliasing_markdown",
     "summary_text",
@@ -224,14 +226,37 @@ def _bleu_tokenizer_note() -> str | None:
         return None
 
 
+def quirks_markdown(quirks: Mapping[str, Any]) -> str:
+    """The "Data quirks" section's body from ``QuirkLog.as_dict()``: a count per kind, what was
+    done with each, and the first places of each kind."""
+    counts = quirks.get("counts") or {}
+    if not counts:
+        return "None: every question was read whole."
+    lines = ["| Quirk | Count | What the run did |", "|---|---:|---|"]
+    for kind, n in counts.items():
+        lines.append(f"| {kind} | {n} | {describe_kind(kind)} |")
+    left = quirks.get("questions_left_out") or 0
+    lines += ["", f"Questions left out of the run: {left}."
+              + (" A strict run (`--strict`) refuses the data instead." if not quirks.get("strict") else "")]
+    for kind in counts:
+        places = (quirks.get("examples") or {}).get(kind) or []
+        if places:
+            lines += ["", f"First places ({kind}):", ""]
+            lines += [f"- `{q['path']}` at `{q['where']}`: {q['detail']}" for q in places[:5]]
+    return "\n".join(lines)
+
+
 def write_markdown_report(path: str | Path, metrics: Mapping[str, Any], config_summary: Any,
                           token_table: Mapping[str, Any] | None = None,
-                          definitions: Mapping[str, str] | None = None) -> Path:
-    """Write a Markdown report: configuration, results, token cost and metric definitions.
+                          definitions: Mapping[str, str] | None = None,
+                          quirks: Mapping[str, Any] | None = None) -> Path:
+    """Write a Markdown report: configuration, results, data quirks, token cost and metric
+    definitions.
 
     ``definitions`` (metric name -> definition in words) are added to, and override, the
     benchmark's entry of :data:`DEFAULT_DEFINITIONS`; every metric in the report is defined
-    in its last section. Returns the path written.
+    in its last section. ``quirks``: what the loader read past (``QuirkLog.as_dict()``; None:
+    no section). Returns the path written.
     """
     out = Path(path)
     title = {"locomo": "LoCoMo", "longmemeval": "LongMemEval"}.get(str(metrics.get("benchmark")),
@@ -239,6 +264,8 @@ def write_markdown_report(path: str | Path, metrics: Mapping[str, Any], config_s
     parts = [f"# {title} benchmark report", "", "## Configuration", ""]
     parts += _config_lines(config_summary) or ["(none given)"]
     parts += ["", "## Results", "", "Rates are percentages.", "", metrics_markdown(metrics)]
+    if quirks is not None:
+        parts += ["", "## Data quirks", "", quirks_markdown(quirks)]
     if token_table is not None:
         parts += ["", "## Token cost", "", token_table_markdown(token_table)]
     merged = dict(DEFAULT_DEFINITIONS.get(str(metrics.get("benchmark")), {}))

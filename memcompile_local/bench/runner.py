@@ -33,6 +33,7 @@ from ..address import prompts as address_prompts
 from ..config import ModelConfig, PipelineConfig, config_needs_llm
 from ..data import DEFAULT_MAX_TURN_CHARS, count_dataset, load_locomo, load_longmemeval
 from ..data.hf import is_hf_source, resolve_hf_source
+from ..data.quirks import QuirkLog
 from ..errors import ConfigError, DataFormatError, ModelError
 from ..evidence import prompts as evidence_prompts
 from ..evidence.answer import AnswerSettings, answer_settings
@@ -88,6 +89,9 @@ class EvalSpec:
     retain_budget: float | None = None
     writer: str = "model-free"
     max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS  # longest string the loaders accept (None: no cap)
+    # Refuse the whole data file when one question (or BEAM chat) cannot be read whole, instead of
+    # leaving it out and counting it in the run's data quirks (``data/quirks.py``).
+    strict: bool = False
 
     @property
     def judging(self) -> bool:
@@ -145,15 +149,19 @@ def data_file(spec: EvalSpec) -> str:
     return spec.data
 
 
-def load_benchmark(spec: EvalSpec, path: str | None = None) -> list[Conversation]:
-    """The conversations of the run's data file (``path``, else :func:`data_file`)."""
+def load_benchmark(spec: EvalSpec, path: str | None = None, quirks: QuirkLog | None = None) -> list[Conversation]:
+    """The conversations of the run's data file (``path``, else :func:`data_file`). ``quirks``:
+    where the LongMemEval and BEAM loaders note what they read past (None: a log of
+    ``spec.strict``, dropped)."""
     path = path or data_file(spec)
+    if quirks is None:
+        quirks = QuirkLog(strict=spec.strict)
     if spec.benchmark == "locomo":
         convs = load_locomo(path, conversations=spec.conversations, max_turn_chars=spec.max_turn_chars)
     elif spec.benchmark == "longmemeval":
-        convs = load_longmemeval(path, limit=spec.limit, max_turn_chars=spec.max_turn_chars)
+        convs = load_longmemeval(path, limit=spec.limit, max_turn_chars=spec.max_turn_chars, quirks=quirks)
     elif spec.benchmark in CORPORA:
-        convs = load_corpus(spec.benchmark, path, max_turn_chars=spec.max_turn_chars)
+        convs = load_corpus(spec.benchmark, path, max_turn_chars=spec.max_turn_chars, quirks=quirks)
         if spec.conversations:
             have = [c.namespace for c in convs]
             missing = [c for c in spec.conversations if c not in have]
@@ -260,6 +268,7 @@ class EvalRunner:
         self._embed_identity: dict[str, Any] = {}
         self._retained: dict = {}  # namespace -> RetainedMemory under --retain-budget
         self._turn_ids: dict[str, frozenset[str]] = {}  # turn ids per namespace (reachable gold)
+        self.quirks = QuirkLog(strict=spec.strict)  # what the loader read past (the last run's)
 
     # -- setup
     def _make_backend(self, mcfg: ModelConfig) -> Any:
@@ -280,7 +289,8 @@ class EvalRunner:
         spec, cfg = self.spec, self.cfg
         t_start = time.perf_counter()
         path = data_file(spec)
-        convs = load_benchmark(spec, path)
+        self.quirks = QuirkLog(strict=spec.strict)
+        convs = load_benchmark(spec, path, self.quirks)
         items = select_questions(spec.benchmark, convs, spec.limit)
         if not items:
             raise ConfigError(f"{spec.data}: no questions selected")
@@ -310,6 +320,10 @@ class EvalRunner:
             judged = {r["question_id"] for r in read_jsonl(judgments_path)}
             plan = self._plan(mem, client, convs, items, todo, judged)
             self.echo(f"run {run_id}: {len(convs)} conversations, {len(items)} questions -> {out}")
+            if len(self.quirks):
+                left = self.quirks.questions_left_out
+                self.echo(self.quirks.summary() + (f"; {left} question(s) left out" if left else "")
+                          + " (counts in report.md and metrics.json; --strict refuses instead)")
             self.echo(plan.describe())
 
             judge_backend = None
@@ -562,6 +576,8 @@ class EvalRunner:
             "failed_questions": errors,
             "aliasing_audit": aliasing,
             "judge": judge_info,
+            # What the loader read past in the data as published (counts by kind, first places).
+            "data_quirks": self.quirks.as_dict(),
         }
         extra_md = []
         if any(r.get("mera_rounds") for r in merged):
@@ -585,7 +601,7 @@ class EvalRunner:
         }
         if waste:
             summary["wasted calls"] = ", ".join(f"{k} {v['calls']}" for k, v in waste.items())
-        write_markdown_report(out / "report.md", metrics, summary, table)
+        write_markdown_report(out / "report.md", metrics, summary, table, quirks=self.quirks.as_dict())
         if aliasing:
             with open(out / "report.md", "a", encoding="utf-8") as fh:
                 fh.write("\n" + aliasing_markdown(aliasing) + "\n")
@@ -673,6 +689,7 @@ def run_eval_from_args(args: Any, cfg: PipelineConfig) -> int:
         answer=not args.retrieval_only,
         retain_budget=getattr(args, "retain_budget", None), writer=getattr(args, "writer", None) or "model-free",
         max_turn_chars=DEFAULT_MAX_TURN_CHARS if max_chars is None else max_chars,
+        strict=bool(getattr(args, "strict", False)),
     )
     result = EvalRunner(spec, judge_section_from_args(args, cfg)).run()
     return 1 if result["failed_questions"] else 0

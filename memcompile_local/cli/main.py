@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turn-chars", type=positive_int, default=None, metavar="N",
                    help="accept strings up to N characters (default: "
                         f"{DEFAULT_MAX_TURN_CHARS:,}; a longer turn is refused naming the limit)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse the whole data file when one question (or BEAM chat) cannot be read whole; "
+                        "by default it is left out (or kept without evidence) and counted in the report")
     g = p.add_argument_group("judge (a model of its own; the config's judge: section sets the same)")
     g.add_argument("--judge-backend", help="backend of the judge (default: the answer backend)")
     g.add_argument("--judge-model", help="judge model name or path (default: the answer model)")

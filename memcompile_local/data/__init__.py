@@ -24,6 +24,7 @@ from .beam import BEAM_CATEGORIES, load_beam
 from .locomo import LOCOMO_CATEGORY_NAMES, load_locomo, parse_locomo, split_evidence
 from .longmemeval import load_longmemeval, parse_longmemeval
 from .plain import load_plain, looks_like_jsonl, parse_plain
+from .quirks import QuirkLog
 from .realtalk import REALTALK_CATEGORY_NAMES, load_realtalk
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "LOCOMO_CATEGORY_NAMES",
     "REALTALK_CATEGORY_NAMES",
     "DatasetCounts",
+    "QuirkLog",
     "count_dataset",
     "counts",
     "detect_format",
@@ -81,7 +83,7 @@ def detect_format(doc: Any) -> str | None:
 
 _OPTIONS: dict[str, frozenset[str]] = {
     "locomo": frozenset({"conversations", "max_turn_chars"}),
-    "longmemeval": frozenset({"limit", "question_ids", "max_turn_chars"}),
+    "longmemeval": frozenset({"limit", "question_ids", "max_turn_chars", "quirks"}),
     "plain": frozenset({"namespace", "max_turn_chars"}),
 }
 
@@ -99,7 +101,7 @@ def load_any(path: str | Path, fmt: Format = "auto", **kw: Any) -> list[Conversa
 
     ``fmt="auto"`` reads ``.jsonl`` files as plain JSONL and otherwise looks at the
     parsed JSON (see :func:`detect_format`). Extra keyword arguments go to the chosen
-    loader (``conversations=`` for LoCoMo, ``limit=`` / ``question_ids=`` for
+    loader (``conversations=`` for LoCoMo, ``limit=`` / ``question_ids=`` / ``quirks=`` for
     LongMemEval, ``namespace=`` for plain, ``max_turn_chars=`` for every format, default
     ``DEFAULT_MAX_TURN_CHARS``); one that does not apply to the file's
     format raises ``ConfigError`` naming it. A plain file gives a one-element list.

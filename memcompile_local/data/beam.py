@@ -29,9 +29,19 @@ Conventions (also written down in ``docs/data-formats.md``):
   scoring and left out of recall, as is any question with an empty list. A chat id that
   names no turn is kept, logged, and left out of recall by the benchmark runner.
   Question ids are ``f"{namespace}:{type}:{k}"``.
+* Without ``source_chat_ids``, ``conversation_sessions`` is read in its place when it is a
+  list of chat ids (the released files' summarization questions carry it, usually as the same
+  list; one question of a 1M chat carries only it): noted as an
+  ``evidence_from_conversation_sessions`` quirk. When it is a plain integer (a count, as in
+  some 100K questions) or absent too, the question has no usable evidence: it is kept with no
+  evidence (answered and judged, left out of recall) and noted as ``no_evidence``; a strict
+  load refuses it instead.
 * One assistant reply of the released 100K chats is 348,853 characters long, above the
   default ``max_turn_chars`` (100,000): loading that chat fails naming the limit unless a
-  larger ``max_turn_chars`` (or None) is passed.
+  larger ``max_turn_chars`` (or None) is passed. Under a lenient
+  :class:`~memcompile_local.data.quirks.QuirkLog` that chat is left out instead (a
+  ``skipped_chat`` quirk counting its questions) and the other chats are read; a malformed
+  question is likewise left out (``skipped_question``) with the rest of its chat read.
 """
 
 from __future__ import annotations
@@ -46,6 +56,8 @@ from ..errors import DataFormatError
 from ..types import Conversation, QAItem, Session, Turn
 from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, load_json
 from .locomo import warn_unknown_evidence
+from .quirks import (EVIDENCE_FROM_SESSIONS, NO_EVIDENCE, SKIPPED_CHAT, SKIPPED_QUESTION, QuirkLog,
+                     error_detail)
 
 
 BEAM_CATEGORIES: tuple[str, ...] = (
@@ -102,24 +114,54 @@ def beam_namespace(folder: Path) -> str:
     return f"beam-{parent}-{folder.name}" if _SIZE.match(parent) else f"beam-{folder.name}"
 
 
-def load_beam(source: str | Path, *, max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
+def load_beam(source: str | Path, *, max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS,
+              quirks: QuirkLog | None = None) -> list[Conversation]:
     """Read one BEAM chat folder or every chat folder of a size folder.
 
     Both files of every chat are validated in full. Raises
     :class:`~memcompile_local.errors.DataFormatError` naming the file, the JSON path and what
     was expected on any malformed input (a turn above ``max_turn_chars`` included).
+    ``quirks``: where to note what was read past; a lenient log also leaves out an unreadable
+    chat or question instead of raising (the load fails only when no chat is left). None is a
+    strict log of its own.
     """
+    log_ = quirks if quirks is not None else QuirkLog(strict=True)
     out = []
+    first_error: DataFormatError | None = None
     for folder in beam_chat_folders(source):
         chat_path, q_path = folder / CHAT_FILE, folder / QUESTIONS_FILE
-        out.append(parse_beam(load_json(chat_path), load_json(q_path), chat_path, q_path,
-                              namespace=beam_namespace(folder), max_turn_chars=max_turn_chars))
+        try:
+            # The questions first: a chat left out for its chat.json still counts its questions.
+            questions_doc = load_json(q_path)
+            out.append(parse_beam(load_json(chat_path), questions_doc, chat_path, q_path,
+                                  namespace=beam_namespace(folder), max_turn_chars=max_turn_chars, quirks=log_))
+        except DataFormatError as exc:
+            first_error = first_error or exc
+            log_.note(SKIPPED_CHAT, exc.path, exc.where,
+                      f"chat {beam_namespace(folder)} left out: {error_detail(exc)}",
+                      error=exc, questions=_question_count(q_path))
+    if not out and first_error is not None:
+        raise first_error
     return out
 
 
+def _question_count(q_path: Path) -> int:
+    """How many questions a chat's question file lists (0 when it cannot be read)."""
+    try:
+        doc = load_json(q_path)
+    except DataFormatError:
+        return 0
+    if not isinstance(doc, dict):
+        return 0
+    return sum(len(v) for v in doc.values() if isinstance(v, list))
+
+
 def parse_beam(chat_doc: Any, questions_doc: Any, chat_path: str | Path, questions_path: str | Path, *,
-               namespace: str, max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> Conversation:
-    """Convert one parsed chat and its parsed questions; the paths name them in errors."""
+               namespace: str, max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS,
+               quirks: QuirkLog | None = None) -> Conversation:
+    """Convert one parsed chat and its parsed questions; the paths name them in errors.
+    ``quirks`` as in :func:`load_beam` (here a malformed question is left out under a lenient log)."""
+    log_ = quirks if quirks is not None else QuirkLog(strict=True)
     r = FieldReader(chat_path, max_turn_chars=max_turn_chars)
     ns = r.as_namespace(namespace, "$", "the chat's namespace is not valid: ")
     batches = r.as_list(chat_doc, "$", "a list of batch objects")
@@ -152,7 +194,8 @@ def parse_beam(chat_doc: Any, questions_doc: Any, chat_path: str | Path, questio
                                     turns=tuple(turns)))
     if not sessions:
         r.fail("$", "at least one batch with messages", "found none")
-    questions = _parse_questions(FieldReader(questions_path, max_turn_chars=max_turn_chars), questions_doc, ns)
+    questions = _parse_questions(FieldReader(questions_path, max_turn_chars=max_turn_chars), questions_doc, ns,
+                                 log_)
     warn_unknown_evidence(ns, questions, {str(i) for i in seen_ids}, what="source chat id(s)")
     return Conversation(namespace=ns, sessions=tuple(sessions), speakers=ROLES, questions=questions,
                         source_path=str(chat_path))
@@ -203,12 +246,16 @@ def _source_ids(r: FieldReader, value: Any, where: str) -> list[int]:
     return _flat_ids(r, value, where)
 
 
-def _parse_questions(r: FieldReader, doc: Any, ns: str) -> tuple[QAItem, ...]:
+def _parse_questions(r: FieldReader, doc: Any, ns: str, quirks: QuirkLog) -> tuple[QAItem, ...]:
     by_type = r.as_dict(doc, "$", "an object mapping question types to lists of questions")
-    unknown = [k for k in by_type if k not in BEAM_CATEGORIES]
-    if unknown:
-        r.fail(child("$", unknown[0]), f"one of the BEAM question types ({', '.join(BEAM_CATEGORIES)})",
-               f"found {unknown[0]!r}")
+    for key in by_type:
+        if key not in BEAM_CATEGORIES:
+            qs = by_type[key]
+            err = DataFormatError(r.path, child("$", key),
+                                  f"one of the BEAM question types ({', '.join(BEAM_CATEGORIES)})", f"found {key!r}")
+            n = len(qs) if isinstance(qs, list) else 1
+            quirks.note(SKIPPED_QUESTION, r.path, err.where, f"{ns}: {error_detail(err)} ({n} question(s) left out)",
+                        error=err, questions=max(0, n - 1))
     out: list[QAItem] = []
     for qtype in BEAM_CATEGORIES:  # a fixed order, whatever the file's key order
         if qtype not in by_type:
@@ -216,25 +263,53 @@ def _parse_questions(r: FieldReader, doc: Any, ns: str) -> tuple[QAItem, ...]:
         lw = child("$", qtype)
         for k, raw in enumerate(r.as_list(by_type[qtype], lw, "a list of question objects")):
             qw = child(lw, k)
-            q = r.as_dict(raw, qw, "a question object")
-            question = r.str_field(q, "question", qw, nonempty=True)
-            key = next((a for a in ANSWER_KEYS if q.get(a) is not None), None)
-            if key is None:
-                r.fail(child(qw, "answer"), f"one of the keys {', '.join(ANSWER_KEYS)} (the gold answer)",
-                       "none present")
-            answer = r.as_text_or_number(q[key], child(qw, key))
-            sw = child(qw, "source_chat_ids")
-            raw_ids = q.get("source_chat_ids")
-            if qtype == ABSTENTION:
-                if raw_ids:
-                    r.fail(sw, "no source chat ids on an abstention question", f"found {raw_ids!r}")
-                ids: list[int] = []
-            elif raw_ids is None:
-                r.fail(sw, "key 'source_chat_ids' (a list of chat ids or an object of such lists)",
-                       f"missing in a {qtype} question")
-            else:
-                ids = _source_ids(r, raw_ids, sw)
-            evidence = tuple(dict.fromkeys(str(i) for i in ids))
-            out.append(QAItem(question_id=f"{ns}:{qtype}:{k}", question=question, answer=answer,
-                              category=qtype, evidence=evidence, is_abstention=qtype == ABSTENTION))
+            try:
+                out.append(_parse_question(r, raw, qw, ns, qtype, k, quirks))
+            except DataFormatError as exc:
+                quirks.note(SKIPPED_QUESTION, exc.path, exc.where, f"{ns}: {error_detail(exc)}", error=exc)
     return tuple(out)
+
+
+def _parse_question(r: FieldReader, raw: Any, qw: str, ns: str, qtype: str, k: int, quirks: QuirkLog) -> QAItem:
+    q = r.as_dict(raw, qw, "a question object")
+    question = r.str_field(q, "question", qw, nonempty=True)
+    key = next((a for a in ANSWER_KEYS if q.get(a) is not None), None)
+    if key is None:
+        r.fail(child(qw, "answer"), f"one of the keys {', '.join(ANSWER_KEYS)} (the gold answer)",
+               "none present")
+    answer = r.as_text_or_number(q[key], child(qw, key))
+    qid = f"{ns}:{qtype}:{k}"
+    sw = child(qw, "source_chat_ids")
+    raw_ids = q.get("source_chat_ids")
+    if qtype == ABSTENTION:
+        if raw_ids:
+            r.fail(sw, "no source chat ids on an abstention question", f"found {raw_ids!r}")
+        ids: list[int] = []
+    elif raw_ids is not None:
+        ids = _source_ids(r, raw_ids, sw)
+    else:
+        ids = _session_evidence(r, q, qw, qid, qtype, quirks)
+    evidence = tuple(dict.fromkeys(str(i) for i in ids))
+    return QAItem(question_id=qid, question=question, answer=answer,
+                  category=qtype, evidence=evidence, is_abstention=qtype == ABSTENTION)
+
+
+def _session_evidence(r: FieldReader, q: Any, qw: str, qid: str, qtype: str, quirks: QuirkLog) -> list[int]:
+    """The evidence of a question without ``source_chat_ids``: its ``conversation_sessions``
+    when that is a list of chat ids (noted), else none (noted as ``no_evidence``; refused by a
+    strict log, as a missing ``source_chat_ids`` always was)."""
+    cw = child(qw, "conversation_sessions")
+    value = q.get("conversation_sessions")
+    if isinstance(value, (list, tuple, dict)):
+        ids = _source_ids(r, value, cw)
+        quirks.note(EVIDENCE_FROM_SESSIONS, r.path, cw,
+                    f"{qid}: no source_chat_ids; {len(ids)} chat id(s) read from conversation_sessions")
+        return ids
+    found = "absent" if value is None else f"conversation_sessions is {value!r}, not a list of chat ids"
+    err = DataFormatError(r.path, child(qw, "source_chat_ids"),
+                          "key 'source_chat_ids' (a list of chat ids or an object of such lists), or "
+                          "'conversation_sessions' as a list of chat ids",
+                          f"missing in a {qtype} question; {found}")
+    quirks.note(NO_EVIDENCE, r.path, err.where,
+                f"{qid}: no usable evidence ({found}); answered and judged, left out of recall", error=err)
+    return []

@@ -24,7 +24,9 @@ wrote. The checks on string content are:
 from __future__ import annotations
 
 import ast
+import gzip
 import json
+import zlib
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +39,7 @@ from ..fence import label_problem
 _T = TypeVar("_T")
 
 _BOM = b"\xef\xbb\xbf"
+_GZIP_MAGIC = b"\x1f\x8b"
 
 # Longest string a loader accepts by default (about 25,000 tokens): far above any turn of
 # the benchmarks (LongMemEval's longest assistant turns are a few thousand characters),
@@ -87,10 +90,12 @@ def _type_name(value: Any) -> str:
 def read_text(path: str | Path) -> str:
     """Return the content of ``path`` decoded as strict UTF-8.
 
-    A leading byte-order mark is dropped. Invalid bytes raise :class:`DataFormatError`
-    giving the byte offset in the file (counting the BOM, so it matches a hex editor).
-    A missing or unreadable file also raises ``DataFormatError`` rather than ``OSError``
-    so that a CLI can report every input problem the same way.
+    A gzip-compressed file (``.json.gz``, as some benchmark files are published; recognised by
+    its leading bytes, whatever its name) is decompressed first. A leading byte-order mark is
+    dropped. Invalid bytes raise :class:`DataFormatError` giving the byte offset in the file
+    (counting the BOM, so it matches a hex editor; in the decompressed bytes for a gzip file).
+    A missing or unreadable file, or a truncated gzip stream, also raises ``DataFormatError``
+    rather than ``OSError`` so that a CLI can report every input problem the same way.
     """
     p = Path(path)
     try:
@@ -101,6 +106,13 @@ def read_text(path: str | Path) -> str:
         raise DataFormatError(str(p), "$", "a file", "path is a directory") from None
     except OSError as exc:
         raise DataFormatError(str(p), "$", "a readable file", str(exc)) from None
+    where = "byte"
+    if raw.startswith(_GZIP_MAGIC):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataFormatError(str(p), "$", "a complete gzip file", str(exc) or type(exc).__name__) from None
+        where = "decompressed byte"
     skip = len(_BOM) if raw.startswith(_BOM) else 0
     try:
         return raw[skip:].decode("utf-8", errors="strict")
@@ -108,7 +120,7 @@ def read_text(path: str | Path) -> str:
         offset = exc.start + skip
         bad = raw[offset : offset + 1].hex()
         raise DataFormatError(
-            str(p), f"byte {offset}", "UTF-8 text", f"{exc.reason}: byte 0x{bad}"
+            str(p), f"{where} {offset}", "UTF-8 text", f"{exc.reason}: byte 0x{bad}"
         ) from None
 
 

@@ -12,7 +12,10 @@ Conventions (also written down in ``docs/data-formats.md``):
   turns are skipped.
 * Turn ids are ``f"{session_id}:{position}"`` with a 1-based position in the session;
   the speaker is the ``role`` (``"user"`` / ``"assistant"``). Session ids must be unique
-  within a question so that turn ids are.
+  within a question so that turn ids are. The published S file lists a few haystack
+  sessions twice in one question (same id, same turns, another date): the repeat is read
+  once, at its first place with its first date, and noted as a ``duplicate_session`` quirk.
+  The same id with other turns is an error naming both places.
 * ``QAItem.evidence`` lists the ids of turns marked ``has_answer: true`` (in haystack
   order), ``QAItem.evidence_sessions`` the ``answer_session_ids``. ``has_answer`` is
   kept on the turn for scoring only.
@@ -25,19 +28,23 @@ Conventions (also written down in ``docs/data-formats.md``):
 * Session ids, dates, roles and ``question_date`` are single-line labels: a control or
   line-break character in one is an error (they reach one-line headers and prompt lines).
   No string may be longer than ``max_turn_chars``.
+* The file may be gzip-compressed (``.json.gz``, as published).
+* A malformed question stops the whole file unless a lenient
+  :class:`~memcompile_local.data.quirks.QuirkLog` is passed: then it is left out and noted
+  (``skipped_question``, with the error), and the other questions are read. A question id
+  that repeats an earlier one is such a question.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import DataFormatError
 from ..types import Conversation, QAItem, Session, Turn
 from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, load_json
-
-logger = logging.getLogger(__name__)
+from .quirks import ANSWER_SESSION_MISSING, DUPLICATE_SESSION, SKIPPED_QUESTION, QuirkLog, error_detail
 
 NAMESPACE_PREFIX = "lme-"
 SPEAKERS = ("user", "assistant")
@@ -45,33 +52,50 @@ SPEAKERS = ("user", "assistant")
 
 def load_longmemeval(path: str | Path, *, limit: int | None = None,
                      question_ids: Sequence[str] | None = None,
-                     max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
-    """Read a LongMemEval JSON file into one Conversation per question.
+                     max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS,
+                     quirks: QuirkLog | None = None) -> list[Conversation]:
+    """Read a LongMemEval JSON file (or ``.json.gz``) into one Conversation per question.
 
     ``question_ids`` selects questions by id (a single string is one id); ``limit`` then
     keeps the first ``limit`` of the selection in file order. The whole file is
     validated either way; ``max_turn_chars`` caps every string (None: no cap). Raises
     :class:`~memcompile_local.errors.DataFormatError` on malformed input or a requested id
-    the file does not have.
+    the file does not have. ``quirks``: where to note what was read past (a lenient log
+    also skips malformed questions instead of raising); None is a strict log of its own.
     """
     return parse_longmemeval(load_json(path), path, limit=limit, question_ids=question_ids,
-                             max_turn_chars=max_turn_chars)
+                             max_turn_chars=max_turn_chars, quirks=quirks)
 
 
 def parse_longmemeval(doc: Any, path: str | Path, *, limit: int | None = None,
                       question_ids: Sequence[str] | None = None,
-                      max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS) -> list[Conversation]:
+                      max_turn_chars: int | None = DEFAULT_MAX_TURN_CHARS,
+                      quirks: QuirkLog | None = None) -> list[Conversation]:
     """Convert an already parsed LongMemEval document; ``path`` is used in errors."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
                               or limit < 0):
         raise ValueError(f"limit must be a non-negative integer or None, got {limit!r}")
     r = FieldReader(path, max_turn_chars=max_turn_chars)
-
-    def question(raw: Any, where: str) -> tuple[str, Conversation]:
-        conv, qid = _parse_question(r, raw, where, str(path))
-        return qid, conv
-
-    out, first_seen = r.unique_records(doc, "LongMemEval questions", "question_id", question)
+    log_ = quirks if quirks is not None else QuirkLog(strict=True)
+    items = r.as_list(doc, "$", "a list of LongMemEval questions")
+    if not items:
+        r.fail("$", "a non-empty list of LongMemEval questions", "found an empty list")
+    out: list[Conversation] = []
+    first_seen: dict[str, int] = {}
+    for i, raw in enumerate(items):
+        where = f"$[{i}]"
+        try:
+            conv, qid = _parse_question(r, raw, where, str(path), log_)
+            if qid in first_seen:
+                r.fail(child(where, "question_id"), "a question_id that is unique in the file",
+                       f"{qid!r} is also used at $[{first_seen[qid]}]")
+        except DataFormatError as exc:
+            log_.note(SKIPPED_QUESTION, exc.path, exc.where, error_detail(exc), error=exc)
+            continue
+        first_seen[qid] = i
+        out.append(conv)
+    if not out:
+        r.fail("$", "at least one readable LongMemEval question", f"all {len(items)} were skipped")
     if question_ids is not None:
         keep = {NAMESPACE_PREFIX + w for w in r.wanted_ids(question_ids, first_seen, "question_id", "question")}
         out = [c for c in out if c.namespace in keep]
@@ -80,7 +104,7 @@ def parse_longmemeval(doc: Any, path: str | Path, *, limit: int | None = None,
     return out
 
 
-def _parse_question(r: FieldReader, raw: Any, where: str, source: str
+def _parse_question(r: FieldReader, raw: Any, where: str, source: str, quirks: QuirkLog
                     ) -> tuple[Conversation, str]:
     item = r.as_dict(raw, where, "a LongMemEval question object")
     qid = r.str_field(item, "question_id", where, nonempty=True)
@@ -113,15 +137,13 @@ def _parse_question(r: FieldReader, raw: Any, where: str, source: str
         r.fail(hw, f"{n} sessions, one per haystack_session_ids entry",
                f"found {len(haystack)}")
 
-    seen_sessions: dict[str, int] = {}
+    # Each id's first index and its turns as read, to tell a repeat with the same turns (read
+    # once) from a conflicting one (an error naming both places).
+    seen_sessions: dict[str, tuple[int, tuple[Turn, ...]]] = {}
+    repeats: list[tuple[int, str, int, str]] = []
     sessions: list[Session] = []
     evidence: list[str] = []
     for k, (sid, time, raw_session) in enumerate(zip(session_ids, dates, haystack)):
-        if sid in seen_sessions:
-            r.fail(child(child(where, "haystack_session_ids"), k),
-                   "a session id that is unique within the question",
-                   f"{sid!r} is also at index {seen_sessions[sid]}")
-        seen_sessions[sid] = k
         sw = child(hw, k)
         raw_turns = r.as_list_or_literal(raw_session, sw, "a list of turns")
         turns: list[Turn] = []
@@ -131,23 +153,34 @@ def _parse_question(r: FieldReader, raw: Any, where: str, source: str
             has_answer = None
             if turn.get("has_answer") is not None:
                 has_answer = r.as_bool(turn["has_answer"], child(tw, "has_answer"))
-            t = Turn(packet_id=f"{sid}:{j + 1}",
-                     speaker=r.label_field(turn, "role", tw),
-                     text=r.str_field(turn, "content", tw),
-                     has_answer=has_answer)
-            if has_answer:
-                evidence.append(t.packet_id)
-            turns.append(t)
+            turns.append(Turn(packet_id=f"{sid}:{j + 1}",
+                              speaker=r.label_field(turn, "role", tw),
+                              text=r.str_field(turn, "content", tw),
+                              has_answer=has_answer))
+        if sid in seen_sessions:
+            first, first_turns = seen_sessions[sid]
+            if tuple(turns) != first_turns:
+                r.fail(sw, f"the same turns as {child(hw, first)} (session id {sid!r} is listed at "
+                       f"haystack index {first} and {k})", "the turns differ")
+            repeats.append((k, sid, first, time))
+            continue
+        seen_sessions[sid] = (k, tuple(turns))
+        evidence.extend(t.packet_id for t in turns if t.has_answer)
         if turns:
             sessions.append(Session(index=len(sessions) + 1, session_id=sid, time=time,
                                     turns=tuple(turns)))
     if not sessions:
         r.fail(hw, "at least one session with turns", "found none")
-
+    # Noted once the question is known to be readable, so that a skipped question's repeats
+    # are not counted as well.
+    for k, sid, first, time in repeats:
+        quirks.note(DUPLICATE_SESSION, r.path, child(hw, k),
+                    f"question {qid}: session {sid!r} repeats haystack index {first} with the same turns; "
+                    f"read once, at index {first} (this repeat's date {time!r} is not used)")
     absent = [s for s in answer_sessions if s not in seen_sessions]
     if absent:
-        logger.warning("%s: answer_session_ids not in the haystack: %s", qid,
-                       ", ".join(absent))
+        quirks.note(ANSWER_SESSION_MISSING, r.path, child(where, "answer_session_ids"),
+                    f"question {qid}: answer_session_ids not in the haystack: {', '.join(absent)}")
     qa = QAItem(question_id=qid, question=question, answer=answer, category=qtype,
                 evidence=tuple(evidence), evidence_sessions=tuple(answer_sessions),
                 question_date=question_date, is_abstention="_abs" in qid)
