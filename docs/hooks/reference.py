@@ -34,9 +34,13 @@ _TYPE_NAMES = {"integer": "int", "number": "float", "boolean": "bool", "string":
 
 def cell(text: Any) -> str:
     """``text`` made safe for one cell of a Markdown table (no pipe, no line break)."""
-    s = "" if text is None else str(text)
-    # Square brackets would read as Markdown links (or cross-references) inside help texts.
-    return " ".join(s.split()).replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
+    s = " ".join(("" if text is None else str(text)).split())
+    # Square brackets would read as Markdown links (or cross-references) in help texts; inside a
+    # code span they are literal already, and an escape there would show.
+    parts = re.split(r"(`+[^`]*?`+)", s)
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("[", "\\[").replace("]", "\\]")
+    return "".join(parts).replace("|", "\\|")
 
 
 def code(value: str) -> str:
