@@ -134,7 +134,7 @@ def find_runs(root: str | Path) -> dict[str, Path]:
             return  # a link out of the served directory
         if all((real / name).is_file() for name in RUN_FILES):
             rel = real.relative_to(base).as_posix()
-            found.setdefault(rel or real.name, real)
+            found.setdefault(real.name if rel == "." else rel, real)
         if depth >= _MAX_DEPTH:
             return
         try:
