@@ -152,4 +152,7 @@ class Browser:
         return bool(self.js("return document.documentElement.scrollWidth > document.documentElement.clientWidth + 1"))
 
     def console_errors(self) -> list[str]:
-        return [e["message"] for e in self.driver.get_log("browser") if e.get("level") == "SEVERE"]
+        """Script errors logged since the last call (a refused request, such as an expected 404,
+        is logged by the browser too: those are left out)."""
+        return [e["message"] for e in self.driver.get_log("browser")
+                if e.get("level") == "SEVERE" and "Failed to load resource" not in e["message"]]

@@ -228,6 +228,14 @@ export function failure(container, ctx, what, err) {
   ctx.fail();
 }
 
-window.addEventListener("hashchange", () => render());
+window.addEventListener("hashchange", () => {
+  document.getElementById("status").textContent = ""; // an old page's message does not follow
+  render();
+});
+// The skip link moves the focus itself: following its #main would be read as a route.
+document.querySelector(".skip").addEventListener("click", ev => {
+  ev.preventDefault();
+  document.getElementById("main").focus();
+});
 // Module scripts run once the document is parsed: the first render can start now.
 render();

@@ -90,7 +90,7 @@ function hitItem(user, p) {
       p.image_caption ? h("p", {class: "caption"}, h("span", {class: "label"}, "Image: "), inline(p.image_caption)) : null,
       p.metadata ? h("p", {class: "metadata"}, h("span", {class: "label"}, "Metadata: "),
                      h("code", {}, inline(JSON.stringify(p.metadata)))) : null,
-      p.explain ? channelTable(p.explain, p.rank) : null));
+      p.explain ? h("div", {class: "scroll"}, channelTable(p.explain, p.rank)) : null));
 }
 
 function results(user, saved) {

@@ -128,8 +128,7 @@ async function showRun(container, ctx, name) {
   }
   if (!ctx.current()) return;
   const groups = [...summary.categories, summary.overall];
-  const table = h("table", {class: "grid", id: "category-table"},
-    h("caption", {}, `Recall at stage “${summary.stage}” and judge accuracy per category`),
+  const table = h("table", {class: "grid", id: "category-table", "aria-describedby": "category-note"},
     h("thead", {}, h("tr", {}, ["Category", "Questions", "Recall", "Fully covered", "Accuracy", "Correct / judged", "Judge errors"].map(
       (t, i) => h("th", {scope: "col", class: i ? "num" : null}, t)))),
     h("tbody", {}, groups.map(g => h("tr", {"data-category": g.key, class: g.key === "overall" ? "total" : null},
@@ -162,6 +161,8 @@ async function showRun(container, ctx, name) {
              ["Wall time", summary.wall_s === null ? "n/a" : `${summary.wall_s.toFixed(1)} s`]]),
     summary.torn_lines ? h("p", {class: "notice"}, "predictions.jsonl ends in a torn line (a run killed mid-write); it is left out.") : null,
     h("h2", {}, "Per category"),
+    h("p", {id: "category-note"}, `Recall: the mean share of each question's gold turns among those selected at stage `,
+      `“${summary.stage}”. Accuracy: the share of judged answers labelled correct.`),
     h("div", {class: "scroll"}, table),
     h("figure", {class: "chart-box"}, barChart(groups, "Recall and accuracy per category"),
       h("figcaption", {}, "Recall (solid) and accuracy (hatched) per category; every bar carries its value.")),

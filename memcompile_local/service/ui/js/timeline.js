@@ -122,23 +122,23 @@ function keyboardNav(list) {
   });
 }
 
-function pager(ctx, offset, limit, total, filters) {
+function pager(ctx, offset, limit, total, filters, where) {
   const pages = Math.max(1, Math.ceil(total / limit));
   const current = Math.floor(offset / limit) + 1;
   const to = p => route("timeline", [ctx.user], {...filters, limit: limit === DEFAULT_SIZE ? null : limit,
                                                  offset: (p - 1) * limit || null});
   const link = (p, label, rel) => (p >= 1 && p <= pages && p !== current)
     ? h("a", {href: to(p), rel: rel || null}, label) : h("span", {class: "disabled", "aria-disabled": "true"}, label);
-  const input = h("input", {id: "page-no", type: "number", min: "1", max: String(pages), value: String(current),
+  const input = h("input", {id: `page-no${where}`, type: "number", min: "1", max: String(pages), value: String(current),
                             inputmode: "numeric"});
-  const form = h("form", {class: "jump"}, h("label", {for: "page-no"}, "Page"), input, ` of ${fmtInt(pages)} `,
+  const form = h("form", {class: "jump"}, h("label", {for: `page-no${where}`}, "Page"), input, ` of ${fmtInt(pages)} `,
                  h("button", {type: "submit", class: "secondary"}, "Go"));
   form.addEventListener("submit", ev => {
     ev.preventDefault();
     const p = Math.min(pages, Math.max(1, parseInt(input.value, 10) || 1));
     go(to(p));
   });
-  return h("nav", {class: "pager", "aria-label": "Pages of turns"},
+  return h("nav", {class: "pager", "aria-label": where ? "Pages of turns (end)" : "Pages of turns"},
     link(1, "⇤ First"), link(current - 1, "← Previous", "prev"), form, link(current + 1, "Next →", "next"),
     link(pages, "Last ⇥"));
 }
@@ -203,9 +203,9 @@ export async function render(container, ctx) {
             h("button", {type: "button", class: "link", onclick: () => { state.lastAsk.delete(user); go(location.hash); }},
               "Clear the marks")) : null,
     h("p", {class: "count", id: "turn-count", "data-total": String(page.total)}, summary),
-    page.total > limit ? pager(ctx, offset, limit, page.total, filters) : null,
+    page.total > limit ? pager(ctx, offset, limit, page.total, filters, "") : null,
     list,
-    page.total > limit && shown > 10 ? pager(ctx, offset, limit, page.total, filters) : null);
+    page.total > limit && shown > 10 ? pager(ctx, offset, limit, page.total, filters, "-end") : null);
   const focus = ctx.query.get("focus");
   if (focus) {
     const el = document.getElementById(`turn-${focus}`);
