@@ -16,7 +16,9 @@ export function h(tag, attrs, ...children) {
     : document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) {
     if (value === null || value === undefined || value === false) continue;
-    if (name.startsWith("on") && typeof value === "function") {
+    if (name.startsWith("on")) {
+      // Handlers are functions of the app, never text (text would be run as script).
+      if (typeof value !== "function") throw new TypeError(`${name} must be a function`);
       el.addEventListener(name.slice(2), value);
     } else if (name === "dataset") {
       Object.assign(el.dataset, value);
