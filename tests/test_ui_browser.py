@@ -45,6 +45,7 @@ def _browser_present():
 def runs_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("ui-runs")
     make_run(root / "locomo-mf")
+    make_run(root / "locomo-judged", judged=True)
     shutil.copytree(root / "locomo-mf", root / "hostile")
     preds = root / "hostile" / "predictions.jsonl"
     rows = [json.loads(line) for line in preds.read_text().splitlines()]
@@ -358,6 +359,18 @@ ASK_HISTORY = {"sessions": [
     {"time": "2024-03-16 10:00", "id": "food", "turns": [
         {"speaker": "Sam", "text": "I tried a new ramen place downtown, the broth was great."},
         {"speaker": "Kim", "text": "Let us go there after the concert."}]},
+    {"time": "2024-03-23 09:15", "id": "trip", "turns": [
+        {"speaker": "Kim", "text": "The train to the coast leaves at seven on Saturday."},
+        {"speaker": "Sam", "text": "I will pack sandwiches and the blue umbrella."},
+        {"speaker": "Kim", "text": "Should we bring the puppy or leave him with my sister?"}]},
+    {"time": "2024-03-30 20:40", "id": "house", "turns": [
+        {"speaker": "Sam", "text": "The landlord fixed the kitchen tap at last."},
+        {"speaker": "Kim", "text": "Good, the dripping kept me awake all week."},
+        {"speaker": "Sam", "text": "Next is the squeaky door of the balcony."}]},
+    {"time": "2024-04-06 11:00", "id": "hobby", "turns": [
+        {"speaker": "Kim", "text": "My pottery class starts again in May."},
+        {"speaker": "Sam", "text": "Make me a mug with a dog on it, please."},
+        {"speaker": "Kim", "text": "Only if you walk the dog every morning that week."}]},
 ]}
 QUESTION = "What did we name the beagle puppy?"
 
@@ -376,6 +389,8 @@ def test_a_question_shows_the_expected_turn_first_with_its_channels(b, local, mo
     go(b, local, "#/ask/asker", "ask")
     type_into(b, "#q", QUESTION)
     act(b, lambda: b.find("form.ask-form button[value=search]").click())
+    b.js("window.scrollTo(0, 0)")
+    b.full_screenshot("ask-full-1280x800", max_height=1500)
     hits = b.find_all("ol.hits > li")
     assert [h.get_attribute("data-turn") for h in hits] == [p["id"] for p in plain["packets"]]
     first = hits[0]
@@ -402,8 +417,10 @@ def test_a_question_shows_the_expected_turn_first_with_its_channels(b, local, mo
     assert focused == expected
     badge = b.find(f'article[data-turn="{expected}"] .hit-badge').text
     assert badge.startswith("★ selected #1")
-    assert len(b.find_all("article.turn.selected")) == len(plain["packets"])
+    assert len(b.find_all("article.turn.selected")) == len(plain["packets"]) < len(turn_ids_shown(b))
     b.screenshot("timeline-marked-1280x800")
+    b.js("window.scrollTo(0, 0)")
+    b.full_screenshot("timeline-marked-full-1280x800", max_height=1400)
     # With an answer model configured, the answer.
     go(b, local, "#/ask/asker", "ask")
     act(b, lambda: b.find("form.ask-form button[value=answer]").click())
@@ -489,12 +506,18 @@ def test_a_run_page_shows_a_known_runs_recall(b, local, runs_dir):
     first = rows[0].text
     for g in questions[0]["gold_ids"]:
         assert (f"✓ {g['id']} (selected)" if g["selected"] else f"✗ {g['id']} (missed)") in first
-    b.full_screenshot("run-1280x800", WIDE)
+    b.full_screenshot("run-full-1280x800")
     # Only failing questions.
     b.find("#run-failing").click()
     act(b, lambda: b.find("#run-failing").submit())
     failing = question_page(run, failing=True, limit=50)
     assert len(b.find_all("tr[data-question]")) == len(failing["questions"])
+    # A judged run: accuracy beside recall, failing questions marked.
+    judged = load_run(runs_dir / "locomo-judged", label="locomo-judged")
+    go(b, local, "#/runs/locomo-judged", "runs")
+    assert b.find("#overall-accuracy").text == f"{100 * run_summary(judged)['overall']['accuracy']:.1f}%"
+    assert b.find_all("tr.failing") and "✗ failing" in b.find("tr.failing").text
+    b.full_screenshot("run-judged-full-1280x800", max_height=1700)
 
 
 # ------------------------------------------------------------------ item 4
@@ -626,7 +649,7 @@ def test_hostile_text_in_a_turn_is_shown_never_run(b, local, runs_dir, tmp_path)
     assert b.js("return window.__pwned") is None
     assert b.js("return document.querySelectorAll('img, script, [onerror]').length") == 0
     assert "<script>window.__pwned=1</script>" in b.js("return document.body.textContent")
-    b.full_screenshot("report-html-1280x800", WIDE)
+    b.full_screenshot("report-html-1280x800")
 
 
 def test_states_are_readable_without_colour(b, local, runs_dir):
@@ -639,13 +662,13 @@ def test_states_are_readable_without_colour(b, local, runs_dir):
     go(b, local, "#/runs/locomo-mf", "runs")
     b.js("document.documentElement.style.filter = 'grayscale(1)'")
     tags = b.js("return [...document.querySelectorAll('ul.ids li')].map(li => li.textContent)")
-    assert tags and all(t.startswith(("✓ ", "✗ ")) and t.rstrip().endswith(
+    assert tags and all(t.startswith(("✓ ", "✗ ", "· ")) and t.rstrip().endswith(
         ("(selected)", "(missed)", "(gold)", "(not gold)")) for t in tags)
     marks = b.js("return [...document.querySelectorAll('tr[data-question] th strong')].map(s => s.textContent)")
     assert marks and set(marks) <= {"✓ ok", "✗ failing"}
     legend = b.js("return [...document.querySelectorAll('svg.chart text')].map(t => t.textContent).join(' | ')")
     assert "recall (solid)" in legend and "accuracy (hatched)" in legend and "R " in legend
-    b.full_screenshot("run-grayscale-1280x800", WIDE)
+    b.full_screenshot("run-grayscale-1280x800")
     b.js("document.documentElement.style.filter = ''")
 
 

@@ -95,14 +95,14 @@ svg{max-width:100%;height:auto}
 """
 
 
-def _ids(items: Iterable[Mapping[str, Any]], flag: str, yes: str, no: str) -> str:
+def _ids(items: Iterable[Mapping[str, Any]], flag: str, yes: str, no: str, loss: bool) -> str:
+    """Id tags: ✓ for a hit; otherwise ✗ when that is a loss (a missed gold turn), · when neutral."""
     out = []
     for it in items:
         marked = bool(it.get(flag))
         label = yes if marked else no
-        cls = "hit" if marked else "miss"
-        out.append(f'<span class="tag id {cls}">{"✓" if marked else "✗"} {visible_text(it["id"])} '
-                   f'<small>({label})</small></span>')
+        cls, sign = ("hit", "✓") if marked else (("miss", "✗") if loss else ("other", "·"))
+        out.append(f'<span class="tag id {cls}">{sign} {visible_text(it["id"])} <small>({label})</small></span>')
     return " ".join(out) or "—"
 
 
@@ -140,8 +140,8 @@ def render_run_html(run: RunFolder) -> str:
             f'<div><small>prediction:</small> <span class="q">{visible_text(q["prediction"])}</span></div></td>'
             f'<td class="num">{_pct(q["recall"])}<br><small>{html.escape(q["outcome"].replace("_", " "))}</small></td>'
             f'<td>{html.escape(str(judge))}</td>'
-            f'<td>{_ids(q["gold_ids"], "selected", "selected", "missed")}{unreachable}</td>'
-            f'<td>{_ids(q["selected_ids"], "gold", "gold", "not gold")}</td></tr>')
+            f'<td>{_ids(q["gold_ids"], "selected", "selected", "missed", True)}{unreachable}</td>'
+            f'<td>{_ids(q["selected_ids"], "gold", "gold", "not gold", False)}</td></tr>')
     torn = (f"<p><strong>Note:</strong> predictions.jsonl ends in {s['torn_lines']} torn line (a run killed "
             "mid-write); it is left out.</p>") if s["torn_lines"] else ""
     return f"""<!doctype html>
@@ -163,7 +163,7 @@ def render_run_html(run: RunFolder) -> str:
 {o["no_gold"]} without gold turns.</p>
 <h2 id="questions">Questions</h2>
 <p>Gold turns: ✓ selected, ✗ missed, ⊘ named by the benchmark but absent from the history.
-Selected turns: ✓ gold, ✗ not gold. A question is failing when it missed a gold turn or was judged wrong.</p>
+Selected turns: ✓ gold, · not gold. A question is failing when it missed a gold turn or was judged wrong.</p>
 <div class="wrap"><table><thead><tr><th scope="col">Question id</th><th scope="col">Category</th>
 <th scope="col">Question, gold answer, prediction</th><th scope="col" class="num">Recall</th><th scope="col">Judge</th>
 <th scope="col">Gold turns</th><th scope="col">Selected turns (rank order)</th></tr></thead>

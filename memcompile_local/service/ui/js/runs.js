@@ -83,10 +83,11 @@ async function listRuns(container, ctx) {
   ctx.ready();
 }
 
-function idTags(items, flag, yes, no) {
+/** Id tags: ✓ for a hit; for the rest ✗ when it is a loss (a missed gold turn), · when neutral. */
+function idTags(items, flag, yes, no, lossWhenUnset) {
   if (!items.length) return "—";
-  return h("ul", {class: "ids"}, items.map(it => h("li", {class: `tag ${it[flag] ? "hit" : "miss"}`},
-    it[flag] ? "✓ " : "✗ ", inline(it.id), h("small", {}, ` (${it[flag] ? yes : no})`))));
+  return h("ul", {class: "ids"}, items.map(it => h("li", {class: `tag ${it[flag] ? "hit" : lossWhenUnset ? "miss" : "other"}`},
+    it[flag] ? "✓ " : lossWhenUnset ? "✗ " : "· ", inline(it.id), h("small", {}, ` (${it[flag] ? yes : no})`))));
 }
 
 function questionRow(q) {
@@ -99,9 +100,9 @@ function questionRow(q) {
       h("div", {}, h("small", {}, "prediction: "), textBlock(q.prediction, {limit: 400, cls: "text inline"}))),
     h("td", {class: "num"}, fmtPct(q.recall), h("br"), h("small", {}, q.outcome.replace("_", " "))),
     h("td", {}, q.judge_label || (q.judge_error ? "error" : "not judged")),
-    h("td", {}, idTags(q.gold_ids, "selected", "selected", "missed"),
+    h("td", {}, idTags(q.gold_ids, "selected", "selected", "missed", true),
       q.unreachable_ids.length ? h("p", {}, h("small", {}, "⊘ not in the history: "), q.unreachable_ids.join(", ")) : null),
-    h("td", {}, idTags(q.selected_ids, "gold", "gold", "not gold")));
+    h("td", {}, idTags(q.selected_ids, "gold", "gold", "not gold", false)));
 }
 
 async function showRun(container, ctx, name) {
@@ -170,7 +171,7 @@ async function showRun(container, ctx, name) {
       `${o.no_gold} without gold turns.`),
     h("h2", {id: "questions-h"}, "Questions"),
     h("p", {class: "muted"}, "Gold turns: ✓ selected, ✗ missed, ⊘ absent from the history. Selected turns (rank order): ",
-      "✓ gold, ✗ not gold. A question is failing when it missed a gold turn or was judged wrong."),
+      "✓ gold, · not gold. A question is failing when it missed a gold turn or was judged wrong."),
     filter,
     h("p", {id: "question-count"}, page.total
       ? `Questions ${fmtInt(offset + 1)}–${fmtInt(offset + page.questions.length)} of ${fmtInt(page.total)}.`
