@@ -138,14 +138,19 @@ class Browser:
         self.driver.save_screenshot(str(path))
         return path
 
-    def full_screenshot(self, name: str, size: tuple[int, int]) -> Path:
-        """A screenshot of the whole page at ``size`` width (height grown to the content, capped)."""
-        height = self.js("return Math.min(4000, document.documentElement.scrollHeight)")
-        self.resize((size[0], max(size[1], int(height))))
-        try:
-            return self.screenshot(name)
-        finally:
-            self.resize(size)
+    def full_screenshot(self, name: str, max_height: int = 4000) -> Path:
+        """A screenshot of the whole page (up to ``max_height`` CSS pixels), beyond the viewport."""
+        import base64
+
+        metrics = self.driver.execute_cdp_cmd("Page.getLayoutMetrics", {})
+        size = metrics.get("cssContentSize") or metrics["contentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], max_height), "scale": 1}
+        shot = self.driver.execute_cdp_cmd("Page.captureScreenshot",
+                                           {"format": "png", "captureBeyondViewport": True, "clip": clip})
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
 
     def overflows_horizontally(self) -> bool:
         """Whether the page is wider than the viewport (content cut off or a sideways scroll)."""

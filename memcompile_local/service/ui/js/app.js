@@ -20,7 +20,7 @@ const USER_KEY = "memcompile-inspector.user";
 
 export const state = {
   auth: "unknown", // "none" (no keys file: the local tenant), "key", or "signin"
-  explain: null, // whether the server returns per-channel explanations (null: not asked yet)
+  explain: {search: null, answer: null}, // whether each route explains its hits (null: not asked yet)
   lastAsk: new Map(), // user -> {query, hits: Map(id -> {rank, score})}, highlighted in the timeline
 };
 

@@ -23,14 +23,15 @@ function explainRefused(err) {
 
 async function ask(kind, user, body) {
   const path = `v1/memories/${seg(user)}/${kind}`;
-  if (state.explain !== false) {
+  // Remembered per route: a server may explain its searches before its answers.
+  if (state.explain[kind] !== false) {
     try {
       const data = await api("POST", path, {body: {...body, explain: true}});
-      if (data.packets && data.packets.length) state.explain = data.packets.some(p => p.explain);
+      if (data.packets && data.packets.length) state.explain[kind] = data.packets.some(p => p.explain);
       return data;
     } catch (err) {
       if (!explainRefused(err)) throw err;
-      state.explain = false;
+      state.explain[kind] = false;
     }
   }
   return api("POST", path, {body});
