@@ -33,6 +33,7 @@ from .args import (
     positive_int,
     will_call_model,
 )
+from .report import add_report_command, cmd_report
 from .service import SERVICE_COMMANDS, add_service_commands
 
 FORMAT_HELP = ("input layout: auto (default: detect from the first record), locomo (locomo10.json), "
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="parquet", choices=["parquet", "jsonl"],
                    help="parquet (needs the hf extra: datasets) or jsonl (default: %(default)s)")
     p.add_argument("--out", help="output file (default: RUN_DIR/predictions.<format>)")
+    add_report_command(sub)
 
     p = sub.add_parser("forget", help="delete everything of a namespace from the store")
     p.add_argument("namespace")
@@ -458,7 +460,7 @@ def cmd_demo(args) -> int:
 COMMANDS = {
     "ingest": cmd_ingest, "build": cmd_build, "ask": cmd_ask, "eval": cmd_eval, "compare": cmd_compare, "export": cmd_export,
     "forget": cmd_forget, "scrub": cmd_scrub, "check": cmd_check, "copy": cmd_copy, "stats": cmd_stats, "presets": cmd_presets, "demo": cmd_demo,
-    **SERVICE_COMMANDS,
+    "report": cmd_report, **SERVICE_COMMANDS,
 }
 
 

@@ -36,6 +36,8 @@ def add_service_commands(sub, *, add_store: Callable, add_model: Callable) -> No
     p.add_argument("--port", type=int, default=8765, help="port (default %(default)s)")
     p.add_argument("--keys", help="YAML keys file (tenants and SHA-256 key hashes); without it only loopback")
     p.add_argument("--workers", type=int, default=1, help="server processes sharing the store (default 1)")
+    p.add_argument("--runs", metavar="DIR",
+                   help="evaluation run folders under DIR that the inspector's Runs page may open (read-only)")
     _add_limits(p)
     g = p.add_argument_group("HTTP")
     g.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
@@ -115,6 +117,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def ui_address(host: str, port: int) -> str:
+    """The inspector's URL for a browser on this machine (a wildcard bind is reached on loopback)."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "[::1]"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}/ui/"
+
+
 def _require_web_stack() -> None:
     for module, package in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"), ("mcp", "mcp")):
         try:
@@ -142,7 +155,7 @@ def build_app_from_args(args, *, keyring=None):
                             query_batch_ms=getattr(args, "query_batch_ms", DEFAULT_WINDOW_S * 1000))
     if options.access_log:
         enable_access_log()
-    return create_app(service, keyring, host=args.host, options=options)
+    return create_app(service, keyring, host=args.host, options=options, runs_dir=getattr(args, "runs", None))
 
 
 def app_from_env():
@@ -161,6 +174,10 @@ def cmd_serve(args) -> int:
 
     _options(args)  # a bad flag fails here, before anything starts
     _limits(args)
+    if args.runs is not None and not os.path.isdir(args.runs):
+        raise ConfigError(f"--runs {args.runs}: not a directory (expected a folder of eval run folders)")
+    if args.runs is not None:
+        args.runs = os.path.abspath(args.runs)  # the same folder for every worker process
 
     keyring = None
     if args.keys:
@@ -177,6 +194,8 @@ def cmd_serve(args) -> int:
     model = config_from_args(args).model
     print(f"memcompile-local serve: answer model {model.backend} {model.model} (loaded on the first /answer)",
           file=sys.stderr)
+    runs = f"; run folders of {args.runs} on its Runs page" if args.runs else ""
+    print(f"memcompile-local serve: memory inspector at {ui_address(args.host, args.port)}{runs}", file=sys.stderr)
     if args.workers > 1:
         os.environ[_ENV_ARGS] = json.dumps(_arg_dict(args))
         uvicorn.run("memcompile_local.cli.service:app_from_env", factory=True, host=args.host, port=args.port,

@@ -26,6 +26,7 @@ from .. import __version__
 from .auth import LOCAL_TENANT, KeyRing, Principal, key_from_headers
 from .core import MemoryService
 from .errors import ServiceError, from_exception
+from .inspector import add_run_routes, document_run_routes, mount_ui
 from .limits import ServeOptions
 from .mcp_server import build_mcp
 from .metrics import CONTENT_TYPE, Metrics
@@ -52,8 +53,9 @@ def client_address(scope) -> str:
 
 
 def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: str = "127.0.0.1",
-               run_worker: bool = True, options: ServeOptions | None = None) -> FastAPI:
-    """The FastAPI app over ``service``; ``keyring`` None serves the ``local`` tenant without keys."""
+               run_worker: bool = True, options: ServeOptions | None = None, runs_dir: str | None = None) -> FastAPI:
+    """The FastAPI app over ``service``; ``keyring`` None serves the ``local`` tenant without keys;
+    ``runs_dir``: evaluation run folders the inspector's Runs page may open (``inspector.py``)."""
     options = options or ServeOptions()
     metrics = Metrics(service.queue.depth, service.store.token_totals, views=service.memory.views)
     worker = BuildWorker(service, metrics=metrics)
@@ -362,7 +364,14 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             authenticate(request.headers, request.scope)
         return Response(await run_in_threadpool(metrics.render), media_type=CONTENT_TYPE)
 
+    # The memory inspector: its static web app, and the run folders' routes when asked for.
+    mount_ui(app)
+    if runs_dir is not None:
+        add_run_routes(app, runs_dir, principal=principal, run=run, max_page=service.limits.max_page)
+
     # The MCP endpoint is a route of the same app (its lifespan runs in ours above).
     app.router.routes.extend(mcp_app.routes)
     install_openapi(app, keyed=keyring is not None, metrics_auth=options.metrics_auth, limits=service.limits)
+    if runs_dir is not None:
+        document_run_routes(app, keyed=keyring is not None)
     return app
