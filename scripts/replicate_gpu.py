@@ -38,6 +38,7 @@ import gzip
 import hashlib
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -298,27 +299,54 @@ def _die_with_parent() -> None:
 
 
 def run_streamed(cmd: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None,
-                 timeout_s: float | None = None) -> int:
-    """Run ``cmd``, copying its output (stdout and stderr) to the terminal and to ``log_path``."""
+                 timeout_s: float | None = None, stop_grace_s: float = 300.0) -> int:
+    """Run ``cmd``, copying its output (stdout and stderr) to the terminal and to ``log_path``.
+
+    The child runs in a process group of its own, so a Ctrl-C reaches the recipe alone, which
+    hands the child exactly one SIGINT and waits up to ``stop_grace_s`` for it to finish its
+    requests in flight and record the attempt (a second Ctrl-C kills it at once).
+    """
     with open(log_path, "ab") as log:
         log.write(f"\n$ {shlex.join(cmd)}\n".encode())
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=REPO, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                env=env, cwd=REPO, start_new_session=True,
+                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         assert proc.stdout is not None
-        t0 = time.monotonic()
+        fd = proc.stdout.fileno()
         out = sys.stdout.buffer
-        try:
+
+        def copy(deadline: float | None) -> bool:
+            """Copy output until EOF (True) or ``deadline`` (False)."""
             while True:
-                chunk = os.read(proc.stdout.fileno(), 65536)
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if deadline is not None and wait == 0.0:
+                    return False
+                ready, _, _ = select.select([fd], [], [], wait)
+                if not ready:
+                    continue
+                chunk = os.read(fd, 65536)
                 if not chunk:
-                    break
+                    return True
                 out.write(chunk)
                 out.flush()
                 log.write(chunk)
                 log.flush()
-                if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+
+        try:
+            if not copy(None if timeout_s is None else time.monotonic() + timeout_s):
+                proc.kill()
+        except KeyboardInterrupt:
+            if proc.poll() is None:
+                print(f"stopping {cmd[3] if len(cmd) > 3 else cmd[0]} (its requests in flight finish first; "
+                      "Ctrl-C again to kill it)", file=sys.stderr, flush=True)
+                proc.send_signal(signal.SIGINT)
+                try:
+                    if not copy(time.monotonic() + stop_grace_s):
+                        proc.kill()
+                except KeyboardInterrupt:
                     proc.kill()
-                    break
+            proc.wait()
+            raise
         except BaseException:
             proc.kill()
             proc.wait()
@@ -409,10 +437,10 @@ def locomo_table(metrics: dict[str, Any], tokens_total: int, label: str) -> str:
              "| " + " | ".join(row) + " |", "| " + " | ".join(paper) + " |", ""]
     counts = ", ".join(f"{key} {cats[key]['count']}" for key in ("single-hop", "multi-hop", "temporal", "open-domain"))
     errors = o["judge"]["errors"]
-    lines.append(f"Questions scored: {o['count']} ({counts}); category 5 left out: "
-                 f"{metrics.get('excluded_category5', 0)}; judge errors: {errors}. F1 and BLEU-1 are the "
-                 "mem0 convention of the paper's tables; Overall covers categories 1-4; Tokens (K) are "
-                 "the non-judge tokens of the whole run, in thousands (the paper's: 1,540 questions).")
+    lines.append(f"Questions scored: {o['count']} ({counts}; category 5, adversarial, is not scored, as in "
+                 f"the paper); judge errors: {errors}. F1 and BLEU-1 are the mem0 convention of the paper's "
+                 "tables; Overall covers categories 1-4; Tokens (K) are the non-judge tokens of the whole run, "
+                 "in thousands (the paper's: 1,540 questions).")
     return "\n".join(lines)
 
 
@@ -482,12 +510,16 @@ def benchmark_section(bench: str, run_dir: Path, label: str) -> tuple[str, dict[
 # ----------------------------------------------------------------------------- checks
 
 def check_python(python: str, modules: Sequence[tuple[str, str]]) -> None:
-    """Every (module, pip extra) importable by the Python the evals run with."""
-    missing = []
-    for module, extra in modules:
-        rc = subprocess.run([python, "-c", f"import {module}"], cwd=REPO, capture_output=True).returncode
-        if rc != 0:
-            missing.append(f"{module} (pip install 'memcompile-local[{extra}]')" if extra else module)
+    """Every (module, pip extra) findable by the Python the evals run with (one subprocess;
+    the modules are located, not imported)."""
+    code = ("import importlib.util, sys\n"
+            "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+    proc = subprocess.run([python, "-c", code, *(m for m, _ in modules)], cwd=REPO, capture_output=True,
+                          text=True, env=_env())
+    if proc.returncode != 0:
+        raise RecipeError(f"{python} does not run: {proc.stderr.strip()[-500:]}")
+    absent = set(proc.stdout.split())
+    missing = [f"{m} (pip install 'memcompile-local[{extra}]')" if extra else m for m, extra in modules if m in absent]
     if missing:
         raise RecipeError(f"{python} cannot import: {'; '.join(missing)}")
 
@@ -628,6 +660,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def _main(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     data = [(bench, path) for bench, path in (("locomo", args.locomo), ("longmemeval", args.longmemeval)) if path]
     if not data:
@@ -741,4 +777,7 @@ def _check_recipe_record(out: Path, commands: dict[str, list[str]], answer: Serv
 
 
 if __name__ == "__main__":
+    # SIGTERM (a job scheduler, `kill`) stops the run as Ctrl-C does: the eval records its
+    # attempt and the servers started here are stopped.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     sys.exit(main())
