@@ -56,7 +56,9 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 # The judge is another family than the answer model: a model grading its own family's answers
 # shares its blind spots. phi-4 (14B, MIT licence, not gated) fits beside a 7B model on one
-# 80 GB GPU with the memory shares below.
+# 80 GB GPU with the default memory shares: 0.45 of 80 GB leaves the 7B model (15 GB of bf16
+# weights) about 18 GB of KV cache, 0.47 leaves phi-4 (29 GB) about 5 GB, some 25,000 tokens at
+# its 200 KB per token, room for its 8,192-token context and dozens of short judge prompts.
 DEFAULT_JUDGE = "microsoft/phi-4"
 OPENAI_URL = "https://api.openai.com/v1"
 BENCHMARKS = ("locomo", "longmemeval")
@@ -377,11 +379,13 @@ def eval_command(python: str, bench: str, data: str, out: Path, answer: ServerSp
 
 def comparable(cmd: Sequence[str]) -> list[str]:
     """An eval command without what may change between attempts of the same run: the Python
-    executable and the data path (the run id covers the file's content, not its name)."""
+    executable, the data path (the run id covers the file's content, not its name) and the
+    paths inside the output folder (which may have moved)."""
     rest = list(cmd[3:])
-    if "--data" in rest:
-        i = rest.index("--data")
-        del rest[i:i + 2]
+    for flag in ("--data", "--store", "--out", "--config"):
+        if flag in rest:
+            i = rest.index(flag)
+            del rest[i:i + 2]
     return rest
 
 
@@ -567,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--base-url", help="use the server already running here (e.g. http://127.0.0.1:8000/v1) "
                                       "instead of starting one")
     g.add_argument("--port", type=int, default=8000, help="port of the answer server started here (%(default)s)")
-    g.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+    g.add_argument("--gpu-memory-utilization", type=float, default=0.45,
                    help="share of GPU memory for the answer server (default %(default)s)")
     g.add_argument("--max-model-len", type=int, default=32768, help="answer server context (default %(default)s)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="sequences the answer server batches (%(default)s)")
@@ -583,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--openai-judge", metavar="MODEL", help="judge on OpenAI's API with MODEL (e.g. gpt-4o-mini; "
                                                            "needs OPENAI_API_KEY); no judge server is started")
     g.add_argument("--judge-port", type=int, default=8001, help="port of the judge server started here (%(default)s)")
-    g.add_argument("--judge-gpu-memory-utilization", type=float, default=0.4,
+    g.add_argument("--judge-gpu-memory-utilization", type=float, default=0.47,
                    help="share of GPU memory for the judge server (default %(default)s)")
     g.add_argument("--judge-max-model-len", type=int, default=8192, help="judge server context (%(default)s)")
     g.add_argument("--judge-vllm-arg", action="append", default=[], metavar="ARG",
