@@ -435,7 +435,6 @@ def test_healthz_and_requests_answer_at_once_while_postgres_is_down(tmp_path):
             search_s = time.monotonic() - search_t0
             # The first health check waits for one pool slice and a refused probe; the others
             # know the database is down (the pool's timeout is 10 s).
-            print("seconds while down", [round(s, 3) for s in seconds], "search", round(search_s, 3), found.status_code)
             assert seconds[0] < 1.0 and max(seconds[1:]) < 0.5, seconds
             for r in answers:
                 e = error_of(r, 503)

@@ -27,6 +27,7 @@ from starlette.requests import ClientDisconnect
 from .. import __version__
 from .auth import LOCAL_TENANT, KeyRing, Principal, key_from_headers
 from .core import MemoryService
+from ..store.postgres.connection import DatabaseUnreachable  # imports no driver
 from .errors import ServiceError, from_exception
 from .limits import ServeOptions
 from .mcp_server import build_mcp
@@ -208,7 +209,11 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             raise
         except Exception as exc:
             err = from_exception(exc)
-            if err.status >= 500:
+            if isinstance(exc, DatabaseUnreachable):
+                # One line, not a traceback per request while the database is away (the store
+                # logs the outage's reason when it begins).
+                log.warning("%s failed: %s", getattr(fn, "__name__", fn), exc)
+            elif err.status >= 500:
                 log.exception("%s failed", getattr(fn, "__name__", fn))
             raise err from exc
 
