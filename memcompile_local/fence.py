@@ -13,9 +13,9 @@ claims, speaker names, session times). The rules here keep the two apart:
   block at the start of a line.
 * **Header fields are single-line labels.** :func:`header_value` shows a label bare when it
   is plain (one line, no control character, no leading or trailing space, none of the
-  field separators or quote characters), and otherwise as a JSON string with every control
-  and line-break character escaped, so a header is always exactly one line whose fields
-  cannot be forged. Data loaders reject labels that are not single-line
+  field separators or quote characters), and otherwise as a JSON string with every control,
+  line-break and bidirectional control character escaped, so a header is always exactly one
+  line whose fields cannot be forged or reordered on screen. Data loaders reject labels that are not single-line
   (:func:`label_problem`), so in practice the quoted form only shows for packets built by
   hand.
 * **JSON-quoted content** (:func:`json_quote`) is ``json.dumps`` plus escapes for the line
@@ -33,6 +33,7 @@ import unicodedata
 __all__ = [
     "QUOTE_PREFIX",
     "HEADER_MAX_CHARS",
+    "BIDI_CONTROLS",
     "label_problem",
     "header_value",
     "escape_controls",
@@ -61,17 +62,27 @@ def _escape_char(ch: str) -> str:
     return f"\\u{ord(ch):04x}"
 
 
+# Bidirectional embeddings, overrides and isolates, and the implicit direction marks: format
+# characters (Cf) that reorder how the characters after them display.
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+
+
 def label_problem(value: str) -> str | None:
     """Why ``value`` is not a single-line label, or None when it is one.
 
     A label (speaker, session time, turn or session id) may hold any printable character,
     including spaces and format characters such as a zero-width joiner inside an emoji,
-    but no control character (category Cc: newline, tab, escape, DEL, ...) and no line or
-    paragraph separator (Zl, Zp).
+    but no control character (category Cc: newline, tab, escape, DEL, ...), no line or
+    paragraph separator (Zl, Zp) and no bidirectional control (:data:`BIDI_CONTROLS`): a
+    label shares its line with other fields, and ``"Mallory\u202e"`` would reorder them.
+    Turn text may hold bidirectional controls (right-to-left writing needs them); it is
+    quoted line by line, so their effect ends with the text's own line.
     """
     for i, ch in enumerate(value):
         if unicodedata.category(ch) in _UNSAFE_CATEGORIES:
             return f"control or line-break character U+{ord(ch):04X} at character {i}"
+        if ch in BIDI_CONTROLS:
+            return f"bidirectional control character U+{ord(ch):04X} at character {i}"
     return None
 
 
@@ -97,6 +108,14 @@ def json_quote(text: str) -> str:
     return escape_controls(json.dumps(text, ensure_ascii=False), keep_tabs=False)
 
 
+def _label_quote(text: str) -> str:
+    """:func:`json_quote` of a label, its bidirectional controls escaped as well."""
+    quoted = json_quote(text)
+    if any(ch in BIDI_CONTROLS for ch in quoted):
+        quoted = "".join(_escape_char(ch) if ch in BIDI_CONTROLS else ch for ch in quoted)
+    return quoted
+
+
 def _is_plain(value: str, separators: str) -> bool:
     if not value or value != value.strip() or label_problem(value) is not None:
         return False
@@ -118,12 +137,12 @@ def header_value(value: str | None, *, separators: str = "|") -> str:
         text = text[: HEADER_MAX_CHARS - 1] + "…"
     if _is_plain(text, separators):
         return text
-    quoted = json_quote(text)
+    quoted = _label_quote(text)
     keep = len(text)
     while len(quoted) > HEADER_MAX_CHARS and keep > 0:
         # Escapes can make the quoted form up to six times longer: shorten the raw text.
         keep = min(keep - 1, keep * HEADER_MAX_CHARS // len(quoted))
-        quoted = json_quote(text[:keep] + "…")
+        quoted = _label_quote(text[:keep] + "…")
     return quoted
 
 

@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="an eval run folder (holding config.json and predictions.jsonl)")
     p.add_argument("--format", default="parquet", choices=["parquet", "jsonl"],
                    help="parquet (needs the hf extra: datasets) or jsonl (default: %(default)s)")
-    p.add_argument("--out", help="output file (default: RUN_DIR/predictions.<format>)")
+    p.add_argument("--out", help="output file (default: RUN_DIR/export.<format>; the run's own files are refused)")
     add_report_command(sub)
 
     p = sub.add_parser("forget", help="delete everything of a namespace from the store")

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataFormatError, NamespaceError
+from ..language.timeparse import numeric_date_problem
 from ..store.namespace import validate_namespace
 from ..types import Conversation, Session, Turn
 from .jsonio import DEFAULT_MAX_TURN_CHARS, FieldReader, child, iter_jsonl, load_json, read_text
@@ -206,6 +207,10 @@ def _build(r: FieldReader, header: Mapping[str, Any], header_where: str,
     for n, (where, raw) in enumerate(located, start=1):
         obj = r.as_dict(raw, where, "a session object with 'time' and 'turns'")
         time = r.label_field(obj, "time", where, nonempty=False)
+        problem = numeric_date_problem(time)
+        if problem is not None:  # a misread date would be worse than none: no time question could match it
+            r.fail(child(where, "time"), "a real date (digits with the year first are year-month-day, "
+                   "with the year last month/day/year)", problem)
         if obj.get("id") is not None:
             session_id = r.as_label(obj["id"], child(where, "id"))
         else:

@@ -68,6 +68,7 @@ from typing import Callable, Literal
 __all__ = [
     "TimeMention",
     "parse_session_time",
+    "numeric_date_problem",
     "session_date",
     "find_time_mentions",
     "normalize_time",
@@ -141,6 +142,45 @@ _SESSION_FORMATS: tuple[str, ...] = (
 )
 _HAS_YEAR = re.compile(r"(?<!\d)(?:19|20)\d{2}(?!\d)")
 
+# A date written in digits only, at the start of the string: year first (2024-05-08, 2024/5/8,
+# 2024.05.08, or a year and month, 2024-05) or year last (05/08/2024). What may follow is a time.
+_YEAR_FIRST = re.compile(r"(?P<y>\d{4})(?P<sep>[-/.])(?P<a>\d{1,2})(?:(?P=sep)(?P<b>\d{1,2}))?(?=$|[T\s,])")
+_YEAR_LAST = re.compile(r"(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<y>\d{4})(?=$|[T\s,])")
+
+
+def numeric_date_problem(s: str) -> str | None:
+    """Why ``s``, which starts with a date written in digits, is not a real date; None when it
+    is one or when ``s`` does not start that way.
+
+    Each digit layout has one reading: year first is always year-month(-day), year last is
+    month/day/year (``05/08/2024`` is 8 May, as dateparser's English default reads it).
+    ``dateparser`` alone would swap the fields of an impossible date until something fits
+    (``2025-13-01`` as 13 January, ``2024-31-12`` as 31 December, ``13/01/2025`` as 13
+    January while ``12/01/2025`` is 1 December), so the same string layout would mean
+    different field orders from one value to the next. A date that is not a date is refused
+    instead (``parse_session_time`` gives None, and the callers report it).
+    """
+    if not isinstance(s, str):
+        return None
+    text = s.strip()
+    m = _YEAR_FIRST.match(text)
+    if m is not None:
+        layout = "year-month-day" if m["b"] is not None else "year-month"
+        month, day = int(m["a"]), int(m["b"]) if m["b"] is not None else 1
+    else:
+        m = _YEAR_LAST.match(text)
+        if m is None:
+            return None
+        layout, month, day = "month/day/year", int(m["a"]), int(m["b"])
+    year = int(m["y"])
+    if not 1 <= month <= 12:
+        return f"{m.group(0)!r} read as {layout} has month {month}; a month is 1 to 12"
+    if year < 1:
+        return f"{m.group(0)!r} read as {layout} has year 0; years start at 1"
+    if _safe_date(year, month, day) is None:
+        return f"{m.group(0)!r} read as {layout} has day {day}, which {calendar.month_name[month]} {year} does not have"
+    return None
+
 
 @functools.lru_cache(maxsize=4096)
 def parse_session_time(s: str) -> dt.datetime | None:
@@ -150,7 +190,8 @@ def parse_session_time(s: str) -> dt.datetime | None:
     English month names), then ISO 8601, then ``dateparser`` as a fallback. The fallback
     is only used when the string contains a four-digit year, because a relative string
     such as "yesterday" would otherwise be resolved against the wall clock and make the
-    result depend on the day the code runs.
+    result depend on the day the code runs. A string that starts with an impossible date
+    in digits (``2025-13-01``, see :func:`numeric_date_problem`) is not handed to it.
     """
     if not isinstance(s, str):
         return None
@@ -167,7 +208,7 @@ def parse_session_time(s: str) -> dt.datetime | None:
         return parsed.replace(tzinfo=None)
     except ValueError:
         pass
-    if not _HAS_YEAR.search(text):
+    if not _HAS_YEAR.search(text) or numeric_date_problem(text) is not None:
         return None
     import dateparser  # core dependency; imported here because it is slow to import
 
@@ -578,6 +619,8 @@ def _dateparser_fallback(s: str, anchor: dt.datetime | None) -> str:
         return ""
     if anchor is None and not _HAS_YEAR.search(s):
         return ""
+    if numeric_date_problem(s) is not None:
+        return ""  # kept as written: dateparser would read its fields in another order
     from dateparser.date import DateDataParser
 
     base = anchor or dt.datetime(2000, 1, 1)

@@ -14,6 +14,7 @@ import logging
 import re
 import time
 from typing import Any
+from urllib.parse import unquote
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -21,10 +22,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from .. import __version__
 from .auth import LOCAL_TENANT, KeyRing, Principal, key_from_headers
 from .core import MemoryService
+from ..store.postgres.connection import DatabaseUnreachable  # imports no driver
 from .errors import ServiceError, from_exception
 from .inspector import add_run_routes, document_run_routes, mount_ui
 from .limits import ServeOptions
@@ -32,6 +35,7 @@ from .mcp_server import build_mcp
 from .metrics import CONTENT_TYPE, Metrics
 from .openapi import body_doc, import_body_doc, install_openapi
 from .ratelimit import FailedKeyThrottle, TenantRateLimit
+from .validate import TURN_ID_CHARS
 from .worker import BuildWorker
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,9 @@ access_log = logging.getLogger("memcompile_local.service.access")
 
 _ACCESS_KEY = "memcompile.access"  # the ASGI scope entry where a route leaves the request's tenant
 _IMPORT_PATH = re.compile(r"^/v1/memories/[^/]+/imports/?$")  # uploads bounded by max_import_mb instead
+# On a refused body: the server closes the connection after its answer instead of reading (and
+# dropping) the rest of the body to keep the connection for another request.
+_CLOSE = {"Connection": "close"}
 
 def error_response(err: ServiceError, *, paths: tuple[str, ...] = ()) -> JSONResponse:
     """The JSON of ``err``, with the server's file paths and internal namespaces taken out."""
@@ -50,6 +57,57 @@ def error_response(err: ServiceError, *, paths: tuple[str, ...] = ()) -> JSONRes
 def client_address(scope) -> str:
     client = scope.get("client")
     return client[0] if client else "unknown"
+
+
+async def read_capped(chunks, cap: int) -> bytes:
+    """The bytes of ``chunks`` (a request's body stream), refused with 413 as soon as they pass
+    ``cap``: a chunked body, which has no Content-Length to check first, is never held whole."""
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > cap:
+            raise ServiceError(413, "body_too_large", f"request body has more than {cap} bytes; at most {cap}",
+                               headers=_CLOSE)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _replay(body: bytes, receive):
+    """An ASGI ``receive`` that gives ``body`` as the whole request, then defers to ``receive``
+    (which then reports the client's disconnect)."""
+    given = False
+
+    async def replayed():
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def _slashed_id(scope) -> ServiceError | None:
+    """The typed error of a ``/v1/memories/...`` path whose user, turn or job id holds an encoded
+    '/' (``bad%2Fid``): the router matched no route, as the id split the path in two, but the
+    client named one id, and it is malformed."""
+    raw = scope.get("raw_path") or b""
+    parts = raw.decode("latin-1").split("?", 1)[0].split("/")
+    if parts[:3] != ["", "v1", "memories"]:
+        return None
+    for i, part in enumerate(parts[3:], start=3):
+        value = unquote(part)
+        if "/" not in value:
+            continue
+        if i == 3:
+            field = "user_id"
+            expected = "1-64 characters from [A-Za-z0-9._@-], not starting with '.'"
+        else:
+            field = {"turns": "turn_id", "imports": "job_id"}.get(parts[4] if len(parts) > 4 else "", "id")
+            expected = f"characters from [{TURN_ID_CHARS}]"
+        return ServiceError(400, "invalid_id", f"{field} {value!r} is malformed at character {value.index('/')} "
+                            f"('/'): expected {expected}", field=field)
+    return None
 
 
 def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: str = "127.0.0.1",
@@ -79,17 +137,22 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
                 throttle.failed(address)
             raise
 
-    def admit(headers, scope) -> Principal:
-        """Authenticate, apply the tenant's rate limit, and note the tenant for the access log."""
+    def admit(headers, scope, *, counted: bool = True) -> Principal:
+        """Authenticate, apply the tenant's rate limit (when ``counted``), and note the tenant
+        for the access log."""
         p = authenticate(headers, scope)
         note = scope.get(_ACCESS_KEY)
         if note is not None:
             note["tenant"] = p.tenant
-        if rate is not None:
+        if rate is not None and counted:
             rate.check(p.tenant)
         return p
 
-    mcp = build_mcp(service, keyring=keyring, host=host, paths=paths)
+    # MCP requests are not counted here: a tool call takes its token inside the MCP server and
+    # is refused as a tool error the client's session survives (an HTTP 429 ends the session),
+    # and the protocol's own messages (initialize, notifications, tools/list) take none.
+    mcp = build_mcp(service, keyring=keyring, host=host, paths=paths,
+                    rate_check=rate.check if rate is not None else None)
     mcp_app = mcp.streamable_http_app()
 
     @contextlib.asynccontextmanager
@@ -116,10 +179,9 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         return admit(request.headers, request.scope)
 
     async def json_body(request: Request) -> Any:
-        raw = await request.body()
-        if len(raw) > service.limits.max_body_bytes:
-            raise ServiceError(413, "body_too_large",
-                               f"request body has {len(raw)} bytes; at most {service.limits.max_body_bytes}")
+        # Read through the cap: a chunked body (no Content-Length for the Guard to check) is
+        # refused as soon as it passes it, not after the whole of it was held in memory.
+        raw = await capped_body(request, service.limits.max_body_bytes)
         try:
             return json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
@@ -134,14 +196,9 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
                                field="$") from None
 
     async def capped_body(request: Request, cap: int) -> bytes:
-        """The raw body, refused with 413 as soon as it passes ``cap`` bytes (chunked uploads too)."""
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > cap:
-                raise ServiceError(413, "body_too_large", f"request body has more than {cap} bytes; at most {cap}")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        """The raw body, refused with 413 as soon as it passes ``cap`` bytes (chunked uploads too):
+        the reader of every route that takes a body (``json_body`` and the imports)."""
+        return await read_capped(request.stream(), cap)
 
     async def run(fn, *args, **kw):
         # Package errors become typed ServiceErrors here, inside the app's exception middleware
@@ -154,7 +211,11 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             raise
         except Exception as exc:
             err = from_exception(exc)
-            if err.status >= 500:
+            if isinstance(exc, DatabaseUnreachable):
+                # One line, not a traceback per request while the database is away (the store
+                # logs the outage's reason when it begins).
+                log.warning("%s failed: %s", getattr(fn, "__name__", fn), exc)
+            elif err.status >= 500:
                 log.exception("%s failed", getattr(fn, "__name__", fn))
             raise err from exc
 
@@ -187,12 +248,19 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
             rejected: ServiceError | None = None
             cap = service.limits.max_import_bytes if _IMPORT_PATH.match(path) else service.limits.max_body_bytes
             if length is not None and length.isdigit() and int(length) > cap:
-                rejected = ServiceError(413, "body_too_large", f"request body has {length} bytes; at most {cap}")
+                rejected = ServiceError(413, "body_too_large", f"request body has {length} bytes; at most {cap}",
+                                        headers=_CLOSE)
             elif path.startswith("/mcp"):
                 try:
-                    admit(headers, scope)
+                    admit(headers, scope, counted=False)
+                    if length is None and scope["method"] == "POST":
+                        # The MCP SDK reads a body whole: a chunked one is read here through the
+                        # cap (the same reader as the routes') and handed on.
+                        receive = _replay(await read_capped(Request(scope, receive).stream(), cap), receive)
                 except ServiceError as err:
                     rejected = err
+                except ClientDisconnect:
+                    return
             try:
                 if rejected is not None:
                     await error_response(rejected, paths=paths)(scope, receive, send_status)
@@ -222,6 +290,10 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            slashed = _slashed_id(request.scope)
+            if slashed is not None:
+                return error_response(slashed, paths=paths)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(ServiceError(exc.status_code, code, str(exc.detail)), paths=paths)
 

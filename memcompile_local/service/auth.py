@@ -73,7 +73,7 @@ def generate_key() -> str:
 def validate_user_id(user_id: object) -> str:
     """Return ``user_id`` when it is 1..64 characters of ``[A-Za-z0-9._@-]`` not starting with '.'."""
     if not isinstance(user_id, str) or USER_ID_RE.fullmatch(user_id) is None:
-        raise ServiceError(400, "bad_request",
+        raise ServiceError(400, "invalid_id",
                            f"user_id {user_id!r} is malformed: expected 1-64 characters from [A-Za-z0-9._@-], "
                            "not starting with '.'", field="user_id")
     return user_id

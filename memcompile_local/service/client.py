@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -71,15 +72,35 @@ class ServiceUnavailableError(MemCompileError):
         self.url = url
 
 
+# The ids the server accepts (``auth.USER_ID_RE``, ``validate.TURN_ID_CHARS``), spelled out
+# here so that the client needs no more than httpx. A malformed id is refused before any
+# request: ``bad/id`` would otherwise reach no route at all (a bare 404), since the server
+# splits the path at its '/' whatever the encoding.
+_USER_ID = re.compile(r"[A-Za-z0-9_@-][A-Za-z0-9._@-]{0,63}")
+_TURN_ID = re.compile(r"[A-Za-z0-9._:@#+-]{1,128}")
+
+
+def _invalid(field: str, value: Any, expected: str, allowed: re.Pattern, *, no_leading_dot: bool = False
+             ) -> ServiceRequestError:
+    """The typed error of a malformed id, naming it and its first character at fault."""
+    if not isinstance(value, str) or not value:
+        return ServiceRequestError(400, "invalid_id", f"{field} must be a non-empty string, got {value!r}", field)
+    at = next((i for i, c in enumerate(value) if allowed.fullmatch(c) is None or (i == 0 and c == "." and no_leading_dot)),
+              None)
+    where = f"at character {at} ({value[at]!r})" if at is not None else f"({len(value)} characters)"
+    return ServiceRequestError(400, "invalid_id", f"{field} {value!r} is malformed {where}: expected {expected}", field)
+
+
 def _user(user_id: str) -> str:
-    if not isinstance(user_id, str) or not user_id:
-        raise ServiceRequestError(400, "bad_request", "user_id must be a non-empty string", "user_id")
+    if not isinstance(user_id, str) or _USER_ID.fullmatch(user_id) is None:
+        raise _invalid("user_id", user_id, "1-64 characters from [A-Za-z0-9._@-], not starting with '.'",
+                       re.compile(r"[A-Za-z0-9._@-]"), no_leading_dot=True)
     return quote(user_id, safe="").replace(".", "%2E")
 
 
-def _turn(turn_id: str) -> str:
-    if not isinstance(turn_id, str) or not turn_id:
-        raise ServiceRequestError(400, "bad_request", "turn_id must be a non-empty string", "turn_id")
+def _turn(turn_id: str, field: str = "turn_id") -> str:
+    if not isinstance(turn_id, str) or _TURN_ID.fullmatch(turn_id) is None:
+        raise _invalid(field, turn_id, "1-128 characters from [A-Za-z0-9._:@#+-]", re.compile(r"[A-Za-z0-9._:@#+-]"))
     return quote(turn_id, safe="").replace(".", "%2E")
 
 
@@ -161,7 +182,7 @@ class _Routes:
 
     @staticmethod
     def import_status(user_id, job_id):
-        return "GET", f"/v1/memories/{_user(user_id)}/imports/{_turn(job_id)}", {}
+        return "GET", f"/v1/memories/{_user(user_id)}/imports/{_turn(job_id, 'job_id')}", {}
 
     @staticmethod
     def stats(user_id):

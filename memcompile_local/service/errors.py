@@ -21,6 +21,7 @@ from ..errors import (
     StoreError,
     TransportError,
 )
+from ..store.postgres.connection import DatabaseUnreachable  # imports no driver
 
 
 class ServiceError(MemCompileError):
@@ -88,6 +89,11 @@ def from_exception(exc: BaseException) -> ServiceError:
     if isinstance(exc, ConfigError):
         return ServiceError(400, "bad_request", str(exc))
     if isinstance(exc, StoreError):
+        if isinstance(exc, DatabaseUnreachable):
+            # The dependency that is down, and for how long; the driver's reason (hosts,
+            # sockets) goes to the server's log only.
+            return ServiceError(503, "store_unavailable", f"the database is unreachable (for {exc.down_s:.0f} s); "
+                                "retry later", headers={"Retry-After": "1"})
         return ServiceError(503, "store_unavailable", f"the store could not serve the request: {exc}",
                             headers={"Retry-After": "1"})
     return ServiceError(500, "internal", f"internal error ({type(exc).__name__})")

@@ -274,7 +274,10 @@ class Importer:
             one_document = True
         except (UnicodeDecodeError, ValueError, RecursionError):
             doc, one_document = None, False  # JSONL, perhaps: the plain loader says
-        if fmt == "auto" and one_document and _looks_like_turns(doc):
+        # One plain-format session object (a JSONL file of one line, as ``ingest`` reads it)
+        # is not an append body, which has nothing next to its 'turns'.
+        session_line = one_document and _looks_like_session(doc)
+        if fmt == "auto" and one_document and not session_line and _looks_like_turns(doc):
             fmt = "turns"
         if fmt == "turns":
             if not one_document:
@@ -282,10 +285,17 @@ class Importer:
             body = {"turns": doc} if isinstance(doc, list) else doc
             # No per-request turn limit here: the upload's size bounds the count.
             limits = replace(self.service.limits, max_turns_per_request=max(1, len(raw)))
-            return [Part(turns=tuple(parse_append(body, limits)))]
+            try:
+                return [Part(turns=tuple(parse_append(body, limits)))]
+            except ServiceError as exc:
+                if not session_line:
+                    raise
+                raise ServiceError(exc.status, exc.code, f"{exc.message} (the upload is a plain-format session "
+                                   "object: import it with format=plain or auto)", field=exc.field) from None
         with tempfile.TemporaryDirectory(prefix="memcompile-import-") as d:
-            # The name decides how load_any reads it: JSONL unless the bytes are one JSON document.
-            path = Path(d) / ("upload.json" if one_document else "upload.jsonl")
+            # The name decides how load_any reads it: JSONL unless the bytes are one JSON
+            # document other than a lone session object (a JSONL file of one line).
+            path = Path(d) / ("upload.json" if one_document and not session_line else "upload.jsonl")
             path.write_bytes(raw)
             kw: dict[str, Any] = {"max_turn_chars": self.service.limits.max_text_chars}
             try:
@@ -383,6 +393,12 @@ class Importer:
 def public(job: dict) -> dict:
     """What a client sees of a job (not the tenant or the process that runs it)."""
     return {k: v for k, v in job.items() if k not in ("tenant", "owner")}
+
+
+def _looks_like_session(doc: Any) -> bool:
+    """One plain-format session object (``{"time": ..., "turns": [...]}``): 'turns' with a
+    session's 'time' or 'id' beside it, where an append body has nothing."""
+    return isinstance(doc, dict) and "turns" in doc and "sessions" not in doc and ("time" in doc or "id" in doc)
 
 
 def _looks_like_turns(doc: Any) -> bool:

@@ -9,7 +9,17 @@ the tenant comes from the request's API key, checked on every call exactly as fo
 (``memcompile-local mcp``) the process belongs to whoever started it and every call is the
 ``local`` tenant.
 
-A failed call returns an MCP tool error whose text is the service's typed JSON error.
+A failed call returns an MCP tool error whose text is the service's typed JSON error, after
+the SDK's ``Error executing tool <name>: `` prefix: a bad argument is a 400 naming the argument
+(``turns[0].speaker``) and what was expected, an argument the tool does not take is one too,
+and a call past the tenant's rate limit (``serve --rate-limit``) is a 429 ``rate_limited`` tool
+error saying when to retry. The protocol's own requests (initialize, tools/list, notifications)
+are not counted against the rate, so a client is never cut off in its handshake, and a refused
+call leaves its session open.
+
+``add_turns`` is not marked idempotent: a turn sent without ``time`` (and without ``id``) is
+dated by the server's clock and stored again when the call is repeated. A client that retries
+sends ``time`` or ``id`` with every turn; then a repeated call stores nothing new.
 """
 
 
@@ -21,11 +31,11 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .auth import LOCAL_TENANT, USER_ID_RE, KeyRing, key_from_headers
 from .core import MemoryService
-from .errors import from_exception
+from .errors import ServiceError, from_exception
 
 
 class TurnArg(BaseModel):
@@ -51,16 +61,123 @@ INSTRUCTIONS = (
 )
 
 
+def _tool_error(tool: str, err: ServiceError) -> ToolError:
+    """The tool error of ``err``: the SDK's prefix, then the service's JSON error."""
+    return ToolError(f"Error executing tool {tool}: " + json.dumps(err.body(), ensure_ascii=False))
+
+
+def _argument_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _schema_at(schema: dict, loc: tuple) -> dict:
+    """The JSON schema of the argument at ``loc`` in a tool's input schema ({} when unknown)."""
+    defs = schema.get("$defs", {})
+    node: Any = schema
+    for part in loc:
+        node = _resolve(node, defs)
+        if isinstance(part, int):
+            node = node.get("items", {})
+        else:
+            node = node.get("properties", {}).get(part, {})
+    return _resolve(node, defs)
+
+
+def _resolve(node: Any, defs: dict) -> dict:
+    if not isinstance(node, dict):
+        return {}
+    if "$ref" in node:
+        return defs.get(node["$ref"].rsplit("/", 1)[-1], {})
+    for key in ("anyOf", "allOf"):
+        for option in node.get(key, ()):  # ``X | None``: the schema of X
+            option = _resolve(option, defs)
+            if option.get("type") != "null":
+                return {**option, **{k: v for k, v in node.items() if k not in ("anyOf", "allOf")}}
+    return node
+
+
+def _expected(error: dict, schema: dict) -> str:
+    """What the argument at fault had to be, in words (from the error and the argument's schema)."""
+    kind, ctx = error.get("type", ""), error.get("ctx") or {}
+    described = schema.get("description")
+    if kind == "missing":
+        return "a value: this argument is required" + (f" ({described})" if described else "")
+    if kind == "extra_forbidden":
+        return "no such field" + (f"; the fields are {', '.join(sorted(schema))}" if schema else "")
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than") or kind.startswith("int"):
+        low, high = schema.get("minimum"), schema.get("maximum")
+        bounds = (f" from {low} to {high}" if low is not None and high is not None
+                  else f" of at least {low}" if low is not None else f" of at most {high}" if high is not None else "")
+        return f"an integer{bounds}"
+    if kind in ("too_short", "too_long"):
+        low, high = schema.get("minItems", schema.get("minLength")), schema.get("maxItems", schema.get("maxLength"))
+        noun = "items" if "minItems" in schema or "maxItems" in schema else "characters"
+        return f"{low if low is not None else 0} to {high if high is not None else 'any number of'} {noun}"
+    if kind == "string_pattern_mismatch":
+        return described or f"a string matching {ctx.get('pattern')}"
+    if kind.startswith("string"):
+        return "a string" + (f" ({described})" if described else "")
+    if kind.startswith(("dict", "model")):
+        return "a JSON object" + (f" ({described})" if described else "")
+    if kind.startswith("list"):
+        return "a list" + (f" ({described})" if described else "")
+    return described or str(error.get("msg", "a valid value"))
+
+
+def argument_error(tool: str, exc: ValidationError, schema: dict) -> ServiceError:
+    """The 400 of a tool call's first bad argument: its path, what was expected, what came."""
+    error = exc.errors(include_url=False)[0]
+    loc = tuple(error.get("loc", ()))
+    where = _argument_path(loc) or "arguments"
+    expected = _expected(error, _schema_at(schema, loc) if error.get("type") != "extra_forbidden"
+                         else _schema_at(schema, loc[:-1]).get("properties", {}))
+    got = "" if error.get("type") == "missing" else f"; got {json.dumps(error.get('input'), default=repr)[:80]}"
+    more = len(exc.errors()) - 1
+    also = f" ({more} more argument error{'s' if more > 1 else ''})" if more else ""
+    return ServiceError(400, "bad_request", f"{tool}: argument {where} must be {expected}{got}{also}", field=where)
+
+
+class ServiceMCP(FastMCP):
+    """FastMCP whose tool calls answer a bad or unknown argument with the service's typed 400
+    (the SDK would return pydantic's own text, or ignore an unknown argument)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and isinstance(arguments, dict):
+            known = tool.parameters.get("properties", {})
+            unknown = sorted(set(arguments) - set(known))
+            if unknown:
+                raise _tool_error(name, ServiceError(
+                    400, "bad_request", f"{name}: unexpected argument {unknown[0]!r}; the arguments are "
+                    f"{', '.join(known)}", field=unknown[0]))
+        try:
+            return await super().call_tool(name, arguments)
+        except ToolError as exc:
+            cause = exc.__cause__
+            # Only the validation of the call's arguments (their model), not an error from inside the tool.
+            if (tool is not None and isinstance(cause, ValidationError)
+                    and cause.title == tool.fn_metadata.arg_model.__name__):
+                raise _tool_error(name, argument_error(name, cause, tool.parameters)) from None
+            raise
+
+
 def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "127.0.0.1",
-              stdio: bool = False, paths: tuple[str, ...] = ()) -> FastMCP:
-    """A FastMCP server whose tools call ``service`` (``keyring`` None: no keys, local tenant)."""
+              stdio: bool = False, paths: tuple[str, ...] = (),
+              rate_check: Callable[[str], None] | None = None) -> FastMCP:
+    """A FastMCP server whose tools call ``service`` (``keyring`` None: no keys, local tenant).
+
+    ``rate_check(tenant)`` (the app's per-tenant rate limit) is called once per tool call and
+    raises a 429 ``ServiceError`` past the limit; None: no limit."""
     loopback = host in ("127.0.0.1", "localhost", "::1")
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=loopback,
         allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"] if loopback else [],
         allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"] if loopback else [],
     )
-    mcp = FastMCP("memcompile-local", instructions=INSTRUCTIONS, host=host, stateless_http=True,
+    mcp = ServiceMCP("memcompile-local", instructions=INSTRUCTIONS, host=host, stateless_http=True,
                   json_response=True, streamable_http_path="/mcp", transport_security=security,
                   log_level="WARNING")
 
@@ -74,6 +191,8 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
     async def call(ctx: Context, fn: Callable[..., dict], *args: Any, **kw: Any) -> dict:
         try:
             tenant = tenant_of(ctx)
+            if rate_check is not None:
+                rate_check(tenant)
             return await anyio.to_thread.run_sync(lambda: fn(tenant, *args, **kw))
         except Exception as exc:
             err = from_exception(exc).redacted(paths=paths or (str(service.store.path),))
@@ -101,7 +220,8 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
     Limit = Annotated[int, Field(description=f"items per page (1-{page_max})", ge=1, le=page_max)]
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
-    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True,
+    # Not idempotent: a turn without time or id is stored again by a repeated call (module doc).
+    @mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False,
                                           openWorldHint=False))
     async def add_turns(user_id: UserId,
                         turns: Annotated[list[TurnArg], Field(description="the turns, in the order they were said",
@@ -111,7 +231,8 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
         """Append conversation turns to a user's memory (all or nothing).
 
         A turn sent again with the same time (or id) is stored once; a turn without a time is
-        dated by the server's clock (UTC) and always stored. Returns the id of every turn and
+        dated by the server's clock (UTC) and always stored, so a call repeated after an error
+        stores it twice unless every turn has a time or an id. Returns the id of every turn and
         how many were added.
         """
         body = {"turns": [t.model_dump(exclude_none=True) for t in turns]}

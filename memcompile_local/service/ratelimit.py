@@ -105,6 +105,7 @@ class TenantRateLimit:
     def check(self, tenant: str) -> None:
         wait = self.buckets.take(tenant)
         if wait > 0:
+            headers = _retry_after(wait)
             raise ServiceError(429, "rate_limited",
                                f"this tenant's request rate is limited to {self.buckets.rate:g} per second; "
-                               "retry later", headers=_retry_after(wait))
+                               f"retry after {headers['Retry-After']} s", headers=headers)

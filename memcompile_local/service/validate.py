@@ -13,12 +13,22 @@ What is refused and why:
   ``Limits.max_text_chars`` characters with something other than whitespace, without NUL or
   any other control character except TAB, LF and CR (ESC sequences would reach every
   terminal and log that shows the text).
-* **Labels** (``speaker``, session and turn ids, ``time``, ``question_date``): one line, no
-  control character at all (TAB and newlines included), at most 200 characters.
-* **Times** (a session's or a turn's ``time``, ``question_date``): a date the package can read
-  (``language.timeparse.parse_session_time``: ISO 8601, ``2024-05-08 13:56``, LoCoMo's
-  ``1:56 pm on 8 May, 2023``, ...). ``2024-13-45`` is refused instead of being stored as a
-  string that no time question can ever match.
+* **Labels** (``speaker``, session and turn ids, ``agent_id``, ``time``, ``question_date``, the
+  filters ``speaker``/``session_id``/``agent_id``): one line, no control character at all (TAB
+  and newlines included), no bidirectional control character (U+202A..U+202E, U+2066..U+2069,
+  U+200E, U+200F, U+061C), at most 200 characters. A label is shown on one line next to other
+  fields (a listing, a context header ``speaker (time):``); an override such as U+202E in
+  ``"Mallory\u202e"`` would reorder how those neighbours display.
+* **Bidirectional controls in text** are accepted and stored unchanged: right-to-left writing
+  uses them (U+200F), and exported chats wrap phone numbers in U+202A..U+202C. Their effect
+  ends with the line they are on, and a rendered context puts every line of a turn's text on
+  a quoted line of its own (``fence.quote_block``), never into a label.
+* **Times** (a session's or a turn's ``time``, ``question_date``, the filters ``from``/``to``):
+  a date the package can read (``language.timeparse.parse_session_time``: ISO 8601,
+  ``2024-05-08``, ``2024-05-08 13:56``, LoCoMo's ``1:56 pm on 8 May, 2023``, ...).
+  ``2024-13-45`` is refused instead of being stored as a string that no time question can
+  ever match, and so are ``2025-13-01`` and ``2024-31-12``: digits with the year first are
+  year-month-day and nothing else (``timeparse.numeric_date_problem``).
 * **Metadata** (a turn's ``metadata``, a search's ``metadata`` filter): a JSON object of at
   most ``Limits.max_metadata_bytes`` bytes (as canonical JSON) and ``data.metadata.MAX_METADATA_DEPTH``
   levels (code ``invalid_metadata``). An ``agent_id`` is an id (``invalid_id``).
@@ -37,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..data.metadata import MAX_METADATA_DEPTH, metadata_json
-from ..language.timeparse import parse_session_time
+from ..language.timeparse import numeric_date_problem, parse_session_time
 from .errors import ServiceError
 from .limits import Limits
 
@@ -45,6 +55,9 @@ TURN_ID_CHARS = "A-Za-z0-9._:@#+-"
 _TURN_ID_RE = re.compile(f"[{TURN_ID_CHARS}]+")
 MAX_LABEL_CHARS = 200
 _LINE_BREAKS = re.compile("[\t\n\r]")
+# Bidirectional embeddings, overrides and isolates, and the implicit direction marks.
+BIDI_CONTROLS = "\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c"
+_LABEL_REFUSED = re.compile(f"[\t\n\r{BIDI_CONTROLS}]")
 
 
 @dataclass(frozen=True)
@@ -101,12 +114,14 @@ def check_text(value: Any, field: str, *, max_chars: int, nonempty: bool = True)
 
 
 def check_label(value: Any, field: str, *, max_chars: int = MAX_LABEL_CHARS) -> str:
-    """A one-line label (speaker, time): non-empty, no control character, newlines and TAB included."""
+    """A one-line label (speaker, time): non-empty, no control character (newlines and TAB
+    included) and no bidirectional control (see the module doc)."""
     value = check_text(value, field, max_chars=max_chars)
-    m = _LINE_BREAKS.search(value)
+    m = _LABEL_REFUSED.search(value)
     if m is not None:
-        raise bad("control_character", f"{field} must be one line without control characters; it has "
-                  f"{_describe(m.group())} at character {m.start()}", field)
+        kind = "control" if m.group() in "\t\n\r" else "bidirectional control"
+        raise bad("control_character", f"{field} must be one line without control characters; it has the "
+                  f"{kind} character {_describe(m.group())} at character {m.start()}", field)
     return value
 
 
@@ -114,8 +129,10 @@ def check_time(value: Any, field: str) -> str:
     """A label that reads as a real date or date-time (see the module doc)."""
     value = check_label(value, field, max_chars=100)
     if parse_session_time(value) is None:
-        raise bad("invalid_time", f"{field} {value!r} is not a date this server can read (for example "
-                  "'2024-05-08', '2024-05-08 13:56' or '1:56 pm on 8 May, 2023')", field)
+        problem = numeric_date_problem(value)
+        why = f"is not a real date ({problem})" if problem else "is not a date this server can read"
+        raise bad("invalid_time", f"{field} {value!r} {why}; expected, for example, '2024-05-08', "
+                  "'2024-05-08 13:56', '2024-05-08T13:56:00Z' or '1:56 pm on 8 May, 2023'", field)
     return value
 
 
@@ -124,8 +141,8 @@ def check_id(value: Any, field: str) -> str:
         raise bad("invalid_id", f"{field} must be a string of 1-128 characters", field)
     if _TURN_ID_RE.fullmatch(value) is None:
         bad_at = next(i for i, c in enumerate(value) if _TURN_ID_RE.fullmatch(c) is None)
-        raise bad("invalid_id", f"{field} {value!r} is malformed at character {bad_at}: expected characters "
-                  f"from [{TURN_ID_CHARS}]", field)
+        raise bad("invalid_id", f"{field} {value!r} is malformed at character {bad_at} ("
+                  f"{_describe(value[bad_at])}): expected characters from [{TURN_ID_CHARS}]", field)
     return value
 
 

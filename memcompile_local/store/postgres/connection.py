@@ -24,6 +24,15 @@ gave the callers, without making writers of different namespaces wait for each o
 Every driver failure leaves here as a :class:`StoreError` that names the database by its URL
 without the password: a refused connection, a server that went away, a pool with no free
 connection within its timeout.
+
+A database that does not answer at all fails calls at once, as :class:`DatabaseUnreachable`.
+A call waits for a pooled connection in slices of :data:`PROBE_SLICE_S`; when none came free
+in one, or a pooled connection broke, one connection is opened outside the pool (a probe).
+When that fails too, the database is marked unreachable: every call fails at once with that
+reason instead of waiting out the pool's timeout (10 s by default) and blaming the pool, and
+one call in :data:`RECHECK_S` probes again, so the first call after the database is back
+goes through. The pool's timeout message is kept for the case it describes: the database
+answers, and every pooled connection is busy.
 """
 
 from __future__ import annotations
@@ -46,6 +55,26 @@ NAMESPACE_LOCK_CLASS = 0x4D43  # "MC": first key of the per-namespace advisory l
 DEFAULT_POOL_SIZE = 8
 DEFAULT_POOL_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5
+
+PROBE_SLICE_S = 0.25
+"""How long a call waits for a pooled connection before it asks whether the database answers at all."""
+
+RECHECK_S = 0.5
+"""How long a probe's finding stands: while the database is marked unreachable, calls within
+this time fail without trying, and one call after it probes again."""
+
+PROBE_CONNECT_TIMEOUT_S = 2  # libpq's smallest effective connect_timeout
+
+
+class DatabaseUnreachable(StoreError):
+    """A call failed because the database did not answer at all (refused, unreachable, gone),
+    not because it refused a statement. ``reason``: the driver's words; ``down_s``: seconds
+    since the first failed probe of this outage."""
+
+    def __init__(self, message: str, reason: str, down_s: float):
+        super().__init__(message)
+        self.reason = reason
+        self.down_s = down_s
 
 
 def namespace_lock_key(namespace: str) -> int:
@@ -71,6 +100,11 @@ class PgConnection:
         self.read_only_reason = "it was opened read-only" if self.read_only else ""
         self._local = threading.local()
         self._closed = True
+        # The last probe outside the pool: (why the database did not answer, or None; when),
+        # and when the current outage was first seen.
+        self._probed: tuple[str | None, float] | None = None
+        self._down_since: float | None = None
+        self._probe_lock = threading.Lock()
         # A commit returns once its WAL is flushed (and, with synchronous standbys, theirs), even
         # on a server configured otherwise: an acknowledged turn survives the server's crash.
         options = "-c synchronous_commit=on"
@@ -101,33 +135,137 @@ class PgConnection:
 
     def _error(self, exc: BaseException, what: str) -> StoreError:
         """The :class:`StoreError` for a driver failure during ``what``."""
-        if type(exc).__name__ == "PoolTimeout":
+        kind = type(exc).__name__
+        psycopg = self._psycopg
+        if kind == "PoolTimeout" or isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)):
+            # A connection-level failure: say so when the database does not answer at all.
+            reason = self._reachable()
+            if reason is not None:
+                return self._unreachable(reason, what)
+        if kind == "PoolTimeout":
             return StoreError(f"{self.path}: {what}: no database connection came free within "
                               f"{self._pool_timeout_s:g} s (pool of {self._pool_size})")
-        kind = type(exc).__name__
         return StoreError(f"{self.path}: {what} ({kind}: {_first_line(exc)})")
 
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"{self.path}: the store is closed")
 
+    # ------------------------------------------------------------------ reachability
+
+    def _probe(self) -> str | None:
+        """Open one connection outside the pool and run a statement: None when the database
+        answers, else the driver's reason. Records the finding (see the module doc)."""
+        psycopg = self._psycopg
+        try:
+            with psycopg.connect(self.url, connect_timeout=PROBE_CONNECT_TIMEOUT_S, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+            reason = None
+        except (psycopg.Error, OSError) as exc:
+            reason = _first_line(exc)
+        now = time.monotonic()
+        self._probed = (reason, now)
+        if reason is None:
+            if self._down_since is not None:
+                logger.info("%s: the database answers again", self.path)
+            self._down_since = None
+        elif self._down_since is None:
+            self._down_since = now
+            logger.warning("%s: the database is unreachable (%s)", self.path, reason)
+        return reason
+
+    def _reachable(self, *, wait: bool = False) -> str | None:
+        """None when the database answers, else why not: the last probe's finding while it is
+        recent (or while another thread probes, unless ``wait``), else a new probe."""
+        probed = self._probed
+        if probed is not None and time.monotonic() - probed[1] < RECHECK_S:
+            return probed[0]
+        if not self._probe_lock.acquire(blocking=wait):
+            return probed[0] if probed is not None else None
+        try:
+            probed = self._probed  # another thread may have probed while this one waited
+            if probed is not None and time.monotonic() - probed[1] < RECHECK_S:
+                return probed[0]
+            return self._probe()
+        finally:
+            self._probe_lock.release()
+
+    def _unreachable(self, reason: str, what: str) -> DatabaseUnreachable:
+        since = self._down_since
+        down_s = 0.0 if since is None else max(0.0, time.monotonic() - since)
+        return DatabaseUnreachable(f"{self.path}: the database is unreachable ({reason}); {what}", reason, down_s)
+
+    def _fail_fast(self, what: str) -> None:
+        """Raise :class:`DatabaseUnreachable` at once while the database is known not to answer."""
+        if self._probed is None or self._probed[0] is None:
+            return
+        reason = self._reachable()
+        if reason is not None:
+            raise self._unreachable(reason, what)
+
+    def _get(self, what: str) -> Any:
+        """A pooled connection, waited for up to the pool's timeout in slices; between slices
+        a database that does not answer ends the wait (see the module doc)."""
+        deadline = time.monotonic() + self._pool_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._pool.getconn(timeout=max(0.001, min(PROBE_SLICE_S, left)))
+            except Exception as exc:
+                kind = type(exc).__name__
+                if kind in ("PoolClosed", "TooManyRequests"):
+                    raise self._error(exc, what) from exc
+                if kind != "PoolTimeout":
+                    raise
+                reason = self._reachable()
+                if reason is not None:
+                    raise self._unreachable(reason, what) from exc
+                if left <= PROBE_SLICE_S:
+                    raise self._error(exc, what) from exc
+
+    def verify(self, *, wait_s: float = PROBE_SLICE_S) -> None:
+        """Raise :class:`StoreError` unless the database answers a statement now: through the
+        pool when a connection comes free within ``wait_s``, else by a probe outside it (a busy
+        pool is not a failed database). Answers within about ``wait_s`` when the database is
+        refused or gone, at once while it is marked unreachable."""
+        self._check_open()
+        self._fail_fast("checking the database failed")
+        psycopg = self._psycopg
+        try:
+            conn = self._pool.getconn(timeout=wait_s)
+        except Exception as exc:
+            if type(exc).__name__ not in ("PoolTimeout", "PoolClosed", "TooManyRequests"):
+                raise
+            reason = self._reachable(wait=True)
+            if reason is not None:
+                raise self._unreachable(reason, "checking the database failed") from exc
+            return
+        try:
+            with conn:
+                conn.execute("SELECT 1")
+                conn._memcompile_used = time.monotonic()
+        except (psycopg.Error, OSError) as exc:
+            raise self._error(exc, "checking the database failed") from exc
+        finally:
+            self._pool.putconn(conn)
+
     @contextmanager
     def _connection(self, what: str) -> Iterator[Any]:
         """A pooled connection for the body (autocommit: a statement outside a transaction commits)."""
         self._check_open()
+        self._fail_fast(what)
         psycopg = self._psycopg
+        conn = self._get(what)
         try:
-            with self._pool.connection() as conn:
+            with conn:  # as the pool's own context manager: commit or roll back on the way out
                 try:
                     yield conn
                 finally:
                     conn._memcompile_used = time.monotonic()
         except (psycopg.Error, OSError) as exc:
             raise self._error(exc, what) from exc
-        except Exception as exc:
-            if type(exc).__name__ in ("PoolTimeout", "PoolClosed", "TooManyRequests"):
-                raise self._error(exc, what) from exc
-            raise
+        finally:
+            self._pool.putconn(conn)
 
     # ------------------------------------------------------------------ transactions
 
@@ -337,8 +475,9 @@ class PgConnection:
         return generation
 
     def verify_file(self) -> None:
-        """Raise :class:`StoreError` unless the database answers a query now (a health check)."""
-        self._query("SELECT 1")
+        """Raise :class:`StoreError` unless the database answers a query now (a health check:
+        see :meth:`verify`, which answers at once while the database is unreachable)."""
+        self.verify()
 
     # ------------------------------------------------------------------ lifetime
 
