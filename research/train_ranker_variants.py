@@ -1,8 +1,12 @@
 #!/usr/bin/env python
-"""Train and cross-validate the fused selector's learned ranker (issue 25 item 5).
+"""Experiment variants of the fused selector's learned ranker (issue 25 item 5), cross-validated.
+
+The command that trains the shipped model (ranker-v2, with its calibration) is
+``scripts/train_ranker.py``; this script keeps every setting measured beside it so that its
+rows can be reproduced and the dropped model files (ranker-v1, ranker-v3) rebuilt.
 
 Reads the cached model-free builds of the three development corpora (LoCoMo dev4, REALTALK,
-BEAM 100K; ``scripts/cv_corpora.py`` ``open_memories``: a store already built is only loaded),
+BEAM 100K; ``scripts/dev_corpora.py`` ``open_memories``: a store already built is only loaded),
 computes for every scored question the package's feature rows (``fused.features.query_features``,
 the very function the package calls at query time) and trains a ranker on them:
 
@@ -53,12 +57,14 @@ below the shipped one, a gain on at least two).
 ``fusion.ranker: learned`` (format in ``memcompile_local/fused/ranker.py``) and checks that
 ``Memory.compile`` with it selects what this script selects on every question.
 
-    python scripts/train_ranker.py                       # the CV tables
-    python scripts/train_ranker.py --kinds lambdarank-residual,lambdarank-bagged --kind lambdarank-bagged \
+    python research/train_ranker_variants.py             # the CV tables
+    python research/train_ranker_variants.py --kinds lambdarank-residual,lambdarank-bagged --kind lambdarank-bagged-v2 \
         --write memcompile_local/fused/models/ranker-v2.json          # the shipped model
-    python scripts/train_ranker.py --set role_weight=0 --set answer_type_weight=0 --kind lambdarank-residual \
+    python research/train_ranker_variants.py --set role_weight=0 --set answer_type_weight=0 --kind lambdarank-residual \
         --write memcompile_local/fused/models/ranker-v1.json          # the release before's
-    python scripts/train_ranker.py --kinds lambdarank-residual --shrunk --latency   # shrinkage
+    python research/train_ranker_variants.py --kinds lambdarank-bagged --kind lambdarank-bagged \
+        --write /tmp/ranker-v3.json                                # ranker-v3: every column, plain-turn cosine too
+    python research/train_ranker_variants.py --kinds lambdarank-residual --shrunk --latency   # shrinkage
 """
 
 from __future__ import annotations
@@ -76,12 +82,11 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the research modules beside this one
 
 import cv_corpora  # noqa: E402
 from multihop_study import first_person  # noqa: E402
-from ablate_model_free import AblationFusion  # noqa: E402
-from memcompile_local.bench.baselines import _raw_matrix  # noqa: E402
+from memcompile_local.bench.baselines import raw_turn_matrix  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
 from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
 from memcompile_local.fused.channels import FusedQuery, answer_type_channel  # noqa: E402
@@ -97,7 +102,7 @@ from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 
 K = 10
 KEEP_ROWS = 100
-PLAIN_TURN_MODEL = Path(__file__).resolve().parent.parent / "memcompile_local" / "fused" / "models" / "ranker-v3.json"  # feature rows kept per question (the largest --pool)
+# feature rows kept per question (the largest --pool)
 # Fixed before any figure was read.
 LGB_PARAMS = {"objective": "lambdarank", "metric": "ndcg", "eval_at": [10], "learning_rate": 0.05,
               "num_leaves": 15, "min_data_in_leaf": 50, "lambda_l2": 1.0, "feature_fraction": 1.0,
@@ -177,6 +182,21 @@ class Q:
     dense: list  # the plain dense baseline's 10 picks
 
 
+def plain_turn_model(folder: Path) -> Path:
+    """A model file that reads every feature column, the plain-turn cosine included: a view
+    loaded under it holds each turn's plain-text vector (a build embeds them only for a model
+    that reads them), so the rows here have real raw_cos columns whatever model they train.
+    Its scores are never used."""
+    path = folder / "plain_turn_columns.json"
+    n = len(FEATURE_NAMES)
+    doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": "linear", "features": list(FEATURE_NAMES),
+           "pool": KEEP_ROWS, "linear": {"mean": [0.0] * n, "scale": [1.0] * n, "coef": [0.0] * n, "intercept": 0.0},
+           "training": {"note": "written by research/train_ranker_variants.py to load plain-turn vectors"}}
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
 def data_files(paths: list[str]) -> list[Path]:
     out = []
     for p in map(Path, paths):
@@ -199,7 +219,7 @@ def collect(corpus, mem, conv, cfg, extra: bool = False) -> list[Q]:
     view = mem.view(conv.namespace)
     retriever = FusedRetriever(view.fusion, cfg.fusion, view.packets)
     packets = list(view.packets)
-    raw = _raw_matrix(mem.store, mem.embedder, conv.namespace, packets)
+    raw = raw_turn_matrix(mem.store, mem.embedder, conv.namespace, packets)
     ids = [p.packet_id for p in packets]
     row_of = {pid: i for i, pid in enumerate(ids)}
     # The index with the answer-type channel's turns, whatever answer_type_weight is (the column below).
@@ -838,7 +858,7 @@ def main() -> int:
     cfg = apply_preset("model-free", PipelineConfig())
     # The plain-turn columns (raw_cos) read vectors that a build makes only for a ranker model
     # that reads them: the views here are loaded as for ranker-v3, whatever model is trained.
-    cfg = cfg.replace(fusion={"ranker_model": str(PLAIN_TURN_MODEL)})
+    cfg = cfg.replace(fusion={"ranker_model": str(plain_turn_model(Path(args.cache).expanduser()))})
     if args.set:
         cfg = cfg.replace(**cv_corpora.config_changes(args.set))
         print("config changes:", ", ".join(args.set))
@@ -847,8 +867,7 @@ def main() -> int:
     paths = {n: paths.get(n) or cv_corpora.DEFAULT_DATA[n] for n in names}
     corpora = [cv_corpora.load_corpus(n, paths[n]) for n in names]
     t0 = time.perf_counter()
-    memories, built = cv_corpora.open_memories(corpora, cfg, Path(args.cache).expanduser(), not args.quiet,
-                                               AblationFusion.of(cfg.fusion))
+    memories, built = cv_corpora.open_memories(corpora, cfg, Path(args.cache).expanduser(), not args.quiet)
     print(f"builds ready in {time.perf_counter() - t0:.1f} s ({len(built)} built now)")
     t0 = time.perf_counter()
     qs_by = {c.name: [q for conv in c.convs for q in collect(c, memories[(c.name, conv.namespace)], conv, cfg, args.extra)]
@@ -874,8 +893,7 @@ def main() -> int:
     if args.score_set:
         cfg_s = cfg.replace(**cv_corpora.config_changes(args.score_set))
         # Memories opened under cfg_s (the same cached builds): a view's index is made under its memory's config.
-        memories_s, _ = cv_corpora.open_memories(corpora, cfg_s, Path(args.cache).expanduser(), False,
-                                                 AblationFusion.of(cfg_s.fusion))
+        memories_s, _ = cv_corpora.open_memories(corpora, cfg_s, Path(args.cache).expanduser(), False)
         qs_by_s = {c.name: [q for conv in c.convs for q in collect(c, memories_s[(c.name, conv.namespace)], conv, cfg_s, args.extra)]
                    for c in corpora}
         qs_s = [q for c in names for q in qs_by_s[c]]
@@ -941,7 +959,7 @@ def main() -> int:
         import importlib.metadata as md
         lib = "lightgbm" if model.kind == "trees" else "scikit-learn"
         row = next(r for r in rows if r["name"] == (SHRUNK_NAME if shrunk else args.kind))
-        meta = {"command": "python scripts/train_ranker.py " + " ".join(sys.argv[1:]),
+        meta = {"command": "python research/train_ranker_variants.py " + " ".join(sys.argv[1:]),
                 "data_sha256": data_sha256(files), "data_files": len(files),
                 "data": {n: paths[n] for n in names}, "library": lib, "library_version": md.version(lib),
                 "kind": kind, "params": {**model.params, "num_boost_round": model.rounds,
