@@ -99,15 +99,11 @@ def select_rows(index: FusionIndex, question: str, total: np.ndarray, query_vec:
 @dataclass(frozen=True)
 class Retrieval:
     """What one ``FusedRetriever.retrieve`` found: the kept packets, best first, and the fused
-    scores of every packet (``score``, ``relevance`` and ``explanation`` read one packet's)."""
+    scores of every packet (``relevance`` and ``explanation`` read one packet's)."""
 
     packet_ids: tuple[str, ...]
     scores: FusedScores
     row_of: dict[str, int]
-
-    def score(self, packet_id: str) -> float:
-        """The packet's entry of the total the selection is ordered by."""
-        return float(self.scores.total[self.row_of[packet_id]])
 
     def relevance(self, packet_id: str) -> float:
         """The packet's score in [0, 1] (``FusedScores.relevance``)."""
