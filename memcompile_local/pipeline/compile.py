@@ -401,8 +401,8 @@ def compile_context(
     lap("intent")
     retriever = FusedRetriever(view.fusion, cfg.fusion, view.packets) if view.fusion is not None else None
     if cfg.evidence.anchor_selector == "fused" and retriever is not None:
-        # The fused retriever makes its own query vector (FusionConfig.dense_query may embed the
-        # question beside the intent text); the dense proposals and a frontier read it too.
+        # The fused retriever makes its own query vector (it embeds the question beside the
+        # intent text); the dense proposals and a frontier read it too.
         query_vec = retriever.query_vector(embedder, question, intent.lexical_query())
     else:
         query_vec = _embed_query(embedder, intent)
