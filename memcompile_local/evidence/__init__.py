@@ -4,6 +4,7 @@
 - ``frontier``: the anchor-preserving bounded frontier (append rule and pool union)
 - ``pursuit``: MemPursuit, the model-free greedy simplex reconstruction selector
 - ``views``: reader views over a fixed packet sequence
+- ``relevance``: the scores in [0, 1] a search returns per selector, and ``explain``'s records
 - ``answer`` and ``prompts``: the answer step and every Evidence Plane prompt
 
 Only numpy is imported here; no model library is loaded.
