@@ -21,6 +21,16 @@ class NamespaceError(MemCompileError, ValueError):
     """A missing or malformed namespace id."""
 
 
+class InvalidArgumentError(MemCompileError, ValueError):
+    """A value handed to the Python API is not one it can read; names the argument."""
+
+    def __init__(self, argument: str, expected: str, found: str):
+        self.argument = argument
+        self.expected = expected
+        self.found = found
+        super().__init__(f"{argument}: expected {expected} ({found})")
+
+
 class StoreError(MemCompileError):
     pass
 

@@ -23,9 +23,10 @@ from .build.spec import BuildSpec, make_spec
 from .build.stages import BuildResult, build_memory, layout_id
 from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
-from .errors import ConfigError, ImmutablePacketError, StalePlanError
+from .errors import ConfigError, ImmutablePacketError, InvalidArgumentError, StalePlanError
 from .evidence.answer import answer_settings
 from .evidence.relevance import Explanation
+from .language.timeparse import numeric_date_problem, parse_session_time
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 from .pipeline.compile import Context, compile_context
@@ -75,6 +76,17 @@ class AddResult(IngestResult):
     turn given, in the order given (an id that was ``skipped`` names the stored turn it matched)."""
 
     ids: tuple[str, ...] = ()
+
+
+def _check_question_date(question_date: str | None) -> None:
+    """Refuse a ``question_date`` that is not a date (``2025-13-01``) instead of answering as if
+    no date had been given: relative times in the question would silently lose their anchor."""
+    if question_date is None:
+        return
+    if not isinstance(question_date, str) or parse_session_time(question_date) is None:
+        why = numeric_date_problem(question_date) if isinstance(question_date, str) else None
+        raise InvalidArgumentError("question_date", "a date such as 2024-05-08 or 2024-05-08 13:56",
+                                   why or f"found {question_date!r}")
 
 
 def selection_scores(ctx: Context, ids: Sequence[str]) -> dict[str, float]:
@@ -475,8 +487,10 @@ class Memory:
 
         ``address_trace=True`` fills ``Context.address``/``pool`` on the fused path too (see
         ``pipeline.compile_context``). ``build=False``: fail instead of building a namespace
-        that is not built (see ``view``).
+        that is not built (see ``view``). A ``question_date`` that is not a date is an
+        ``InvalidArgumentError``.
         """
+        _check_question_date(question_date)
         return self.compile_view(self.view(namespace, build=build), question, client=client,
                                  address_trace=address_trace, question_date=question_date, filters=filters)
 
@@ -506,6 +520,7 @@ class Memory:
         """
         if k is not None and k < 1:
             raise ConfigError(f"search needs k >= 1, got {k}")
+        _check_question_date(question_date)
         view = self.view(namespace, build=build)
         ctx = self.compile_view(view, query, k=k, client=client, question_date=question_date, filters=filters,
                                 explain=explain)

@@ -278,3 +278,18 @@ def test_an_add_in_place_is_searchable_without_a_reload_and_equals_a_fresh_memor
     # Sent again: nothing added, and the plain path (a known id) is taken.
     assert mem.add("alice", [third], in_place=True).added == 0
     fresh.store.close()
+
+
+def test_an_impossible_question_date_is_refused_not_ignored(mem):
+    """``2025-13-01`` used to read as no date at all (relative times lost their anchor
+    silently); it is an InvalidArgumentError naming the argument, as the service's 400 is."""
+    from memcompile_local.errors import InvalidArgumentError
+
+    mem.add("u", [{"time": "2024-05-01 10:00", "turns": [{"speaker": "A", "text": "I bought a kayak last week."}]}])
+    assert mem.search("u", "What did A buy last month?", k=1, question_date="2024-06-01")
+    for bad, why in (("2025-13-01", "month 13"), ("2024-31-12", "month 31"), ("whenever", "'whenever'")):
+        with pytest.raises(InvalidArgumentError, match="question_date") as err:
+            mem.search("u", "What did A buy?", question_date=bad)
+        assert why in str(err.value)
+        with pytest.raises(InvalidArgumentError):
+            mem.compile("u", "What did A buy?", question_date=bad)

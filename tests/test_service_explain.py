@@ -12,6 +12,7 @@ import pytest
 from _fake_openai import FakeOpenAIServer, Reply, chat_body
 from _service_util import MODEL_FREE, running, write_config
 from memcompile_local import Memory, PipelineConfig
+from memcompile_local.service.client import AsyncMemoryClient, MemoryClient
 from memcompile_local.store import MemoryStore
 
 pytest.importorskip("fastapi")
@@ -85,6 +86,18 @@ def test_explain_over_rest_mcp_and_python_agree(tmp_path):
             assert [p["explain"] for p in mcp_found["packets"]] == [p["explain"] for p in rest]
             assert all("explain" not in p for p in asyncio.run(asyncio.wait_for(_mcp_search(srv.url, False), 60))
                        ["packets"])
+            # The Python HTTP clients pass the flag, and leave it out when not asked.
+            with MemoryClient(srv.url) as client:
+                assert [p["explain"] for p in client.search("ines", QUESTION, k=3, explain=True)["packets"]] == \
+                    [p["explain"] for p in rest]
+                assert all("explain" not in p for p in client.search("ines", QUESTION, k=3)["packets"])
+                assert [p["explain"] for p in client.answer("ines", QUESTION, k=3, explain=True)["packets"]] == \
+                    [p["explain"] for p in rest]
+
+            async def async_search():
+                async with AsyncMemoryClient(srv.url) as client:
+                    return await client.search("ines", QUESTION, k=3, explain=True)
+            assert [p["explain"] for p in asyncio.run(async_search())["packets"]] == [p["explain"] for p in rest]
         # Python, on the same store and configuration: the same scores and explanations.
         py_cfg = PipelineConfig.from_dict({**MODEL_FREE, "model": {**MODEL_FREE["model"]}})
         with Memory(MemoryStore(store), py_cfg) as mem:

@@ -159,13 +159,17 @@ class _Routes:
         return "POST", f"/v1/memories/{_user(user_id)}/turns", {"json": _append_body(turns, sessions)}
 
     @staticmethod
-    def search(user_id, query, k, preset, question_date, filters):
+    def search(user_id, query, k, preset, question_date, filters, explain=False):
         body = {"query": query, **_given(k=k, preset=preset, question_date=question_date), **_filters(**filters)}
+        if explain:
+            body["explain"] = True
         return "POST", f"/v1/memories/{_user(user_id)}/search", {"json": body}
 
     @staticmethod
-    def answer(user_id, query, k, preset, question_date, filters):
+    def answer(user_id, query, k, preset, question_date, filters, explain=False):
         body = {"query": query, **_given(k=k, preset=preset, question_date=question_date), **_filters(**filters)}
+        if explain:
+            body["explain"] = True
         return "POST", f"/v1/memories/{_user(user_id)}/answer", {"json": body}
 
     @staticmethod
@@ -242,20 +246,21 @@ class MemoryClient:
         return self._call(method, path, **kw)
 
     def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-                question_date: str | None = None, **filters: Any) -> dict:
+                question_date: str | None = None, explain: bool = False, **filters: Any) -> dict:
         """The compiled evidence (ranked, scored packets, rendered context, timings) for ``query``.
 
         ``filters``: any of ``speaker``, ``session_id``, ``agent_id``, ``metadata`` (a dict of
         top-level keys and the exact values wanted), ``time_from`` and ``time_to``; the evidence
-        then comes from the matching turns only."""
-        method, path, kw = _Routes.search(user_id, query, k, preset, question_date, _filter_args(filters))
+        then comes from the matching turns only. ``explain=True``: each hit also carries the
+        selector's per-channel explanation of its score."""
+        method, path, kw = _Routes.search(user_id, query, k, preset, question_date, _filter_args(filters), explain)
         return self._call(method, path, **kw)
 
     search = compile
 
     def answer(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-               question_date: str | None = None, **filters: Any) -> dict:
-        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters))
+               question_date: str | None = None, explain: bool = False, **filters: Any) -> dict:
+        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters), explain)
         return self._call(method, path, **kw)
 
     def import_history(self, user_id: str, data: Any, *, format: str | None = None,
@@ -339,15 +344,15 @@ class AsyncMemoryClient:
         return await self._call(method, path, **kw)
 
     async def compile(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-                      question_date: str | None = None, **filters: Any) -> dict:
-        method, path, kw = _Routes.search(user_id, query, k, preset, question_date, _filter_args(filters))
+                      question_date: str | None = None, explain: bool = False, **filters: Any) -> dict:
+        method, path, kw = _Routes.search(user_id, query, k, preset, question_date, _filter_args(filters), explain)
         return await self._call(method, path, **kw)
 
     search = compile
 
     async def answer(self, user_id: str, query: str, *, k: int | None = None, preset: str | None = None,
-                     question_date: str | None = None, **filters: Any) -> dict:
-        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters))
+                     question_date: str | None = None, explain: bool = False, **filters: Any) -> dict:
+        method, path, kw = _Routes.answer(user_id, query, k, preset, question_date, _filter_args(filters), explain)
         return await self._call(method, path, **kw)
 
     async def import_history(self, user_id: str, data: Any, *, format: str | None = None,
