@@ -10,6 +10,9 @@ fails when ``CI`` is set (see ``tests/_data_paths.py``). ``locomo_mini`` and
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,3 +151,24 @@ def store_factory(request, tmp_path):
 def any_store(store_factory):
     """An open, empty store on each backend (``store_factory``)."""
     return store_factory()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory) -> Path:
+    """A wheel built once per session from a copy of the tracked files (what a
+    clean clone holds: setuptools reuses a build/ folder in the tree it builds, and a stale one
+    there would put modules that have since moved into the wheel)."""
+    pytest.importorskip("build")
+    base = tmp_path_factory.mktemp("wheel")
+    src, dist = base / "src", base / "dist"
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
+                   check=True, capture_output=True, cwd=base)
+    return next(dist.glob("memcompile_local-*.whl"))

@@ -4,9 +4,7 @@ and holds nothing of ``research/`` or ``scripts/``."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path
@@ -16,26 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tracked_copy(dest: Path) -> Path:
-    """The repository's tracked files (what a clean clone holds), copied to ``dest``."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
-    for name in filter(None, listed.decode().split("\0")):
-        target = dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, target)
-    return dest
-
-
 @pytest.mark.slow
-def test_wheel_installs_adapters_under_the_package(tmp_path):
-    pytest.importorskip("build")
-    dist = tmp_path / "dist"
-    # Built from a copy of the tracked files: setuptools reuses a build/ folder in the tree it
-    # builds, and a stale one there (modules that moved since) would end up in the wheel.
-    src = _tracked_copy(tmp_path / "src")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
-                   check=True, capture_output=True, cwd=tmp_path)
-    wheel = next(dist.glob("memcompile_local-*.whl"))
+def test_wheel_installs_adapters_under_the_package(built_wheel, tmp_path):
+    wheel = built_wheel
     names = zipfile.ZipFile(wheel).namelist()
     assert "memcompile_local/adapters/__init__.py" in names
     assert "memcompile_local/adapters/llamacpp.py" in names
