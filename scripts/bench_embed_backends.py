@@ -20,7 +20,7 @@ content-addressed store, so such a recipe would run one text per call.
 Prints a markdown table (JSON with --out): docs/s, ratio to torch, mean/min cosine to torch,
 agreement with one text per call; and the tokenizer's share of the time. On a loaded machine
 ``--threads 1 --clock cpu`` (CPU seconds of one thread) is steadier than the wall clock;
-recall@10 per recipe comes from ``memcompile-local eval locomo --retrieval-only`` (README).
+recall@10 per recipe comes from ``memcompile-local eval locomo --retrieval-only`` (docs/guides/backends.md).
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_embed_backends.py --docs 400 --rounds 3 --out /tmp/embed.json
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_embed_backends.py --threads 1 --clock cpu

@@ -47,7 +47,7 @@ def add_model(p: argparse.ArgumentParser) -> None:
                    help="sentence-transformers backend: auto (default: ONNX Runtime on CPU, torch on CUDA)")
     g.add_argument("--embed-precision", choices=["auto", "fp32", "fp16", "int8"],
                    help="auto (default): fp32 on CPU, fp16 on CUDA; int8 (ONNX) embeds faster than fp32 "
-                        "at a small cost in recall (README, Backends)")
+                        "at a small cost in recall (docs/guides/backends.md)")
     g.add_argument("--embed-device", choices=["auto", "cpu", "cuda"], help="embedding device (default auto)")
     g.add_argument("--embed-batch-size", type=int, help="texts per embedding batch (default 64)")
     g.add_argument("--embed-threads", type=int,

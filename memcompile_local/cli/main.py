@@ -331,7 +331,7 @@ def cmd_scrub(args) -> int:
         return 3
     if is_database_url(args.store):
         print(f"scrubbed {describe_location(args.store)}: every table of the store was rewritten (VACUUM FULL); "
-              "the server's WAL, archives, backups and replicas are outside its reach (see the README)")
+              "the server's WAL, archives, backups and replicas are outside its reach (see docs/guides/stores.md)")
     else:
         print(f"scrubbed {describe_location(args.store)}: no copies of forgotten data remain")
     return 0

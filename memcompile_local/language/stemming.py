@@ -2,7 +2,7 @@
 
 Stems come from PyStemmer, the C build of the Snowball (Porter2) English algorithm: much
 faster than the pure-Python ``snowballstemmer`` and identical to it on every distinct term of
-the LoCoMo dev file (``scripts/bench_stemmer.py`` measures both; the README has the figures).
+the LoCoMo dev file (``scripts/bench_stemmer.py`` measures both and prints the figures).
 
 A stemmer object is not shareable: the pure-Python one keeps the word it is working on in
 its own fields (one object shared by question threads gave wrong stems and ``IndexError``),

@@ -330,7 +330,7 @@ class ModelFreeWriter:
     """Informativeness x novelty per token^size_power, pieces of long turns, supersession
     (module docstring). ``max_tokens``: the longest piece (the ``span`` cut: the longest span)."""
 
-    max_tokens: int = 8  # the leave-one-conversation-out pick on locomo_dev4 (README, EMBER)
+    max_tokens: int = 8  # the leave-one-conversation-out pick on locomo_dev4 (docs/decisions/2026-12-02-ember-retention.md)
     size_power: float = 0.5
     span_power: float = 0.5  # the span cut's informativeness per token^span_power
     cut: str = "pieces"  # "pieces": a long turn is several capsules (turn_pieces); "span": its one best span

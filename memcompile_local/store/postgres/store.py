@@ -11,7 +11,7 @@ the way in and out.
 Forget deletes every row of the namespace in one transaction, then runs ``VACUUM`` on the
 tables it deleted from, so the dead rows' space is reclaimed; what a database server cannot
 promise about old copies (its WAL, archives, backups, replicas) is the operator's part, see
-the README.
+docs/guides/stores.md.
 """
 
 from __future__ import annotations
