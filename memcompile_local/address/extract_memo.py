@@ -64,6 +64,9 @@ class MemoizedExtractor:
         self.descriptor_set = inner.descriptor_set
         # Everything that shapes the output: the set name and the extractor's whole configuration.
         self._key = (type(inner).__qualname__, inner.descriptor_set, repr(getattr(inner, "config", None)))
+        # Turns this instance was asked for that the memo held, and that ``inner`` extracted.
+        self.hits = 0
+        self.misses = 0
 
     def extract(self, items: Sequence[tuple[SourcePacket, SourcePacket | None]]) -> list[list[Descriptor]]:
         items = list(items)
@@ -74,6 +77,9 @@ class MemoizedExtractor:
                 if f is not None:
                     _memo.move_to_end(k)
         todo = [i for i, f in enumerate(found) if f is None]
+        with _lock:
+            self.hits += len(items) - len(todo)
+            self.misses += len(todo)
         if todo:
             fresh = self.inner.extract([items[i] for i in todo])
             with _lock:

@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turn-chars", type=positive_int, default=None, metavar="N",
                    help="accept strings up to N characters (default: "
                         f"{DEFAULT_MAX_TURN_CHARS:,}; a longer turn is refused naming the limit)")
+    p.add_argument("--max-views", type=positive_int, default=None, metavar="N",
+                   help="hold at most N memories' search structures at once (default 4, or one more than the "
+                        "answer concurrency); the run builds and answers one conversation after another")
     p.add_argument("--strict", action="store_true",
                    help="refuse the whole data file when one question (or BEAM chat) cannot be read whole; "
                         "by default it is left out (or kept without evidence) and counted in the report")
