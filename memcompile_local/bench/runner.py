@@ -16,6 +16,7 @@ judge would be its answer model is refused unless the judge section allows it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -30,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from .. import __version__
 from ..address import extract_rule
+from ..address.extract_memo import MemoizedExtractor, conversation_turn_keys, reuse_plan
 from ..address import prompts as address_prompts
 from ..config import ModelConfig, PipelineConfig, config_needs_llm
 from ..data import DEFAULT_MAX_TURN_CHARS, count_dataset, load_locomo, load_longmemeval
@@ -466,8 +468,13 @@ class EvalRunner:
         turns = sum(sum(len(s.turns) for s in c.sessions) for c in convs)
         build_s = 0.0
         t0 = time.perf_counter()
+        # Turns that come again in another conversation (LongMemEval's shared sessions) are
+        # extracted once: the rule extractor's memo keeps exactly those, until their last use.
+        plan = (reuse_plan(k for c in convs for k in conversation_turn_keys(c))
+                if self.spec.baseline is None and isinstance(mem.extractor(), MemoizedExtractor)
+                else contextlib.nullcontext())
         unit = "turn" if self.spec.baseline is None else "turn (ingested)"
-        with bar(total=turns, desc="build and answer", unit=unit, enabled=self.spec.progress) as pb, \
+        with plan, bar(total=turns, desc="build and answer", unit=unit, enabled=self.spec.progress) as pb, \
                 ThreadPoolExecutor(max_workers=workers) as pool:
             in_flight: deque[tuple[Conversation, int, list[Future]]] = deque()
             answered = 0
