@@ -59,6 +59,7 @@ from .coverage import aliasing_audit
 from .health import check_server
 from .judge import judge_locomo_many, judge_longmemeval_many, judge_prompt_version
 from .judge_model import is_self_judge, judge_description, resolve_judge
+from .metrics import recall_by_type
 from .plan import RunPlan, question_calls, turn_calls
 from .report import aliasing_markdown, summary_text, write_markdown_report
 from .retain_eval import (retain_memories, retention_row, retention_summary, retention_summary_markdown,
@@ -103,6 +104,9 @@ class EvalSpec:
     # Most views held at once (None: ``DEFAULT_RUN_VIEWS``, more with many workers); the others are
     # evicted, least recently used first. Memory's byte bound (``views.cache``) applies as well.
     max_views: int | None = None
+    # Also select with this baseline ("bm25" or "dense") for every question of a pipeline run and
+    # score it beside the pipeline (recall stage ``baseline_<kind>``); None: only the pipeline.
+    with_baseline: str | None = None
 
     @property
     def judging(self) -> bool:
@@ -200,6 +204,8 @@ def run_identity(spec: EvalSpec, cfg: PipelineConfig, data_sha: str) -> str:
     }
     if spec.retain_budget is not None:  # only then, so that other runs keep their ids
         ident["retain"] = {"budget": spec.retain_budget, "writer": spec.writer}
+    if spec.with_baseline:  # rows carry one more stage
+        ident["with_baseline"] = spec.with_baseline
     return "eval-" + stable_hash(ident)[:16]
 
 
@@ -343,6 +349,9 @@ class EvalRunner:
         out = Path(spec.out or Path("runs") / f"{spec.benchmark}-{spec.baseline or spec.preset or 'custom'}-{run_id[-8:]}")
         check_run_folder(out, run_id)
         judge_cfg, self_judge = self._judge_model()  # a refused self-judge stops here, before any work
+        if spec.with_baseline and spec.baseline:
+            raise ConfigError("--with-baseline scores a baseline beside the pipeline; with --baseline there is "
+                              "no pipeline (use one of them)")
 
         store = open_store(spec.store)
         phases: dict[str, float] = {}
@@ -598,6 +607,12 @@ class EvalRunner:
                 extras["retention"] = retention_row(retained, ctx.packet_ids, q.evidence)
                 stages = {k: sources_in_order(retained, v) for k, v in stages.items()}
                 packet_ids = tuple(stages["final"])
+            if self.spec.with_baseline:
+                # The baseline's own selection, scored beside the pipeline's in the same run.
+                embedder = mem.embedder if self.spec.with_baseline == "dense" else None
+                ids, _text = baseline_context(self.spec.with_baseline, mem.store, embedder, conv.namespace,
+                                              q.question, self.cfg, cache=self._baseline_cache)
+                stages[f"baseline_{self.spec.with_baseline}"] = list(ids)
             mera = ctx.trace.get("anchors", {}).get("mera")
             if mera is not None:
                 extras["mera_rounds"] = mera_row(mera, ctx.packet_ids)
@@ -695,6 +710,8 @@ class EvalRunner:
             metrics = corpus_metrics(merged, self.spec.benchmark)
         else:
             metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
+        if self.spec.benchmark == "longmemeval":
+            metrics["recall_by_type"] = recall_by_type(merged, k=self.cfg.evidence.k0)
         audited = [r["candidate_packets"] for r in merged if r.get("candidate_packets")]
         aliasing = {str(k): v for k, v in aliasing_audit(audited).items()} if audited else {}
         stage_totals = add_judge_totals(totals, judge_totals)
@@ -835,6 +852,7 @@ def run_eval_from_args(args: Any, cfg: PipelineConfig) -> int:
         max_turn_chars=DEFAULT_MAX_TURN_CHARS if max_chars is None else max_chars,
         strict=bool(getattr(args, "strict", False)),
         max_views=getattr(args, "max_views", None),
+        with_baseline=getattr(args, "with_baseline", None),
     )
     result = EvalRunner(spec, judge_section_from_args(args, cfg)).run()
     return 1 if result["failed_questions"] else 0

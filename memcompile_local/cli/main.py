@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure evidence recall only: no answer, no judge (zero model calls on the model-free path)")
     p.add_argument("--baseline", choices=["full-context", "bm25", "dense"],
                    help="run a baseline with the same answer prompt instead of the pipeline")
+    p.add_argument("--with-baseline", choices=["bm25", "dense"],
+                   help="also select with this baseline for every question and report its recall beside the "
+                        "pipeline's, per question type (one run, one command)")
     p.add_argument("--retain-budget", type=float, metavar="N",
                    help="budgeted pre-query retention: questions read only the capsules a writer kept within N "
                         "tokens per conversation (below 1: that share of its tokens)")
