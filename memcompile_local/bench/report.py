@@ -404,8 +404,8 @@ def recall_by_type_lines(block: Mapping[str, Any], stages: Sequence[str] | None 
     baseline scored beside it (``stages`` to choose others)."""
     table = block.get("table") or {}
     if stages is None:
-        stages = [s for s in block.get("stages") or [] if s == "final" or s.startswith("baseline_")] or \
-            list(block.get("stages") or [])[:1]
+        found = list(block.get("stages") or [])
+        stages = ([s for s in found if s == "final"] + [s for s in found if s.startswith("baseline_")]) or found[:1]
     k = block.get("k")
     head = f"{'recall' + (f'@{k}' if k else '') + ' turn/session':27s} {'n':>4s} " + " ".join(
         f"{s[:19]:>19s}" for s in stages)
