@@ -609,10 +609,12 @@ class EvalRunner:
                 packet_ids = tuple(stages["final"])
             if self.spec.with_baseline:
                 # The baseline's own selection, scored beside the pipeline's in the same run.
+                tb = time.perf_counter()
                 embedder = mem.embedder if self.spec.with_baseline == "dense" else None
                 ids, _text = baseline_context(self.spec.with_baseline, mem.store, embedder, conv.namespace,
                                               q.question, self.cfg, cache=self._baseline_cache)
                 stages[f"baseline_{self.spec.with_baseline}"] = list(ids)
+                extras["baseline_ms"] = round((time.perf_counter() - tb) * 1000, 1)
             mera = ctx.trace.get("anchors", {}).get("mera")
             if mera is not None:
                 extras["mera_rounds"] = mera_row(mera, ctx.packet_ids)
