@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..language.names import known_name
 from ..language.roles import addressed_role
