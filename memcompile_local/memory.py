@@ -33,6 +33,7 @@ from .data.turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
 from .views.append import InPlaceAppend
 from .views.cache import DEFAULT_MAX_VIEW_BYTES, ViewCache
+from .views.catchup import catch_up
 from .views.filters import TurnFilter
 from .views.pending import PartialViews
 from .views.record import MemoryView
@@ -430,6 +431,10 @@ class Memory:
             cached = self.views.get(key)
             if cached is not None:
                 return cached
+            # Another process wrote since this Memory's view: grow it by what it appended.
+            caught = catch_up(self.views, self.spec, self.store, self.embedder, namespace)
+            if caught is not None:
+                return caught[0]
             if not self.is_built(namespace):
                 if not build:
                     plan = self.plan_build(namespace)
@@ -439,6 +444,9 @@ class Memory:
                         f"run `memcompile-local build {namespace}` first, or allow the build")
                 log.info("build %s", self.plan_build(namespace).describe())
                 self.build(namespace)
+                caught = catch_up(self.views, self.spec, self.store, self.embedder, namespace)
+                if caught is not None:  # only the turns just built were new
+                    return caught[0]
             view, generation = self._load_view(namespace)
             # The steps above may have written; key the view on the generation read after them
             # (its data were read after that, so none of them is older than the key).

@@ -9,6 +9,11 @@ session indexes an append numbers its sessions with).
 Every write moves the namespace's generation (``generation``), so a cached view of a
 namespace is checked against the store rather than trusted. ``transaction()`` groups writes
 into one commit; nested use joins the outer transaction.
+
+Every write also records what it did in the namespace's change log, in the same transaction
+(``ChangeStep``): a process holding a view of an older generation asks ``changes_since`` and,
+when the log says only appends happened since (and what is derived from them), reads only the
+new turns instead of the whole namespace (``views/catchup.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +56,66 @@ class IngestResult:
     namespace: str
     added: int
     skipped: int
+
+
+CHANGE_KINDS = ("append", "extract", "cells", "embed", "meta", "capsules", "delete")
+"""What a change-log entry (``ChangeStep.kind``) may say a write did to a namespace:
+
+- ``append``: packets added, ordinals ``first_ordinal`` .. ``last_ordinal``;
+- ``extract``: descriptors written for packets of descriptor set ``detail``, the lowest of
+  their ordinals in ``first_ordinal``, the highest in ``last_ordinal``;
+- ``cells``: Cells written (layout ``detail``); ``embed``: vectors linked to keys;
+  ``meta``: a meta value set; ``capsules``: the retained capsules replaced;
+- ``delete``: a turn deleted with what was derived from it (``Store.delete_rows``).
+
+A forget leaves no entry: it deletes the namespace's log with the rest, so the log of the
+namespace made again under the name starts from nothing (``ChangeStep.previous`` None)."""
+
+
+@dataclass(frozen=True)
+class ChangeStep:
+    """One entry of a namespace's change log: what one generation step wrote.
+
+    ``previous`` is the namespace's generation before the step (None: it had none). A step
+    may hold several entries (on PostgreSQL a transaction is one step, whatever it wrote); they
+    share ``generation`` and ``previous``."""
+
+    generation: int
+    previous: int | None
+    kind: str  # one of CHANGE_KINDS
+    detail: str = ""
+    first_ordinal: int | None = None
+    last_ordinal: int | None = None
+
+
+@dataclass(frozen=True)
+class ChangesSince:
+    """What a namespace's store holds past a view's generation and last ordinal, read in one
+    snapshot (``Store.changes_since``): the change log from that generation to ``generation``,
+    the packets after the ordinal, their descriptors of one set, and which of them that set
+    has extracted (a packet with no claims has its marker and no descriptor)."""
+
+    generation: int
+    steps: tuple[ChangeStep, ...]
+    packets: tuple[SourcePacket, ...]
+    descriptors: tuple[Descriptor, ...]
+    extracted: frozenset[str]
+
+
+def chain_steps(since: int, current: int, rows: Sequence[ChangeStep]) -> tuple[ChangeStep, ...] | None:
+    """``rows`` (the log entries after generation ``since``, by generation) when they lead
+    from ``since`` to ``current`` without a gap, each step's ``previous`` being the step before
+    it; None when they do not (entries pruned, a forget, a write of a version that kept no log)."""
+    expected, step_previous = since, None
+    for row in rows:
+        if row.generation == expected and expected != since:
+            if row.previous != step_previous:  # another entry of the step just checked must agree
+                return None
+            continue
+        if row.generation <= expected or row.previous != expected:
+            return None
+        expected, step_previous = row.generation, row.previous
+    return tuple(rows) if expected == current else None
 
 
 class StoreInventory(TypedDict):
@@ -120,6 +185,11 @@ class Store(Protocol):
     def delete_rows(self, plan: Any, *, wait_s: float | None = None) -> ForgetResult: ...  # a build.deletion.DeletionPlan
 
     def forget(self, namespace: str, *, wait_s: float | None = None) -> ForgetResult: ...
+
+    # What changed since a view was read (see ChangesSince); None when the change log does not
+    # lead from ``generation`` to now (or the store keeps none): the caller reads it all again.
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int,
+                      descriptor_set: str) -> ChangesSince | None: ...
 
     def stats(self, namespace: str | None = None) -> dict: ...
 

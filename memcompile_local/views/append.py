@@ -20,7 +20,9 @@ namespace, an append knows everything the next view holds: the old view plus the
 3. adopts the planned view under the generation read inside that transaction (its Cells are
    read only if a trace or an LLM path builds its AddressIndex, ``ViewLoader.adopt``).
 
-When the check fails (another server process or a CLI wrote since the view was loaded, or is
+A held view that another process's writes made stale is first caught up with them
+(``views/catchup.py``) when the store's change log explains them. When the check fails
+(another server process or a CLI wrote since the view was loaded or caught up, or is
 building) or anything in the transaction raises, nothing of it is stored, the held view keeps
 serving, and the caller stores the turns the plain way (``Memory.add``, then the service's
 ``build_now`` or the next view load), which reports a lasting error as before.
@@ -39,6 +41,7 @@ from ..store.base import IngestResult, Store
 from ..store.group_commit import GroupCommit
 from ..types import Cell, Conversation, Descriptor, SourcePacket, canonical_metadata_json, content_sha256
 from .cache import ViewCache
+from .catchup import catch_up
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,13 @@ class InPlaceAppend:
         if held is None:
             return None
         base, base_generation = held
+        if store.generation(namespace) != base_generation:
+            # Another process wrote since: grow the held view by what it appended first (the
+            # store's change log says what that was), then append to the current view.
+            caught = catch_up(self.views, spec, store, self.embedder, namespace)
+            if caught is None:
+                return None
+            base, base_generation = caught
         turns = list(conversation.iter_turns())
         ids = [t.packet_id for _, t in turns]
         if not turns or len(set(ids)) != len(ids) or any(pid in base.packets_by_id for pid in ids):

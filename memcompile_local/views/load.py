@@ -118,10 +118,11 @@ class _Memo:
     fusion: FusionParts  # the fused index's per-text results (stemmed documents, periods, terms)
     documents: Mapping[tuple, str]  # (packet, its descriptors) -> packet document z(p)
     # What an append in place (``plan_append``) extends: the view this memo made, the
-    # generation it is keyed on, and its packets' lexical documents (None until computed).
+    # generation it is keyed on, and the lexical documents of its last packets, the ones the
+    # next append can change: (position of the first, their texts), None until computed.
     view: MemoryView | None = None
     generation: int | None = None
-    lexical_docs: tuple[str, ...] | None = None
+    lexical_docs: tuple[int, tuple[str, ...]] | None = None
 
 
 _EMPTY = _Memo((), {}, FusionParts(), {})
@@ -193,6 +194,10 @@ class ViewLoader:
         # first load of another namespace: LongMemEval haystacks share most sessions, and the
         # results are keyed by the exact text they were computed from (build/stages.py).
         self._shared_parts: dict[tuple, FusionParts] = {}
+        # How views were made (tests and figures read these): whole loads, and catch-ups that
+        # grew a remembered view by what the store's change log said was appended.
+        self.loads = 0
+        self.catch_ups = 0
 
     def drop(self, namespace: str, *, keep_shared: bool = False) -> None:
         """Forget what was remembered of ``namespace``. After a forget or a deleted turn the
@@ -294,6 +299,7 @@ class ViewLoader:
         )
         # The memo holds this load's rows and texts only (one view's worth), not every old one.
         with self._lock:
+            self.loads += 1
             self._memos[namespace] = _Memo(identity, rows, parts, documents, view, generation)
             if use_fusion:
                 self._shared_parts[identity] = parts
@@ -411,6 +417,87 @@ class ViewLoader:
                           descriptors_by_packet=by_packet, packet_matrix=matrix, fusion=fusion,
                           memo=_Memo(identity, rows, parts, documents, None, None, lexical_docs))
 
+    # ------------------------------------------------------------------ catching up
+    def plan_catch_up(self, spec: BuildSpec, store: Store, embedder: Embedder | None,
+                      namespace: str) -> "CatchUp":
+        """What the store holds beyond this loader's last view of ``namespace``, as a plan to
+        grow that view in place (``adopt``), when the namespace's change log explains every
+        step since (``Store.changes_since``): appended turns, built under ``spec`` (extracted
+        by its descriptor set), and what is derived from them (Cells, vectors, meta values).
+
+        Reads the new packets, their descriptors and vectors only. Returns a ``CatchUp``:
+        ``plan`` None when the log does not explain the steps (the caller loads the namespace
+        whole), with ``deleted`` True when it says a turn was deleted or the namespace
+        forgotten (the caller drops what it holds of it), or ``unbuilt`` True when new turns
+        wait for a build under ``spec``. ``wrote``: vectors of new documents the store lacked
+        were embedded (as a load embeds them) and saved, which moved the generation again.
+        """
+        with self._lock:
+            memo = self._memos.get(namespace)
+        if memo is None or memo.view is None or memo.generation is None or memo.identity != spec.identity:
+            return CatchUp(None)
+        base = memo.view
+        if not base.packets:
+            return CatchUp(None)
+        after = base.packets[-1].ordinal
+        dset = spec.descriptor_set
+        got = store.changes_since(namespace, memo.generation, after_ordinal=after, descriptor_set=dset)
+        if got is None:
+            # No log from the view's generation to now: pruned, written before the log existed,
+            # or the namespace was forgotten (and perhaps made again).
+            return CatchUp(None, deleted=store.packet_count(namespace) == 0)
+        appended: set[int] = set()
+        for step in got.steps:
+            if step.kind == "delete":
+                return CatchUp(None, deleted=True)
+            if step.kind == "append":
+                if step.first_ordinal is None or step.last_ordinal is None or step.first_ordinal <= after:
+                    return CatchUp(None)
+                appended.update(range(step.first_ordinal, step.last_ordinal + 1))
+            elif step.kind == "extract":
+                # Descriptors of a turn the view holds, written again under this view's set: a
+                # re-extraction the view does not have.
+                if step.detail == dset and (step.first_ordinal is None or step.first_ordinal <= after):
+                    return CatchUp(None)
+            elif step.kind not in ("cells", "embed", "meta", "capsules"):
+                return CatchUp(None)  # a kind of write this code does not know
+        packets = list(got.packets)
+        if {p.ordinal for p in packets} != appended:
+            return CatchUp(None)
+        if any(p.packet_id not in got.extracted for p in packets):
+            return CatchUp(None, unbuilt=True)
+        if not packets:  # nothing the view reads changed (vectors linked, Cells placed, meta)
+            plan = AppendPlan(namespace=namespace, base=base, saves=(), packets=base.packets,
+                              descriptors_by_packet=base.descriptors_by_packet, packet_matrix=base.packet_matrix,
+                              fusion=base.fusion, memo=dataclasses.replace(memo, view=None, generation=None))
+            self._count_catch_up()
+            return CatchUp(plan, generation=got.generation)
+        found: dict[str, list[Descriptor]] = {}
+        for d in got.descriptors:
+            found.setdefault(d.packet_id, []).append(d)
+        plan = self.plan_append(spec, store, embedder, namespace, base, packets, found)
+        if plan is None:
+            return CatchUp(None)
+        # The vectors of the new documents: the writer saved them when it built in place; when
+        # it left them to the next load (the service's build in a request, a plain build
+        # without embedder) they are saved here, as a load saves what it embeds.
+        missing = []
+        for model_id, keys, vectors, content, space in plan.saves:
+            have = store.embeddings(namespace, model_id, keys)
+            todo = [i for i, k in enumerate(keys) if k not in have]
+            if todo:
+                missing.append((model_id, [keys[i] for i in todo], vectors[todo], [content[i] for i in todo], space))
+        if missing:
+            with store.transaction():
+                for model_id, keys, vectors, content, space in missing:
+                    store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
+        self._count_catch_up()
+        return CatchUp(plan, generation=got.generation, wrote=bool(missing))
+
+    def _count_catch_up(self) -> None:
+        with self._lock:
+            self.catch_ups += 1
+
     def adopt(self, spec: BuildSpec, store: Store, plan: "AppendPlan", generation: int) -> MemoryView | None:
         """The planned view, remembered as this loader's last load of the namespace at
         ``generation`` (the generation the append's transaction wrote); None when the loader's
@@ -498,6 +585,20 @@ class AppendPlan:
     memo: _Memo
 
 
+@dataclasses.dataclass(frozen=True)
+class CatchUp:
+    """What ``ViewLoader.plan_catch_up`` found: a ``plan`` to adopt at ``generation``, or None
+    with the reason (``deleted``: a turn was deleted or the namespace forgotten; ``unbuilt``:
+    new turns wait for a build; neither: the log does not explain what changed). ``wrote``:
+    the catch-up saved vectors itself, so the store has moved past ``generation``."""
+
+    plan: "AppendPlan | None"
+    generation: int | None = None
+    deleted: bool = False
+    unbuilt: bool = False
+    wrote: bool = False
+
+
 def _vectors_for(store: Store, embedder: Embedder, docs: Sequence[str]) -> dict[str, np.ndarray]:
     """Content address -> float32 vector of each of ``docs``: taken from the store when a key
     already embedded the same text in the embedder's space (as ``build.stages._embed_missing`` does),
@@ -571,7 +672,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                   packet_matrix: np.ndarray | None, context_matrix: np.ndarray | None,
                   passages: "tuple[np.ndarray, np.ndarray] | None" = None,
                   raw_matrix: np.ndarray | None = None,
-                  ) -> tuple[FusionIndex, FusionParts, tuple[str, ...]] | None:
+                  ) -> tuple[FusionIndex, FusionParts, tuple[int, tuple[str, ...]]] | None:
     """The fused index of ``packets`` from ``base`` (the index of the first ``n_old``), or None
     when it has to be built afresh (no base, a new participant under tolerant names, a BM25
     index that cannot grow: a load builds a GrowingLexicalIndex, only an index made elsewhere
@@ -581,12 +682,15 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     participants = grown_participants(base, packets, n_old)
     if (cfg.tolerant_names or cfg.chat_norm) and participants != base.participants:
         return None  # every document's canonical (or kept) names may change
-    old_docs = memo.lexical_docs
-    if old_docs is None or len(old_docs) != n_old:
-        old_docs = tuple(lexical_texts(packets[:n_old], by_packet, cfg, participants))
     near, start = _lexical_tail(packets, n_old, cfg.bursts)
-    tail = lexical_texts(packets[near:], by_packet, cfg, participants)[start - near:]
-    docs = old_docs[:start] + tuple(tail)
+    # The old documents an append can change (from ``start`` on): remembered by the last
+    # append, else computed from the packets around them (O(the tail), not O(the history)).
+    known = memo.lexical_docs
+    if known is not None and known[0] <= start and known[0] + len(known[1]) == n_old:
+        old_tail = known[1][start - known[0]:]
+    else:
+        old_tail = tuple(lexical_texts(packets[near:n_old], by_packet, cfg, participants)[start - near:])
+    tail = tuple(lexical_texts(packets[near:], by_packet, cfg, participants)[start - near:])
     old = memo.fusion
     tokens = dict(old.tokens)
     periods = dict(old.periods)
@@ -598,12 +702,12 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
             got = tokens[doc] = stem_terms(doc)
         return got
 
-    replaced = {i: stemmed(docs[i]) for i in range(start, n_old) if docs[i] != old_docs[i]}
-    appended = [stemmed(d) for d in docs[n_old:]]
+    replaced = {start + j: stemmed(tail[j]) for j in range(n_old - start) if tail[j] != old_tail[j]}
+    appended = [stemmed(d) for d in tail[n_old - start:]]
     lexical = base.lexical.grown(replaced, appended)
-    for i in replaced:  # a replaced text no other document has any more is not kept
-        if old_docs[i] not in docs[start:]:
-            tokens.pop(old_docs[i], None)
+    for i in replaced:  # a replaced text no other document of the tail has any more is not kept
+        if old_tail[i - start] not in tail:
+            tokens.pop(old_tail[i - start], None)
     # The appended turns' rows only, then joined to the base's arrays (no per-turn Python
     # work on the old turns).
     new_rows: dict = {}
@@ -620,5 +724,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                                  dated=np.concatenate([base.dated, np.asarray(new_dated, dtype=np.float64)]),
                                  passages=passages, entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
     grow_turn_table(base, index, packets, n_old)  # the learned ranker's per-turn columns, when made
-    return index, parts, docs
+    # What the next append can change: the documents from its own ``start`` on (never before ours).
+    _, next_start = _lexical_tail(packets, len(packets), cfg.bursts)
+    return index, parts, (next_start, tail[next_start - start:])
 
