@@ -457,6 +457,7 @@ class Memory:
         if generation is None:
             generation = self.store.generation(namespace)
         if not self.store.packet_count(namespace):
+            self.views.drop(namespace)  # forgotten elsewhere: what was held of it goes too
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
         return (namespace, generation, *self.spec.view_key)
 

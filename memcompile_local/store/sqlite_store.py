@@ -222,13 +222,12 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (namespace, value, None if before is None else before[0], kind, detail, first_ordinal, last_ordinal),
         )
-        if value % 16 == 0:
-            # Now and then, keep only the namespace's last CHANGE_LOG_KEEP steps (one range delete).
-            c.execute(
-                "DELETE FROM changes WHERE namespace = ? AND generation < (SELECT generation FROM changes "
-                "WHERE namespace = ? ORDER BY generation DESC LIMIT 1 OFFSET ?)",
-                (namespace, namespace, CHANGE_LOG_KEEP - 1),
-            )
+        # Only the namespace's last CHANGE_LOG_KEEP steps are kept: one seek down the index.
+        c.execute(
+            "DELETE FROM changes WHERE namespace = ? AND generation < (SELECT generation FROM changes "
+            "WHERE namespace = ? ORDER BY generation DESC LIMIT 1 OFFSET ?)",
+            (namespace, namespace, CHANGE_LOG_KEEP - 1),
+        )
         return value
 
     @staticmethod

@@ -39,7 +39,12 @@ def catch_up(views: ViewCache, spec: BuildSpec, store: Store, embedder: Embedder
     unembedded, as a load would, and then catches up with its own write too."""
     result = None
     for _ in range(3):
+        held = views.held(namespace, spec, generation=store.generation(namespace))
+        if held is not None:  # current already (another thread caught up meanwhile)
+            return held
         found = views.loader.plan_catch_up(spec, store, embedder, namespace)
+        if found.raced:
+            continue
         if found.plan is None or found.generation is None:
             if found.deleted:
                 # Its text must not outlive it here: the view and the remembered load go now.
@@ -48,9 +53,31 @@ def catch_up(views: ViewCache, spec: BuildSpec, store: Store, embedder: Embedder
                 log.debug("catch-up of %s: new turns wait for a build", namespace)
             return result
         view = views.adopt(spec, store, found.plan, found.generation)
-        if view is None:  # loaded or dropped by another thread meanwhile
-            return result
+        if view is None:
+            # Another thread caught up, loaded or dropped the namespace meanwhile: plan again
+            # from what is remembered now (nothing, after a drop).
+            continue
         result = (view, found.generation)
+        log.debug("caught up the view of %s: %d turns now, generation %d", namespace, len(view.packets),
+                  found.generation)
         if not found.wrote:
             break
     return result
+
+
+def follow_change(views: ViewCache, spec: BuildSpec, store: Store, embedder: Embedder | None,
+                  namespace: str) -> bool:
+    """On word that another process committed a write to ``namespace`` (PostgreSQL's NOTIFY):
+    catch the view ``views`` holds of it up now, so the next search finds it current; when the
+    change log does not explain the write (a deletion, a forget, turns not built yet), drop the
+    view and the remembered load instead, as a change notice always did. Returns whether a
+    view of the namespace is still held."""
+    try:
+        caught = catch_up(views, spec, store, embedder, namespace)
+    except Exception as exc:  # a store error now: the next search reports it, from the store
+        log.debug("catch-up of %s after a change notice failed: %s", namespace, exc)
+        caught = None
+    if caught is None:
+        views.drop(namespace)
+        return False
+    return True

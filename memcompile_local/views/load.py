@@ -298,6 +298,7 @@ class ViewLoader:
             fusion=fusion,
         )
         # The memo holds this load's rows and texts only (one view's worth), not every old one.
+        log.debug("loaded the view of %s whole: %d turns, generation %d", namespace, len(packets), generation)
         with self._lock:
             self.loads += 1
             self._memos[namespace] = _Memo(identity, rows, parts, documents, view, generation)
@@ -477,7 +478,9 @@ class ViewLoader:
             found.setdefault(d.packet_id, []).append(d)
         plan = self.plan_append(spec, store, embedder, namespace, base, packets, found)
         if plan is None:
-            return CatchUp(None)
+            with self._lock:
+                moved = self._memos.get(namespace, _EMPTY).view is not base
+            return CatchUp(None, raced=moved)  # another thread moved the view on meanwhile
         # The vectors of the new documents: the writer saved them when it built in place; when
         # it left them to the next load (the service's build in a request, a plain build
         # without embedder) they are saved here, as a load saves what it embeds.
@@ -589,7 +592,8 @@ class AppendPlan:
 class CatchUp:
     """What ``ViewLoader.plan_catch_up`` found: a ``plan`` to adopt at ``generation``, or None
     with the reason (``deleted``: a turn was deleted or the namespace forgotten; ``unbuilt``:
-    new turns wait for a build; neither: the log does not explain what changed). ``wrote``:
+    new turns wait for a build; ``raced``: see below; none of them: the log does not explain
+    what changed). ``wrote``:
     the catch-up saved vectors itself, so the store has moved past ``generation``."""
 
     plan: "AppendPlan | None"
@@ -597,6 +601,7 @@ class CatchUp:
     deleted: bool = False
     unbuilt: bool = False
     wrote: bool = False
+    raced: bool = False  # another thread loaded or caught up meanwhile: plan again from its view
 
 
 def _vectors_for(store: Store, embedder: Embedder, docs: Sequence[str]) -> dict[str, np.ndarray]:

@@ -242,7 +242,7 @@ CREATE TABLE changes (
 """
 
 CHANGE_LOG_KEEP = 1024
-"""Change-log entries of one namespace kept (the older ones go now and then, see the store)."""
+"""Change-log entries of one namespace kept (each write deletes the older ones, see the store)."""
 
 # version -> the statements that bring version - 1 to it
 MIGRATIONS: dict[int, tuple[str, ...]] = {

@@ -63,12 +63,10 @@ DEFAULT_FORGET_WAIT_S = 5.0
 
 _PACKET_INSERT = f"INSERT INTO packets ({PACKET_COLS}) VALUES ({', '.join(['%s'] * len(PACKET_COLS.split(',')))})"
 
-# Keeps a namespace's change log to its last CHANGE_LOG_KEEP entries, deleting the older ones
-# once in sixteen steps (when the generation it replaces is a multiple of 16): a part of the
-# statement that bumps the generation, so it costs no round trip.
-_TRIM = ("DELETE FROM changes WHERE namespace = %(ns)s AND (SELECT generation FROM old) %% 16 = 0 "
-         "AND generation < (SELECT x.generation FROM changes x WHERE x.namespace = %(ns)s "
-         "ORDER BY x.generation DESC LIMIT 1 OFFSET %(keep)s)")
+# Keeps a namespace's change log to its last CHANGE_LOG_KEEP entries: a part of the statement
+# that bumps the generation (so it costs no round trip), one seek down the table's index.
+_TRIM = ("DELETE FROM changes WHERE namespace = %(ns)s AND generation < (SELECT x.generation FROM changes x "
+         "WHERE x.namespace = %(ns)s ORDER BY x.generation DESC LIMIT 1 OFFSET %(keep)s)")
 
 _DESCRIPTOR_INSERT = (
     "INSERT INTO descriptors (namespace, descriptor_set, descriptor_id, packet_id, claim_index, text, "
