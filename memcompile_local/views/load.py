@@ -13,8 +13,10 @@ keyed by a text that did not change:
 
 The BM25 statistics are rebuilt from the token lists on every load (they depend on every
 document). The ``AddressIndex`` (Cell routing and descriptor BM25) is built on first use
-only (``LazyAddressIndex``): the fused, model-free path never reads it unless a trace, the
-representative-claim view or an LLM selector asks for it.
+only (``LazyAddressIndex``), and the Cells are read then: the fused, model-free path never
+reads them unless a trace, the representative-claim view or an LLM selector asks for it.
+What the first question would otherwise build while it waits (the learned ranker's per-turn
+table, a local embedding model) is made at the end of the load (``warm_up``).
 
 Nothing is reused by position or by generation: a key names the exact text a result was
 computed from, so a view loaded this way equals one built from scratch. The generation the
@@ -24,7 +26,9 @@ caller keys the view on is read before the data of the final pass.
 append itself (``views/append.py``): the new view is derived from the last one and the new
 packets, without reading the namespace, with the BM25 counts grown in place
 (``address/lexical_growth.py``). It equals a load from scratch field by field, BM25 scores up to float64
-rounding (``tests/test_view_load.py``).
+rounding (``tests/test_view_load.py``). ``plan_catch_up`` does the same for appends another
+process wrote, reading only the rows after the view's last turn, when the store's change log
+says nothing else changed (``views/catchup.py``, ``tests/test_view_catchup.py``).
 """
 
 from __future__ import annotations
@@ -46,10 +50,12 @@ from ..build.spec import BuildSpec
 from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_document_keys, context_model_id,
                             embedding_model_id, is_unread_key, passage_document_keys, passage_model_id,
                             raw_document_keys, raw_model_id, text_address)
-from ..config import FusionConfig
-from ..fused.features import grow_turn_table
+from ..config import FusionConfig, PipelineConfig
+from ..fused.features import grow_turn_table, turn_table
 from ..fused.index import (FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, grown_participants,
                            lexical_texts)
+from ..fused.ranker import load_model
+from ..fused.retriever import uses_learned_ranker
 from ..language.stemming import stem_terms
 from ..address.lexical_growth import GrowingLexicalIndex
 from ..protocols import Embedder
@@ -234,7 +240,6 @@ class ViewLoader:
             generation = store.generation(namespace)
             packets = store.packets(namespace)
             descriptors = store.descriptors(namespace, dset)
-            cells = store.cells(namespace, lid) if cfg.placement.layout != "flat" else []
             by_packet: dict[str, list[Descriptor]] = {}
             for d in descriptors:
                 by_packet.setdefault(d.packet_id, []).append(d)
@@ -283,10 +288,12 @@ class ViewLoader:
             fusion, parts = FusionIndex.build_reusing(packets, descriptors_by_packet, cfg.fusion,
                                                       packet_matrix=matrix, context_matrix=context,
                                                       previous=donor.fusion, passages=passages, raw_matrix=raw)
-        flat = cfg.placement.layout == "flat"
+        # The Cells too are read when the index is first built (the fused path never reads them):
+        # the stored ones while the namespace is still at this generation, else placed anew from
+        # this view's descriptors, which is what the stored Cells were (see ``adopt``).
         index = LazyAddressIndex(lambda: AddressIndex.build(
-            packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
-            placement=cfg.placement, routing=cfg.routing))
+            packets, descriptors, _cells_at(spec, store, namespace, generation, descriptors), matrix,
+            layout=cfg.placement.layout, placement=cfg.placement, routing=cfg.routing))
         view = MemoryView(
             namespace=namespace,
             packets=tuple(packets),
@@ -304,6 +311,7 @@ class ViewLoader:
             self._memos[namespace] = _Memo(identity, rows, parts, documents, view, generation)
             if use_fusion:
                 self._shared_parts[identity] = parts
+        warm_up(view, cfg, embedder)
         return view, generation
 
     # ------------------------------------------------------------------ appends in place
@@ -560,9 +568,13 @@ def _cells_at(spec: BuildSpec, store: Store, namespace: str, generation: int,
     if placement.layout == "flat":
         return []
     lid = spec.layout_id
-    with store.transaction():  # generation and Cells read in one snapshot
+    # Read between two looks at the generation: when both find ``generation``, nothing was
+    # committed in between (every write moves it), so these are the Cells at that generation.
+    # (No write transaction: a read-only store serves views too.)
+    if store.generation(namespace) == generation:
+        cells = store.cells(namespace, lid)
         if store.generation(namespace) == generation:
-            return store.cells(namespace, lid)
+            return cells
     if placement.layout != "bounded":
         return build_layout(placement.layout, descriptors, placement)
     state = PlacementState(placement, [], {d.descriptor_id: d for d in descriptors})
@@ -586,6 +598,21 @@ class AppendPlan:
     packet_matrix: np.ndarray | None
     fusion: FusionIndex | None
     memo: _Memo
+
+
+def warm_up(view: MemoryView, cfg: PipelineConfig, embedder: Embedder | None) -> None:
+    """Make now what the first question on ``view`` would otherwise make while it waits: the
+    learned ranker's per-turn table (BM25 over every raw turn, ``fused.features.turn_table``)
+    and its model file when the ranker reads this history, and a local embedding model's
+    weights (a remote embedder is not called). An append in place or a catch-up grows the
+    table from here on (``fused.features.grow_turn_table``)."""
+    fusion = view.fusion
+    if fusion is not None and uses_learned_ranker(fusion, cfg.fusion):
+        load_model(cfg.fusion.ranker_model)
+        turn_table(fusion, view.packets, cfg.fusion)
+    if embedder is not None and embedder.identity().get("embedder") == "sentence-transformers":
+        embed = getattr(embedder, "embed_query", None) or embedder.embed
+        embed(["warm up"])
 
 
 @dataclasses.dataclass(frozen=True)
