@@ -11,6 +11,7 @@ hash embedder: no model is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -307,6 +308,21 @@ def test_every_write_is_logged_in_its_transaction_and_chained(store_factory):
     assert store.changes_since("ns", before, after_ordinal=-1, descriptor_set="set-a") is None
     other = store_factory()  # another connection (process) reads the same log
     assert other.changes_since("ns", store.generation("ns"), after_ordinal=0, descriptor_set="set-a").steps == ()
+    # A Cell write names the Cells it changed (all of them: None), and the reader gets them as stored now.
+    from memcompile_local.types import Cell
+
+    cell = lambda i, title: Cell(i, (), 0, frozenset(), frozenset(), 1, 1, title)  # noqa: E731
+    layout = [cell(0, "a"), cell(1, "b"), cell(2, "c")]
+    whole = store.generation("ns")
+    store.save_cells("ns", "L", layout)
+    before = store.generation("ns")
+    moved = [cell(0, "a"), cell(1, "b2"), cell(3, "d")]
+    store.save_cells("ns", "L", moved, stored=layout)
+    got = other.changes_since("ns", before, after_ordinal=0, descriptor_set="set-a", layout_id="L")
+    assert got.steps[0].cell_ids == (1, 2, 3) and got.cell_ids == {1, 2, 3}
+    assert got.cells == (cell(1, "b2"), cell(3, "d"))  # cell 2 is gone
+    assert other.changes_since("ns", whole, after_ordinal=0, descriptor_set="set-a", layout_id="L").cell_ids is None
+    assert other.changes_since("ns", before, after_ordinal=0, descriptor_set="set-a", layout_id="M").cell_ids == set()
 
 
 def test_the_log_keeps_the_last_steps_and_an_older_view_is_read_whole(tmp_path, monkeypatch, writer_factory):
@@ -441,3 +457,63 @@ def test_a_serve_replica_catches_up_with_another_replica_s_appends(backend, tmp_
     log = b.log_text()
     assert log.count("caught up the view of") >= len(ASSISTANT_APPENDS)
     assert log.count("loaded the view of") == 1, log[-3000:]
+
+
+def alternating_batches(n: int) -> list[list[dict]]:
+    """``n`` one-turn appends to one session, each a different fact (my own fixture text)."""
+    things = ["the jib sheet", "a bronze cleat", "the tiller", "two fenders", "the bilge pump", "a new compass",
+              "the boom vang", "an anchor light"]
+    return [[{"time": "2024-05-01 10:00", "id": "s5", "turns": [
+        {"speaker": "user" if i % 2 else "assistant", "text": f"Step {i}: Tomas fitted {things[i % len(things)]}.",
+         "id": f"alt{i}"}]}] for i in range(n)]
+
+
+def test_appends_alternating_between_two_processes_place_cells_forward_without_reading_them(
+        store_factory, writer_factory, monkeypatch):
+    from memcompile_local.address.cells import PlacementState
+    from memcompile_local.build.stages import layout_id
+    from memcompile_local.views import append as append_module
+
+    # Every placement that reads the stored Cells (the plain ways), by namespace.
+    placed_whole: list[str] = []
+    real = append_module.place_cells
+    monkeypatch.setattr(append_module, "place_cells", lambda *a, **k: placed_whole.append(a[1]) or real(*a, **k))
+    real_read = append_module.InPlaceAppend._place_read
+    monkeypatch.setattr(append_module.InPlaceAppend, "_place_read",
+                        lambda self, ns, ds: placed_whole.append(ns) or real_read(self, ns, ds))
+    reader = memory(store_factory.location, {})
+    reader.add(NS, ASSISTANT)
+    reader.view(NS)
+    writer = writer_factory(store_factory.location, {})
+    writer("view")
+    batches = alternating_batches(8)
+    for i, batch in enumerate(batches):
+        if i % 2:
+            writer("add", batch=batch)
+        else:
+            reader.add(NS, batch)
+    assert reader._appender.in_place == 4
+    # Only the first append here placed the plain way (nothing known yet); after each of the
+    # writer's appends the Cells were placed forward and checked against what it wrote.
+    assert placed_whole == [NS]
+    store = reader.store
+    lid = layout_id(reader.spec.descriptor_set, reader.config.placement)
+    scratch = PlacementState(reader.config.placement)
+    scratch.place(store.descriptors(NS, reader.spec.descriptor_set))
+    assert store.cells(NS, lid) == scratch.cells()
+    same_hits(hits(reader, QUESTIONS["assistant"]), hits(memory(store_factory.location, {}), QUESTIONS["assistant"]))
+    # Cells the log says were written otherwise than placing forward gives (another process's
+    # own layout): the check finds it, and this append reads and places the plain way.
+    writer("add", batch=alternating_batches(10)[9])
+    other = store_factory()
+    stored = other.cells(NS, lid)
+    changed = [dataclasses.replace(stored[0], title=stored[0].title + " (renamed)"), *stored[1:]]
+    other.save_cells(NS, lid, changed, stored=stored)
+    reader.add(NS, [{"time": "2024-05-01 10:00", "id": "s5", "turns": [
+        {"speaker": "user", "text": "Step 10: the varnish is dry.", "id": "alt10"}]}])
+    assert placed_whole == [NS, NS] and reader._appender.in_place == 5
+    # ... which places the new claims after the layout that is stored, not the one it expected.
+    descriptors = store.descriptors(NS, reader.spec.descriptor_set)
+    after_rename = PlacementState(reader.config.placement, changed, {d.descriptor_id: d for d in descriptors})
+    after_rename.place([d for d in descriptors if d.packet_id == "alt10"])
+    assert store.cells(NS, lid) == after_rename.cells()

@@ -18,6 +18,7 @@ new turns instead of the whole namespace (``views/catchup.py``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
@@ -64,7 +65,8 @@ CHANGE_KINDS = ("append", "extract", "cells", "embed", "meta", "capsules", "dele
 - ``append``: packets added, ordinals ``first_ordinal`` .. ``last_ordinal``;
 - ``extract``: descriptors written for packets of descriptor set ``detail``, the lowest of
   their ordinals in ``first_ordinal``, the highest in ``last_ordinal``;
-- ``cells``: Cells written (layout ``detail``); ``embed``: vectors linked to keys;
+- ``cells``: Cells written (layout ``detail``; ``cell_ids`` the ids of the Cells written or
+  deleted, None when the whole layout was replaced); ``embed``: vectors linked to keys;
   ``meta``: a meta value set; ``capsules``: the retained capsules replaced;
 - ``delete``: a turn deleted with what was derived from it (``Store.delete_rows``).
 
@@ -86,6 +88,7 @@ class ChangeStep:
     detail: str = ""
     first_ordinal: int | None = None
     last_ordinal: int | None = None
+    cell_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,13 +96,18 @@ class ChangesSince:
     """What a namespace's store holds past a view's generation and last ordinal, read in one
     snapshot (``Store.changes_since``): the change log from that generation to ``generation``,
     the packets after the ordinal, their descriptors of one set, and which of them that set
-    has extracted (a packet with no claims has its marker and no descriptor)."""
+    has extracted (a packet with no claims has its marker and no descriptor).
+
+    With a layout asked for: ``cell_ids``, the ids of its Cells written or deleted since (None
+    when some write replaced the whole layout), and ``cells``, those of them stored now."""
 
     generation: int
     steps: tuple[ChangeStep, ...]
     packets: tuple[SourcePacket, ...]
     descriptors: tuple[Descriptor, ...]
     extracted: frozenset[str]
+    cell_ids: frozenset[int] | None = None
+    cells: tuple[Cell, ...] = ()
 
 
 def chain_steps(since: int, current: int, rows: Sequence[ChangeStep]) -> tuple[ChangeStep, ...] | None:
@@ -116,6 +124,27 @@ def chain_steps(since: int, current: int, rows: Sequence[ChangeStep]) -> tuple[C
             return None
         expected, step_previous = row.generation, row.previous
     return tuple(rows) if expected == current else None
+
+
+def written_cells(steps: Sequence[ChangeStep], layout_id: str | None) -> frozenset[int] | None:
+    """The ids of ``layout_id``'s Cells that ``steps`` wrote or deleted; None when one of them
+    replaced the whole layout, or no layout is asked for."""
+    if layout_id is None:
+        return None
+    ids: set[int] = set()
+    for step in steps:
+        if step.kind == "cells" and step.detail == layout_id:
+            if step.cell_ids is None:
+                return None
+            ids.update(step.cell_ids)
+    return frozenset(ids)
+
+
+def cell_ids_of(text: str | None) -> tuple[int, ...] | None:
+    """A change-log entry's ``cell_ids`` column (a JSON list of ints, or NULL) as a tuple."""
+    if text is None:
+        return None
+    return tuple(int(i) for i in json.loads(text))
 
 
 class StoreInventory(TypedDict):
@@ -188,8 +217,8 @@ class Store(Protocol):
 
     # What changed since a view was read (see ChangesSince); None when the change log does not
     # lead from ``generation`` to now (or the store keeps none): the caller reads it all again.
-    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int,
-                      descriptor_set: str) -> ChangesSince | None: ...
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int, descriptor_set: str,
+                      layout_id: str | None = None) -> ChangesSince | None: ...
 
     def stats(self, namespace: str | None = None) -> dict: ...
 

@@ -166,7 +166,8 @@ CREATE TABLE capsules (
 
 # Each namespace's change log (version 6): one row per (generation step, kind of write, detail),
 # written in the transaction of the write it describes (``store.base.ChangeStep``). ``previous``
-# chains a step to the one before, so a reader can tell a complete log from one with a gap.
+# chains a step to the one before, so a reader can tell a complete log from one with a gap;
+# ``cell_ids`` lists the Cells a ``cells`` write changed (JSON; NULL: the whole layout).
 # Only the last CHANGE_LOG_KEEP steps of a namespace are kept; a forget deletes them all.
 CHANGES_SCHEMA_SQL = """
 CREATE TABLE changes (
@@ -177,6 +178,7 @@ CREATE TABLE changes (
     detail         TEXT NOT NULL,
     first_ordinal  INTEGER,
     last_ordinal   INTEGER,
+    cell_ids       TEXT,
     PRIMARY KEY (namespace, generation, kind, detail)
 ) WITHOUT ROWID;
 """

@@ -67,7 +67,7 @@ from .codecs import (
     vector_rows,
     vector_from_blob,
 )
-from .base import ChangesSince, ChangeStep, ForgetResult, IngestResult, chain_steps
+from .base import ChangesSince, ChangeStep, ForgetResult, IngestResult, cell_ids_of, chain_steps, written_cells
 from .check import damaged_rows
 from .connection import StoreConnection
 from .ledger import RequestLedger
@@ -200,14 +200,16 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
 
     @staticmethod
     def _bump(c: sqlite3.Connection, namespace: str, kind: str, detail: str = "",
-              first_ordinal: int | None = None, last_ordinal: int | None = None) -> int:
+              first_ordinal: int | None = None, last_ordinal: int | None = None,
+              cell_ids: Sequence[int] | None = None) -> int:
         """Give ``namespace`` a new generation inside the caller's write transaction; return it.
 
         The value comes from one store-wide counter, so it is larger than every generation any
         namespace has had, including the generations of a namespace that was forgotten and made
         again under the same name. The step is entered in the namespace's change log
         (``store.base.ChangeStep``: ``kind``, ``detail`` and the ordinals it touched), chained to
-        the generation it replaces, in the same transaction.
+        the generation it replaces, in the same transaction; ``cell_ids``: the Cells a ``cells``
+        write changed (None: the whole layout).
         """
         before = c.execute("SELECT generation FROM generations WHERE namespace = ?", (namespace,)).fetchone()
         c.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
@@ -218,9 +220,10 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             (namespace, value),
         )
         c.execute(
-            "INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, last_ordinal) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (namespace, value, None if before is None else before[0], kind, detail, first_ordinal, last_ordinal),
+            "INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, last_ordinal, "
+            "cell_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (namespace, value, None if before is None else before[0], kind, detail, first_ordinal, last_ordinal,
+             None if cell_ids is None else json.dumps(sorted(cell_ids))),
         )
         # Only the namespace's last CHANGE_LOG_KEEP steps are kept: one seek down the index.
         c.execute(
@@ -262,29 +265,31 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             raise StoreError(f"{self.path}: table generations/counters, namespace {ns!r}: damaged generation")
         return int(row[0])
 
-    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int,
-                      descriptor_set: str) -> ChangesSince | None:
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int, descriptor_set: str,
+                      layout_id: str | None = None) -> ChangesSince | None:
         """What ``namespace`` holds beyond a view of ``generation`` whose last packet has
         ordinal ``after_ordinal`` (``store.base.ChangesSince``), read in one snapshot; None when
         the change log does not lead from ``generation`` to the current one (entries pruned, a
-        forget, a file written before the log existed). Costs the new rows, not the namespace."""
+        forget, a file written before the log existed). With ``layout_id``, also the Cells of
+        that layout written since. Costs the new rows, not the namespace."""
         ns = validate_namespace(namespace)
         since = require_int(generation, "generation", minimum=0)
         after = require_int(after_ordinal, "after_ordinal", minimum=-1)
         dset = require_str(descriptor_set, "descriptor_set")
+        lid = None if layout_id is None else require_str(layout_id, "layout_id")
         with self._read("changes") as c:
             row = c.execute("SELECT generation FROM generations WHERE namespace = ?", (ns,)).fetchone()
             if row is None:  # nothing stored (forgotten): no log leads anywhere
                 return None
             current = int(row[0])
-            rows = [ChangeStep(*r) for r in c.execute(
-                "SELECT generation, previous, kind, detail, first_ordinal, last_ordinal FROM changes "
+            rows = [ChangeStep(*r[:6], cell_ids=cell_ids_of(r[6])) for r in c.execute(
+                "SELECT generation, previous, kind, detail, first_ordinal, last_ordinal, cell_ids FROM changes "
                 "WHERE namespace = ? AND generation > ? ORDER BY generation, kind, detail", (ns, since))]
             steps = chain_steps(since, current, rows)
             if steps is None:
                 return None
             if current == since:
-                return ChangesSince(current, (), (), (), frozenset())
+                return ChangesSince(current, (), (), (), frozenset(), written_cells((), lid))
             packets = [packet_from_row(r) for r in c.execute(
                 f"SELECT {PACKET_COLS} FROM packets WHERE namespace = ? AND ordinal > ? ORDER BY ordinal", (ns, after))]
             descriptors: list[Descriptor] = []
@@ -301,7 +306,14 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                     "SELECT m.packet_id FROM packets p CROSS JOIN extraction_markers m "
                     "ON m.namespace = p.namespace AND m.descriptor_set = ? AND m.packet_id = p.packet_id "
                     "WHERE p.namespace = ? AND p.ordinal > ?", (dset, ns, after))}
-        return ChangesSince(current, steps, tuple(packets), tuple(descriptors), frozenset(extracted))
+            written, cells = written_cells(steps, lid), []
+            for part in chunks(sorted(written or ())):
+                marks = ",".join("?" * len(part))
+                cells += [cell_from_row(r, ns, lid) for r in c.execute(
+                    f"SELECT {CELL_COLS} FROM cells WHERE namespace = ? AND layout_id = ? AND cell_id IN ({marks}) "
+                    "ORDER BY cell_id", (ns, lid, *part))]
+        return ChangesSince(current, steps, tuple(packets), tuple(descriptors), frozenset(extracted), written,
+                            tuple(cells))
 
     # ---------------------------------------------------------------- namespaces / packets
 
@@ -517,7 +529,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                 raise StoreError(
                     f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id ({exc})"
                 ) from exc
-            self._bump(c, ns, "cells", lid)
+            self._bump(c, ns, "cells", lid, cell_ids=None if gone is None else {*gone, *(r[2] for r in rows)})
 
     def cells(self, namespace: str, layout_id: str) -> list[Cell]:
         """The cells of ``layout_id`` in ``namespace``, ordered by cell_id."""

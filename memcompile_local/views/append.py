@@ -35,6 +35,7 @@ import threading
 from typing import Callable
 
 from ..build.spec import BuildSpec
+from ..address.cells import PlacementState
 from ..build.stages import PLACEMENTS, place_cells
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import IngestResult, Store
@@ -66,8 +67,9 @@ class InPlaceAppend:
         self.embedder = embedder
         self.lease_free = lease_free
         self.commits = GroupCommit(self.store)
-        # The Cells each namespace's last append in place stored, with the generation it left.
-        self._cells: dict[str, tuple[int, list[Cell]]] = {}
+        # The Cells each namespace's last append in place stored, with the generation it left
+        # and the ordinal of the last turn they hold.
+        self._cells: dict[str, tuple[int, list[Cell], int]] = {}
         self._cells_lock = threading.Lock()
         self.in_place = 0  # appends whose view was adopted (tests and figures read these)
         self.declined = 0  # appends left to the plain path after a plan was made
@@ -123,12 +125,13 @@ class InPlaceAppend:
             lease_taken = self.lease_free is not None and not self.lease_free(namespace)
             if store.generation(namespace) != base_generation or lease_taken:
                 raise _Declined("written or being built elsewhere since the view was loaded")
+            known = self._known_cells(namespace, base_generation)  # before this append writes
             result = store.ingest(conversation)
             stored = [store.get_packet(namespace, p.packet_id) for p in packets]
             if result.added != len(packets) or stored != packets:
                 raise _Declined("the store numbered the turns otherwise")
             store.save_extractions(namespace, dset, [(p.packet_id, found[p.packet_id]) for p in packets])
-            cells = self._place(namespace, base_generation, plan, [d for p in packets for d in found[p.packet_id]])
+            cells = self._place(namespace, known, plan, [d for p in packets for d in found[p.packet_id]])
             for model_id, keys, vectors, content, space in plan.saves:
                 store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
             return result, store.generation(namespace), cells
@@ -147,43 +150,124 @@ class InPlaceAppend:
             return None
         with self._cells_lock:
             if cells is not None:
-                self._cells[namespace] = (generation, cells)
+                self._cells[namespace] = (generation, cells, packets[-1].ordinal)
             else:
                 self._cells.pop(namespace, None)
         if self.views.adopt(spec, store, plan, generation) is not None:
             self.in_place += 1
         return result
 
-    def _place(self, namespace: str, base_generation: int, plan, new: list[Descriptor]) -> list[Cell] | None:
+    def _known_cells(self, namespace: str, base_generation: int) -> list[Cell] | None:
+        """The bounded layout's Cells stored at ``base_generation`` when this process knows
+        them without reading them all (inside the append's transaction, before its writes).
+
+        Known when this process's last append in place stored them at that generation; when
+        other processes appended since (the held view was caught up with them), the Cells are
+        placed forward from those with the descriptors the store's change log says came since,
+        and checked against the Cells the log says they wrote (``_advance``)."""
+        if self.spec.config.placement.layout != "bounded":
+            return None
+        with self._cells_lock:
+            known = self._cells.get(namespace)
+        if known is None:
+            return None
+        generation, cells, last = known
+        if generation == base_generation:
+            return cells
+        return self._advance(namespace, generation, cells, last, base_generation)
+
+    def _advance(self, namespace: str, generation: int, cells: list[Cell], last: int,
+                 base_generation: int) -> list[Cell] | None:
+        """The Cells at ``base_generation``, from ``cells`` (stored at ``generation``, holding the
+        turns up to ordinal ``last``): the descriptors appended since are placed into the
+        remembered placement state, and the result is compared with what the change log says
+        was written since: every Cell it changes must be among the Cells written, and each
+        written Cell must equal the stored one. None when anything does not hold (the
+        plain placement then reads the stored Cells)."""
+        store, spec = self.store, self.spec
+        lid, dset = spec.layout_id, spec.descriptor_set
+        got = store.changes_since(namespace, generation, after_ordinal=last, descriptor_set=dset, layout_id=lid)
+        if got is None or got.generation != base_generation or got.cell_ids is None:
+            return None
+        for step in got.steps:
+            if step.kind == "delete" or (step.kind == "extract" and step.detail == dset
+                                         and (step.first_ordinal is None or step.first_ordinal <= last)):
+                return None
+        state = PLACEMENTS.take(store, namespace, lid, cells)
+        missed = list(got.descriptors)
+        if state is None or any(d.descriptor_id in state.placed_ids for d in missed):
+            return None
+        state.place(missed)
+        expected = state.cells()
+        old = {c.cell_id: c for c in cells}
+        new = {c.cell_id: c for c in expected}
+        changed = {cid for cid in old.keys() | new.keys() if old.get(cid) != new.get(cid)}
+        stored = {c.cell_id: c for c in got.cells}
+        if not changed <= got.cell_ids or any(stored.get(cid) != new.get(cid) for cid in got.cell_ids):
+            log.debug("the Cells of %s placed forward differ from the stored ones; reading them", namespace)
+            return None
+        PLACEMENTS.keep(store, namespace, lid, expected, state)
+        return expected
+
+    def _place(self, namespace: str, known: list[Cell] | None, plan, new: list[Descriptor]) -> list[Cell] | None:
         """Place the appended descriptors (inside the append's transaction); returns the Cells
         now stored when known without reading them, else None.
 
         The bounded layout places incrementally from ``build.stages.PLACEMENTS``' state. That state is
-        checked against the stored Cells before use; the Cells this process stored at the base
-        view's generation are those (the transaction found the namespace still at it), so the
-        check needs no read of them. Otherwise ``build.stages.place_cells`` reads and places.
+        checked against the stored Cells before use: ``known``, the Cells stored at the base
+        view's generation (``_known_cells``; the transaction found the namespace still at it),
+        so the check needs no read of them. Otherwise ``build.stages.place_cells`` reads and places.
         """
         store, spec = self.store, self.spec
         cfg, dset = spec.config, spec.descriptor_set
-        with self._cells_lock:
-            known = self._cells.get(namespace)
-        if cfg.placement.layout == "bounded" and known is not None and known[0] == base_generation:
+        if cfg.placement.layout == "bounded" and known is not None:
             lid = spec.layout_id
-            state = PLACEMENTS.take(store, namespace, lid, known[1])
+            state = PLACEMENTS.take(store, namespace, lid, known)
             if state is not None and not any(d.descriptor_id in state.placed_ids for d in new):
                 state.place(new)
                 cells = state.cells()
-                if cells != known[1]:  # an unchanged layout is not written again
-                    # known[1] is what is stored (the transaction found its generation), so
+                if cells != known:  # an unchanged layout is not written again
+                    # ``known`` is what is stored (the transaction found its generation), so
                     # only the Cells this append moved are written.
-                    store.save_cells(namespace, lid, cells, stored=known[1])
+                    store.save_cells(namespace, lid, cells, stored=known)
                 PLACEMENTS.keep(store, namespace, lid, cells, state)
                 return cells
         descriptors = [d for p in plan.packets for d in plan.descriptors_by_packet.get(p.packet_id, ())]
+        if cfg.placement.layout == "bounded":
+            cells = self._place_read(namespace, descriptors)
+            if cells is not None:
+                return cells
         place_cells(store, namespace, dset, cfg.placement, descriptors=descriptors)
         if cfg.placement.layout != "bounded":
             return None
         return store.cells(namespace, spec.layout_id)
+
+    def _place_read(self, namespace: str, descriptors: list[Descriptor]) -> list[Cell] | None:
+        """The bounded placement of ``descriptors`` (the view's, in store order) after the
+        stored Cells, read now, as ``build.stages.place_cells`` places them; the write names
+        only the Cells it changes (``save_cells(stored=...)``), so the change log tells other
+        processes which Cells to check when they place forward (``_advance``). None when the
+        stored Cells hold a descriptor this view lacks or the unplaced ones are not a suffix:
+        ``place_cells`` then reads the namespace's descriptors and decides."""
+        store, spec = self.store, self.spec
+        lid = spec.layout_id
+        existing = store.cells(namespace, lid)
+        order = {d.descriptor_id: i for i, d in enumerate(descriptors)}
+        placed = {x for c in existing for x in c.descriptor_ids}
+        if any(x not in order for x in placed):
+            return None
+        unplaced = [d for d in descriptors if d.descriptor_id not in placed]
+        if placed and unplaced and order[unplaced[0].descriptor_id] < max(order[x] for x in placed):
+            return None
+        state = PLACEMENTS.take(store, namespace, lid, existing)
+        if state is None:
+            state = PlacementState(spec.config.placement, existing, {d.descriptor_id: d for d in descriptors})
+        state.place(unplaced)
+        cells = state.cells()
+        if cells != existing:
+            store.save_cells(namespace, lid, cells, stored=existing)
+        PLACEMENTS.keep(store, namespace, lid, cells, state)
+        return cells
 
     def forget(self, namespace: str) -> None:
         """Drop what is remembered of ``namespace`` (its Cells hold its people and keywords)."""

@@ -237,6 +237,7 @@ CREATE TABLE changes (
     detail         TEXT NOT NULL,
     first_ordinal  BIGINT,
     last_ordinal   BIGINT,
+    cell_ids       TEXT,
     PRIMARY KEY (namespace, generation, kind, detail)
 )
 """

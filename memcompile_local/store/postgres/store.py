@@ -26,7 +26,7 @@ import numpy as np
 
 from ...errors import ImmutablePacketError, StalePlanError, StoreError
 from ...types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
-from ..base import ChangesSince, ChangeStep, ForgetResult, IngestResult, chain_steps
+from ..base import ChangesSince, ChangeStep, ForgetResult, IngestResult, cell_ids_of, chain_steps, written_cells
 from ..codecs import (
     CELL_COLS,
     DESCRIPTOR_COLS,
@@ -129,11 +129,13 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                   (namespace, time.time()))
 
     def _bump(self, c: Any, namespace: str, kind: str, detail: str = "", first_ordinal: int | None = None,
-              last_ordinal: int | None = None, *, packet_ids: Sequence[str] | None = None) -> None:
+              last_ordinal: int | None = None, *, packet_ids: Sequence[str] | None = None,
+              cell_ids: Sequence[int] | None = None) -> None:
         """A new generation for ``namespace`` inside the caller's transaction (which holds the
         namespace's lock), announced on :data:`CHANNEL` when it commits, and the write entered
         in the namespace's change log (``store.base.ChangeStep``: ``kind``, ``detail``, the
-        ordinals it touched, or those of ``packet_ids``).
+        ordinals it touched, or those of ``packet_ids``, and for a ``cells`` write the Cells it
+        changed, None for the whole layout).
 
         Once per transaction: nothing outside it sees the writes before COMMIT, so every write
         of the namespace in it shares one new generation (and one NOTIFY); each write adds its
@@ -145,24 +147,26 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
         else:
             span = "SELECT %(first)s::bigint, %(last)s::bigint"
         args = {"ns": namespace, "kind": kind, "detail": detail, "first": first_ordinal, "last": last_ordinal,
-                "ids": list(packet_ids or ())}
+                "ids": list(packet_ids or ()), "cells": None if cell_ids is None else json.dumps(sorted(cell_ids))}
         if tx is not None and namespace in tx.bumped:
             # Another write of a step already taken: its entry joins the step's (same generation,
             # same previous), merging with an entry of the same kind and detail.
+            # (Two writes of one layout in a step: their Cells are not merged, the entry says the
+            # whole layout, which a reader treats as read it all.)
             c.execute(
-                "INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, last_ordinal) "
-                "SELECT %(ns)s, g.generation, (SELECT x.previous FROM changes x WHERE x.namespace = %(ns)s "
-                "AND x.generation = g.generation LIMIT 1), %(kind)s, %(detail)s, s.lo, s.hi "
+                "INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, last_ordinal, "
+                "cell_ids) SELECT %(ns)s, g.generation, (SELECT x.previous FROM changes x WHERE x.namespace = %(ns)s "
+                "AND x.generation = g.generation LIMIT 1), %(kind)s, %(detail)s, s.lo, s.hi, %(cells)s "
                 f"FROM generations g, ({span}) AS s(lo, hi) WHERE g.namespace = %(ns)s "
                 "ON CONFLICT (namespace, generation, kind, detail) DO UPDATE SET "
                 "first_ordinal = LEAST(changes.first_ordinal, EXCLUDED.first_ordinal), "
-                "last_ordinal = GREATEST(changes.last_ordinal, EXCLUDED.last_ordinal)", args)
+                "last_ordinal = GREATEST(changes.last_ordinal, EXCLUDED.last_ordinal), cell_ids = NULL", args)
             return
         # The step's first entry is made in the statement that draws the generation: ``old``
         # reads the generation it replaces (every part of one statement sees the same snapshot).
         log = ("log AS (INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, "
-               "last_ordinal) SELECT %(ns)s, {value}, (SELECT generation FROM old), %(kind)s, %(detail)s, s.lo, s.hi "
-               f"FROM ({span}) AS s(lo, hi){{source}}), ")
+               "last_ordinal, cell_ids) SELECT %(ns)s, {value}, (SELECT generation FROM old), %(kind)s, %(detail)s, "
+               f"s.lo, s.hi, %(cells)s FROM ({span}) AS s(lo, hi){{source}}), ")
         reserved = self._reserved(namespace)
         if reserved is not None:
             # The value drawn with the lock is here already: the new generation is known without
@@ -228,16 +232,18 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 row = conn.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
                 return int(row[0]) if row is not None else self._counter(conn)
 
-    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int,
-                      descriptor_set: str) -> ChangesSince | None:
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int, descriptor_set: str,
+                      layout_id: str | None = None) -> ChangesSince | None:
         """What ``namespace`` holds beyond a view of ``generation`` whose last packet has
         ordinal ``after_ordinal`` (``store.base.ChangesSince``), read in one snapshot; None when
         the change log does not lead from ``generation`` to the current one (see
-        ``MemoryStore.changes_since``). Costs the new rows, not the namespace."""
+        ``MemoryStore.changes_since``). With ``layout_id``, also the Cells of that layout written
+        since. Costs the new rows, not the namespace."""
         ns = validate_namespace(namespace)
         since = require_int(generation, "generation", minimum=0)
         after = require_int(after_ordinal, "after_ordinal", minimum=-1)
         dset = require_str(descriptor_set, "descriptor_set")
+        lid = None if layout_id is None else require_str(layout_id, "layout_id")
         self._hold_namespace(ns)
         with self._read("changes") as c:
             row = c.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
@@ -245,16 +251,16 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 return None
             current = int(row[0])
             rows = [ChangeStep(int(g), None if p is None else int(p), k, d, None if a is None else int(a),
-                               None if b is None else int(b))
-                    for g, p, k, d, a, b in c.execute(
-                        "SELECT generation, previous, kind, detail, first_ordinal, last_ordinal FROM changes "
+                               None if b is None else int(b), cell_ids_of(w))
+                    for g, p, k, d, a, b, w in c.execute(
+                        "SELECT generation, previous, kind, detail, first_ordinal, last_ordinal, cell_ids FROM changes "
                         "WHERE namespace = %s AND generation > %s ORDER BY generation, kind COLLATE \"C\", "
                         "detail COLLATE \"C\"", (ns, since))]
             steps = chain_steps(since, current, rows)
             if steps is None:
                 return None
             if current == since:
-                return ChangesSince(current, (), (), (), frozenset())
+                return ChangesSince(current, (), (), (), frozenset(), written_cells((), lid))
             packets = [packet_from_row(r) for r in c.execute(
                 f"SELECT {PACKET_COLS} FROM packets WHERE namespace = %s AND ordinal > %s ORDER BY ordinal",
                 (ns, after))]
@@ -270,7 +276,12 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 extracted = {r[0] for r in c.execute(
                     "SELECT packet_id FROM extraction_markers WHERE namespace = %s AND descriptor_set = %s "
                     "AND packet_id = ANY(%s)", (ns, dset, ids))}
-        return ChangesSince(current, steps, tuple(packets), tuple(descriptors), frozenset(extracted))
+            written = written_cells(steps, lid)
+            cells = [cell_from_row(r, ns, lid) for r in c.execute(
+                f"SELECT {CELL_COLS} FROM cells WHERE namespace = %s AND layout_id = %s AND cell_id = ANY(%s) "
+                "ORDER BY cell_id", (ns, lid, sorted(written)))] if written else []
+        return ChangesSince(current, steps, tuple(packets), tuple(descriptors), frozenset(extracted), written,
+                            tuple(cells))
 
     # ---------------------------------------------------------------- namespaces / packets
 
@@ -479,7 +490,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                     "INSERT INTO cells (namespace, layout_id, cell_id, descriptor_ids_json, tokens, people_json, "
                     "keywords_json, session_min, session_max, title, has_time) VALUES (" + ", ".join(["%s"] * 11) + ")",
                     rows)
-            self._bump(c, ns, "cells", lid)
+            self._bump(c, ns, "cells", lid, cell_ids=None if gone is None else {*gone, *(r[2] for r in rows)})
 
     def cells(self, namespace: str, layout_id: str) -> list[Cell]:
         """The cells of ``layout_id`` in ``namespace``, ordered by cell_id."""
