@@ -580,8 +580,40 @@ def test_a_grown_bm25_index_scores_as_one_built_afresh():
             corpus[i] = tokens
         corpus.append(docs[600 + step])
     fresh = LexicalIndex(corpus)
-    assert grown.n_docs == fresh.n_docs == 700
+    rebuilt = GrowingLexicalIndex.from_tokens(corpus)
+    assert grown.n_docs == fresh.n_docs == rebuilt.n_docs == 700
     for _ in range(200):
         query = [rng.choice(words + ["new3", "new6", "absent"]) for _ in range(rng.randint(1, 8))]
         assert np.allclose(grown.scores(query), fresh.scores(query), rtol=1e-12, atol=0)
         assert [i for i, _ in grown.top_k(query, 20)] == [i for i, _ in fresh.top_k(query, 20)]
+        # the same float operations per posting as an index made from the final corpus
+        assert np.array_equal(grown.scores(query), rebuilt.scores(query))
+
+
+@pytest.mark.parametrize("min_merge", [8, 10**9])
+def test_a_grown_bm25_index_with_and_without_merges_equals_one_made_from_the_final_corpus(monkeypatch, min_merge):
+    """Appends that keep a delta beside the base (never merged) and appends merged into the
+    base every few steps give, bit for bit, the index of the final corpus; the index grown
+    from still scores as it did."""
+    from memcompile_local.address import lexical_growth
+
+    monkeypatch.setattr(lexical_growth, "MIN_MERGE", min_merge)
+    rng = random.Random(7)
+    words = [f"t{i}" for i in range(80)]
+    corpus = [[rng.choice(words) for _ in range(rng.randint(0, 12))] for _ in range(40)]
+    grown = GrowingLexicalIndex.from_tokens(corpus)
+    merges = 0
+    for step in range(60):
+        replaced = {rng.randrange(len(corpus)): [rng.choice(words) for _ in range(rng.randint(0, 6))] + [f"n{step}"]}
+        appended = [[rng.choice(words) for _ in range(rng.randint(0, 12))] for _ in range(rng.randint(0, 3))]
+        previous, before = grown, grown.scores(words[:5])
+        grown = grown.grown(replaced, appended)
+        merges += grown._delta is None
+        for i, tokens in replaced.items():
+            corpus[i] = tokens
+        corpus += appended
+        rebuilt = GrowingLexicalIndex.from_tokens(corpus)
+        for query in (words[:5], [f"n{step}", "t3", "t3"], [rng.choice(words) for _ in range(4)], ["absent"]):
+            assert np.array_equal(grown.scores(query), rebuilt.scores(query)), step
+        assert np.array_equal(previous.scores(words[:5]), before)
+    assert (merges > 0) == (min_merge == 8)
