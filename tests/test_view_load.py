@@ -528,6 +528,33 @@ def test_a_failed_append_leaves_the_old_view_serving(tmp_path, monkeypatch):
     store.close()
 
 
+def test_appended_rows_share_the_old_matrix_s_buffer_and_never_write_rows_a_view_holds(tmp_path):
+    """The packet matrix of a view grown in place is a longer head of its base's buffer (no
+    copy of the history per append), while the base's own rows stay as they were; a second
+    plan from the same base (a plan that was not adopted, a racing one) gets rows of its own."""
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config(neighbor_context=False, dense_neighbor_context=False)
+    live = memory(store, cfg)
+    live.add("u", FIRST)
+    live.view("u")
+    app = appender(live)
+    app.add("u", as_conversation(store, "u", APPENDS[0]))  # the first append copies, with room
+    base = live.view("u")
+    kept = base.packet_matrix.copy()
+    loader, spec = live.views.loader, live.spec
+    turn = lambda pid, text, ordinal: dataclasses.replace(  # noqa: E731
+        base.packets[-1], packet_id=pid, content=text, ordinal=ordinal)
+    first = loader.plan_append(spec, store, live.embedder, "u", base, [turn("z1", "The kiln cracked.", 100)], {})
+    second = loader.plan_append(spec, store, live.embedder, "u", base, [turn("z2", "A tram to Tartu.", 100)], {})
+    assert np.shares_memory(first.packet_matrix, base.packet_matrix)
+    assert not np.shares_memory(second.packet_matrix, base.packet_matrix)
+    assert np.array_equal(base.packet_matrix, kept)
+    for plan in (first, second):
+        assert np.array_equal(plan.packet_matrix[: len(base.packets)], kept)
+    assert not np.array_equal(first.packet_matrix[-1], second.packet_matrix[-1])
+    store.close()
+
+
 def test_an_append_in_place_adopts_nothing_after_the_namespace_was_dropped(tmp_path, monkeypatch):
     """A forget (or a deleted turn) between the append's commit and its adoption drops what
     the loader remembered: the planned view, which may quote erased text, is not kept."""

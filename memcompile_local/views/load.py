@@ -106,10 +106,35 @@ class LazyAddressIndex:
 
 @dataclasses.dataclass(frozen=True)
 class _Rows:
-    """One embedding kind of one load: store key -> row of ``matrix``."""
+    """One embedding kind of one load: store key -> row of ``matrix``; ``room``: the buffer
+    ``matrix`` is the head of, when later rows may be appended into it (``_grown_rows``)."""
 
     row_of: Mapping[str, int]
     matrix: np.ndarray
+    room: "_RowRoom | None" = None
+
+
+class _RowRoom:
+    """A float32 buffer with room for more rows than a view holds. A view's matrix is the
+    buffer's first ``n`` rows; an append whose rows all come after them writes them into the
+    free rows, so that the next view's matrix is a longer head of the same buffer instead of a
+    copy of the whole matrix. Rows a view holds are never written again: only the first
+    extension from a given length takes place (``claim``), any later one copies."""
+
+    def __init__(self, array: np.ndarray, used: int):
+        self.array = array
+        self.used = used
+        self._lock = threading.Lock()
+
+    def claim(self, n_old: int, rows: np.ndarray) -> np.ndarray | None:
+        """The buffer's first ``n_old + len(rows)`` rows with ``rows`` written after the first
+        ``n_old``, or None when rows after ``n_old`` were claimed already or do not fit."""
+        with self._lock:
+            if self.used != n_old or n_old + len(rows) > len(self.array):
+                return None
+            self.array[n_old:n_old + len(rows)] = rows
+            self.used = n_old + len(rows)
+            return self.array[:self.used]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -662,9 +687,14 @@ def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_
                          for k, a in zip(new_keys, addresses)]) if addresses
                else np.zeros((0, width), np.float32))
     dim = old.matrix.shape[1] if old.matrix.ndim == 2 and old.matrix.shape[0] else vectors.shape[1]
-    matrix = np.empty((n_old + len(keys), dim), dtype=np.float32)
-    matrix[:n_old] = old.matrix
-    matrix[n_old:] = vectors[len(changed):]
+    # Appended rows only (no old row changed): into the free rows of the old matrix's buffer.
+    matrix = old.room.claim(n_old, vectors) if old.room is not None and not changed else None
+    room = old.room
+    if matrix is None:  # a copy, with room for about a quarter more rows
+        room = _RowRoom(np.empty((max(64, (n_old + len(keys)) * 5 // 4), dim), dtype=np.float32), n_old + len(keys))
+        matrix = room.array[:n_old + len(keys)]
+        matrix[:n_old] = old.matrix
+        matrix[n_old:] = vectors[len(changed):]
     # A dict copy, not a comprehension over every key (O(history) Python work per append).
     # The keys' order is the rows' order (callers read ``list(row_of)``), so from the first
     # changed row on they are taken off the end and entered again in order.
@@ -678,7 +708,7 @@ def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_
     kept = [j for j, k in enumerate(new_keys) if not is_unread_key(k)]
     save = ([(model_id, [new_keys[j] for j in kept], vectors[kept], [addresses[j] for j in kept], space)]
             if kept else [])
-    return _Rows(row_of, matrix), save
+    return _Rows(row_of, matrix, room), save
 
 
 def _lexical_tail(packets: Sequence[SourcePacket], n_old: int, bursts: bool) -> tuple[int, int]:
