@@ -314,15 +314,22 @@ class Memory:
 
     def _ingest(self, conversation: Conversation, in_place: bool) -> IngestResult:
         """Store ``conversation``; in place (built, view extended) when that applies."""
-        if in_place and self.config.extraction.extractor == "rule":
-            spec = self.spec
-            with self._lock:
-                if self._appender is None or self._appender.spec is not spec:
-                    self._appender = self.in_place_appender()
-            done = self._appender.add(conversation.namespace, conversation)
+        appender = self._rule_appender() if in_place else None
+        if appender is not None:
+            done = appender.add(conversation.namespace, conversation)
             if done is not None:
                 return done
         return self.store.ingest(conversation)
+
+    def _rule_appender(self) -> InPlaceAppend | None:
+        """This Memory's appender in place (made on first use), under the rule extractor only."""
+        if self.config.extraction.extractor != "rule":
+            return None
+        spec = self.spec
+        with self._lock:
+            if self._appender is None or self._appender.spec is not spec:
+                self._appender = self.in_place_appender()
+            return self._appender
 
     def plan_build(self, namespace: str) -> BuildPlan:
         """What ``build`` would do now: turns left to extract and about how many model calls."""
@@ -432,7 +439,9 @@ class Memory:
             if cached is not None:
                 return cached
             # Another process wrote since this Memory's view: grow it by what it appended.
-            caught = catch_up(self.views, self.spec, self.store, self.embedder, namespace)
+            appender = self._rule_appender()
+            caught = catch_up(self.views, self.spec, self.store, self.embedder, namespace,
+                              build=appender.build_stored if appender is not None else None)
             if caught is not None:
                 return caught[0]
             if not self.is_built(namespace):

@@ -181,7 +181,10 @@ def test_a_replica_catches_up_with_another_process_s_appends(store_factory, writ
         if mode == "built":
             writer("build")
         got = hits(reader, QUESTIONS[history])
-        assert loader.loads == 1 and loader.catch_ups >= n  # grown, never loaded again
+        # grown (caught up, or for unbuilt turns built in place), never loaded again
+        built_here = reader._appender.built_in_place if reader._appender is not None else 0
+        assert loader.loads == 1 and loader.catch_ups + built_here >= n
+        assert (built_here == n) == (mode == "plain")
         fresh = memory(store_factory.location, fusion)
         same_hits(got, hits(fresh, QUESTIONS[history]))
         same_view(reader.view(NS), fresh.view(NS))
@@ -517,3 +520,33 @@ def test_appends_alternating_between_two_processes_place_cells_forward_without_r
     after_rename = PlacementState(reader.config.placement, changed, {d.descriptor_id: d for d in descriptors})
     after_rename.place([d for d in descriptors if d.packet_id == "alt10"])
     assert store.cells(NS, lid) == after_rename.cells()
+
+
+def test_turns_another_process_stored_unbuilt_are_built_in_place(store_factory, writer_factory, monkeypatch):
+    """A CLI ``ingest`` beside a process holding a view stores turns without building them; the
+    holder's next search builds only those (claims, Cells, vectors, in one transaction) and
+    grows its view: no whole build, no load, and what a fresh build and load give."""
+    from memcompile_local import memory as memory_module
+
+    reader = memory(store_factory.location, {})
+    reader.add(NS, ASSISTANT)
+    hits(reader, QUESTIONS["assistant"])
+    monkeypatch.setattr(memory_module, "build_memory", lambda *a, **k: pytest.fail("a whole build ran"))
+    writer = writer_factory(store_factory.location, {})
+    for batch in ASSISTANT_APPENDS:
+        writer("add", batch=batch, in_place=False)
+        got = hits(reader, QUESTIONS["assistant"])
+        monkeypatch.undo()
+        fresh = memory(store_factory.location, {})
+        same_hits(got, hits(fresh, QUESTIONS["assistant"]))
+        same_view(reader.view(NS), fresh.view(NS))
+        fresh.store.close()
+        monkeypatch.setattr(memory_module, "build_memory", lambda *a, **k: pytest.fail("a whole build ran"))
+    assert reader.views.loader.loads == 1 and reader._appender.built_in_place == len(ASSISTANT_APPENDS)
+    # Its Cells are what a plain build places over every claim.
+    from memcompile_local.address.cells import PlacementState
+    from memcompile_local.build.stages import layout_id
+
+    scratch = PlacementState(reader.config.placement)
+    scratch.place(reader.store.descriptors(NS, reader.spec.descriptor_set))
+    assert reader.store.cells(NS, layout_id(reader.spec.descriptor_set, reader.config.placement)) == scratch.cells()

@@ -287,7 +287,12 @@ class MemoryService:
         namespace instead). Embeddings are left to the next view load: ``Memory.view`` embeds
         whatever packet and context documents are missing on every load anyway, so embedding
         here as well would compute every document key of the memory twice per append.
+        Turns another process stored after this server's current view are built in place
+        instead when nothing else changed (``InPlaceAppend.build_stored``): their claims, Cells
+        and vectors only, and the view grows without a load.
         """
+        if self.appender.build_stored(ns):
+            return True
         if not self._acquire_lease(ns, wait_s):
             return False
         try:

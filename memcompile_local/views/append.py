@@ -72,6 +72,7 @@ class InPlaceAppend:
         self._cells: dict[str, tuple[int, list[Cell], int]] = {}
         self._cells_lock = threading.Lock()
         self.in_place = 0  # appends whose view was adopted (tests and figures read these)
+        self.built_in_place = 0  # stored turns another process left unbuilt, built in place (build_stored)
         self.declined = 0  # appends left to the plain path after a plan was made
 
     def add(self, namespace: str, conversation: Conversation) -> IngestResult | None:
@@ -119,17 +120,65 @@ class InPlaceAppend:
             return None
         if plan is None:
             return None
+        return self._commit(namespace, base_generation, plan, packets, found, conversation)
+
+    def build_stored(self, namespace: str) -> bool:
+        """Build in place the turns another process stored after the held view without
+        building them (a CLI ``ingest``, a ``Memory.add`` without a view): extract them, place
+        their claims and embed them as an append in place would, in one transaction, and adopt
+        the grown view. False when this does not apply (no view held, turns already built or
+        partly built, anything else in the store's change log since the view) or failed; the
+        caller then builds the plain way."""
+        store, spec, extractor = self.store, self.spec, self.extractor
+        held = self.views.held(namespace, spec)
+        if held is None or not held[0].packets:
+            return False
+        base, base_generation = held
+        last = base.packets[-1]
+        got = store.changes_since(namespace, base_generation, after_ordinal=last.ordinal,
+                                  descriptor_set=spec.descriptor_set)
+        if got is None or not got.packets or got.extracted:
+            return False
+        appended: set[int] = set()
+        for step in got.steps:
+            if step.kind == "append" and step.first_ordinal is not None and step.last_ordinal is not None:
+                appended.update(range(step.first_ordinal, step.last_ordinal + 1))
+            elif step.kind not in ("meta", "embed", "capsules"):
+                return False
+        packets = list(got.packets)
+        if {p.ordinal for p in packets} != appended or min(appended) <= last.ordinal:
+            return False
+        try:
+            results = extractor.extract([(p, packets[i - 1] if i else last) for i, p in enumerate(packets)])
+            found = {p.packet_id: sorted(ds, key=lambda d: (d.claim_index, d.descriptor_id))
+                     for p, ds in zip(packets, results)}
+            plan = self.views.loader.plan_append(spec, store, self.embedder, namespace, base, packets, found)
+        except Exception as exc:  # nothing is written yet: the plain build reports it
+            log.debug("build in place of %s not planned: %s", namespace, exc)
+            return False
+        return plan is not None and self._commit(namespace, got.generation, plan, packets, found, None) is not None
+
+    def _commit(self, namespace: str, base_generation: int, plan, packets: list[SourcePacket],
+                found: dict[str, list[Descriptor]], conversation: Conversation | None) -> IngestResult | None:
+        """Write what ``plan`` extends the view with, in one transaction that first checks the
+        namespace is still at ``base_generation`` with no other build holding it: the turns of
+        ``conversation`` (None: they are stored already), their claims ``found``, their Cells and
+        vectors; then adopt the planned view. None when declined or rolled back."""
+        store, spec = self.store, self.spec
         dset = spec.descriptor_set
 
-        def write() -> tuple[IngestResult, int]:
+        def write() -> tuple[IngestResult, int, list[Cell] | None]:
             lease_taken = self.lease_free is not None and not self.lease_free(namespace)
             if store.generation(namespace) != base_generation or lease_taken:
                 raise _Declined("written or being built elsewhere since the view was loaded")
             known = self._known_cells(namespace, base_generation)  # before this append writes
-            result = store.ingest(conversation)
-            stored = [store.get_packet(namespace, p.packet_id) for p in packets]
-            if result.added != len(packets) or stored != packets:
-                raise _Declined("the store numbered the turns otherwise")
+            if conversation is not None:
+                result = store.ingest(conversation)
+                stored = [store.get_packet(namespace, p.packet_id) for p in packets]
+                if result.added != len(packets) or stored != packets:
+                    raise _Declined("the store numbered the turns otherwise")
+            else:
+                result = IngestResult(namespace, 0, 0)
             store.save_extractions(namespace, dset, [(p.packet_id, found[p.packet_id]) for p in packets])
             cells = self._place(namespace, known, plan, [d for p in packets for d in found[p.packet_id]])
             for model_id, keys, vectors, content, space in plan.saves:
@@ -154,7 +203,10 @@ class InPlaceAppend:
             else:
                 self._cells.pop(namespace, None)
         if self.views.adopt(spec, store, plan, generation) is not None:
-            self.in_place += 1
+            if conversation is not None:
+                self.in_place += 1
+            else:
+                self.built_in_place += 1
         return result
 
     def _known_cells(self, namespace: str, base_generation: int) -> list[Cell] | None:

@@ -20,6 +20,7 @@ to a whole load, and a deletion or forget also drops what this process held of t
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 from ..build.spec import BuildSpec
 from ..protocols import Embedder
@@ -31,12 +32,14 @@ log = logging.getLogger(__name__)
 
 
 def catch_up(views: ViewCache, spec: BuildSpec, store: Store, embedder: Embedder | None,
-             namespace: str) -> tuple[MemoryView, int] | None:
+             namespace: str, *, build: Callable[[str], bool] | None = None) -> tuple[MemoryView, int] | None:
     """(``namespace``'s view grown to what the store holds now, its generation), held in
     ``views``; None when no view is remembered or the change log does not explain the steps
     since it (the caller builds and loads as before). A deletion or forget in the log drops
     what ``views`` held of the namespace. Saves the vectors of new documents the writer left
-    unembedded, as a load would, and then catches up with its own write too."""
+    unembedded, as a load would, and then catches up with its own write too. ``build``: for
+    new turns stored without being built, a builder in place (``InPlaceAppend.build_stored``;
+    True when it grew the held view), tried before giving up."""
     result = None
     for _ in range(3):
         held = views.held(namespace, spec, generation=store.generation(namespace))
@@ -50,6 +53,9 @@ def catch_up(views: ViewCache, spec: BuildSpec, store: Store, embedder: Embedder
                 # Its text must not outlive it here: the view and the remembered load go now.
                 views.drop(namespace)
             elif found.unbuilt:
+                if build is not None and build(namespace):
+                    build = None  # built and adopted in place: the next pass finds it current
+                    continue
                 log.debug("catch-up of %s: new turns wait for a build", namespace)
             return result
         view = views.adopt(spec, store, found.plan, found.generation)
