@@ -444,9 +444,10 @@ def test_an_append_in_place_counts_the_words_of_its_new_turns_only(tmp_path, mon
 
 
 def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_path, monkeypatch):
-    """A write by another connection (another server process) after the view was loaded, even
-    between the append's plan and its transaction, or a build lease another process holds,
-    must leave the append to the plain path: the next search loads the view from the store."""
+    """A write by another connection (another server process) after the view was loaded is
+    built and caught up with first (views/catchup.py); one between the append's plan and its
+    transaction, or a build lease another process holds, must leave the append to the plain
+    path: the next search grows or loads the view from the store."""
     path = tmp_path / "m.sqlite"
     store = MemoryStore(path)
     cfg = config()
@@ -457,12 +458,12 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
     other = memory(other_store, cfg)
     other.add("u", APPENDS[0])  # before the append: the held view is no longer current
     app = appender(live)
-    # Stored but not built by the other process: nothing to catch up with before a build.
-    assert app.add("u", as_conversation(store, "u", APPENDS[1])) is None
-    assert app.in_place == 0 and app.declined == 0
-    assert store.packet_count("u") == 7  # nothing of the declined append was stored
-    live.add("u", APPENDS[1])
+    # Stored but not built by the other process: built here first (that turn alone), then
+    # this append goes in place after it.
+    assert app.add("u", as_conversation(store, "u", APPENDS[1])) is not None
+    assert app.built_in_place == 1 and app.in_place == 1 and app.declined == 0
     assert {"b4", "b5", "b6"} <= set(live.view("u").packets_by_id)
+    same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     # Between the plan (made from the held view) and the transaction.
     real_plan = live.views.loader.plan_append
 
@@ -487,7 +488,7 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
     assert app.add("u", as_conversation(store, "u", batch)) is None and app.declined == 2
     assert store.get_packet("u", "d2") is None and live.cached_view("u", generation=store.generation("u"))
     build_queue(other_store).release("u", "other-process")
-    assert app.add("u", as_conversation(store, "u", batch)) is not None and app.in_place == 1
+    assert app.add("u", as_conversation(store, "u", batch)) is not None and app.in_place == 2
     same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     other_store.close()
     store.close()

@@ -88,7 +88,7 @@ class InPlaceAppend:
         if store.generation(namespace) != base_generation:
             # Another process wrote since: grow the held view by what it appended first (the
             # store's change log says what that was), then append to the current view.
-            caught = catch_up(self.views, spec, store, self.embedder, namespace)
+            caught = catch_up(self.views, spec, store, self.embedder, namespace, build=self.build_stored)
             if caught is None:
                 return None
             base, base_generation = caught
