@@ -33,6 +33,11 @@ child processes, so that each one's peak RSS (``ru_maxrss``) is its own:
 3. **reference**: plain sentence-transformers (torch CPU, batch 64, model load included)
    embedding the same raw turns once, the baseline the build is compared with.
 
+With ``--postgres`` the serve child runs a second time on PostgreSQL: a throwaway server from
+the installed binaries (``tests/_postgres.py``, fsync on), the built namespace copied into it
+(``store.copy``), reader and writer on that database; its figures carry a ``pg_`` prefix and
+print as a second table.
+
 Prints a markdown table; ``--out`` also writes JSON.
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_scale.py --points beam:2432 --out /tmp/scale.json
@@ -115,9 +120,9 @@ def _memory(store_path: str, changes: list[str]):
     from memcompile_local.llm.client import LLMClient, NoModelBackend
     from memcompile_local.memory import Memory
     from memcompile_local.pipeline.presets import apply_preset
-    from memcompile_local.store import MemoryStore
+    from memcompile_local.store import open_store
 
-    store = MemoryStore(store_path)
+    store = open_store(store_path)  # a file, or a postgresql:// URL
     cfg = apply_preset("model-free", PipelineConfig())
     if changes:
         from cv_corpora import config_changes  # scripts/ is on sys.path when this file runs
@@ -304,6 +309,8 @@ def main() -> int:
     ap.add_argument("--appends", type=int, default=10, help="timed appends of the serving process per point")
     ap.add_argument("--rounds", type=int, default=6, help="appends by another process per point")
     ap.add_argument("--no-reference", action="store_true", help="skip the sentence-transformers reference")
+    ap.add_argument("--postgres", action="store_true",
+                    help="also run the serve child on a throwaway PostgreSQL server (tests/_postgres.py)")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="keep each point's store in DIR (default: a temporary folder, deleted)")
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
@@ -333,6 +340,7 @@ def main() -> int:
 
     data = {"beam": args.beam, "locomo": args.locomo}
     rows = []
+    pg = _start_postgres() if args.postgres else None
     for corpus, target in parse_points(args.points):
         load = os.getloadavg()[0]
         folder = Path(args.keep) / f"{corpus}-{target}" if args.keep else Path(tempfile.mkdtemp(prefix="scale-"))
@@ -344,6 +352,12 @@ def main() -> int:
             row = run_child("build", corpus, data[corpus], str(target), store, changes=args.set)
             row.update(run_child("serve", corpus, data[corpus], str(target), store, str(args.queries),
                                  str(args.appends), str(args.rounds), changes=args.set))
+            if pg is not None:
+                url = _copied_to_postgres(pg, store, row["namespace"])
+                got = run_child("serve", corpus, data[corpus], str(target), url, str(args.queries),
+                                str(args.appends), str(args.rounds), changes=args.set)
+                row.update({f"pg_{k}": v for k, v in got.items()})
+                pg.drop_database(url)
         finally:
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -354,11 +368,37 @@ def main() -> int:
         row["load_avg_1m_end"] = os.getloadavg()[0]
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+    if pg is not None:
+        pg.remove()
     print_table(rows)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1), encoding="utf-8")
         print(f"\nwrote {args.out}")
     return 0
+
+
+def _start_postgres():
+    """A throwaway PostgreSQL server (fsync on, as durable as SQLite's synchronous=FULL)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from _postgres import PostgresServer, find_bindir
+
+    bindir = find_bindir()
+    if bindir is None:
+        raise SystemExit("--postgres: no PostgreSQL server binaries (initdb, pg_ctl) found")
+    server = PostgresServer(bindir, durable=True).start()
+    server.make_template()
+    return server
+
+
+def _copied_to_postgres(server, store_path: str, namespace: str) -> str:
+    """A fresh database of ``server`` holding ``namespace`` copied from the store file."""
+    from memcompile_local.store import MemoryStore, open_store
+    from memcompile_local.store.copy import copy_namespace
+
+    url = server.fresh_database()
+    with MemoryStore(store_path, read_only=True) as src, open_store(url) as dst:
+        copy_namespace(src, dst, namespace)
+    return url
 
 
 def read_points(files) -> list[dict]:
@@ -397,6 +437,19 @@ def print_table(rows: list[dict]) -> None:
               f"{_num(after['p50'])} / {_num(after['max'])} | {_num(r['after_unbuilt_append_ms']['p50'])} | "
               f"{_num(r['append_ms']['p50'], '.1f')} | {_num(r['append_after_other_ms']['p50'], '.1f')} | "
               f"{r['serve_peak_rss_mb']:.0f} | {r['load_avg_1m']:.1f}-{r.get('load_avg_1m_end', r['load_avg_1m']):.1f} |")
+    pg_rows = [r for r in rows if "pg_load_s" in r]
+    if pg_rows:
+        print("\nthe serve child on PostgreSQL (the same namespace copied into a throwaway server, fsync on)\n")
+        print("| history | turns | load s | first search after a load ms | search p50 / p95 ms | first search after "
+              "another's append ms (median / max) | after an unbuilt append ms | append p50 ms | append after "
+              "another's p50 ms | serve peak RSS MB |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in sorted(pg_rows, key=lambda r: (r["corpus"], r["turns"])):
+            q, after = r["pg_query_ms"], r["pg_after_other_append_ms"]
+            print(f"| {r['corpus']} | {r['turns']:,} | {r['pg_load_s']:.1f} | {r['pg_first_search_ms']:.0f} | "
+                  f"{_num(q['p50'], '.1f')} / {_num(q['p95'], '.1f')} | {_num(after['p50'])} / {_num(after['max'])} | "
+                  f"{_num(r['pg_after_unbuilt_append_ms']['p50'])} | {_num(r['pg_append_ms']['p50'], '.1f')} | "
+                  f"{_num(r['pg_append_after_other_ms']['p50'], '.1f')} | {r['pg_serve_peak_rss_mb']:.0f} |")
 
 
 if __name__ == "__main__":
