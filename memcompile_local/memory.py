@@ -298,8 +298,13 @@ class Memory:
         if given is None:
             return _with_ids(self._ingest(conversation, in_place), conversation)
         # A view held for the store's current generation holds exactly the stored packets:
-        # then an agent's one-turn add does not read the whole namespace.
+        # then an agent's one-turn add does not read the whole namespace (after another
+        # process's append, the held view is caught up with it first).
         held = self.cached_view(namespace, generation=self.store.generation(namespace))
+        if held is None and in_place and self.cached_view(namespace) is not None:
+            appender = self._rule_appender()
+            held = catch_up(self.views, self.spec, self.store, self.embedder, namespace,
+                            build=appender.build_stored if appender is not None else None)
         stored = held[0].packets if held is not None else self.store.packets(namespace)
         stable = assign_stable_ids(conversation, given, stored)
         try:

@@ -37,6 +37,7 @@ from typing import Callable
 from ..build.spec import BuildSpec
 from ..address.cells import PlacementState
 from ..build.stages import PLACEMENTS, place_cells
+from ..errors import DataFormatError
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import IngestResult, Store
 from ..store.group_commit import GroupCommit
@@ -246,14 +247,15 @@ class InPlaceAppend:
                                          and (step.first_ordinal is None or step.first_ordinal <= last)):
                 return None
         state = PLACEMENTS.take(store, namespace, lid, cells)
-        missed = list(got.descriptors)
-        if state is None or any(d.descriptor_id in state.placed_ids for d in missed):
+        if state is None or not _placed(state, list(got.descriptors)):
             return None
-        state.place(missed)
         expected = state.cells()
         old = {c.cell_id: c for c in cells}
         new = {c.cell_id: c for c in expected}
-        changed = {cid for cid in old.keys() | new.keys() if old.get(cid) != new.get(cid)}
+        # A Cell nothing was placed in is the same object in both (PlacementState keeps its
+        # frozen Cells): ``is`` spares comparing tens of thousands of them field by field.
+        changed = {cid for cid in old.keys() | new.keys()
+                   if old.get(cid) is not new.get(cid) and old.get(cid) != new.get(cid)}
         stored = {c.cell_id: c for c in got.cells}
         if not changed <= got.cell_ids or any(stored.get(cid) != new.get(cid) for cid in got.cell_ids):
             log.debug("the Cells of %s placed forward differ from the stored ones; reading them", namespace)
@@ -275,8 +277,7 @@ class InPlaceAppend:
         if cfg.placement.layout == "bounded" and known is not None:
             lid = spec.layout_id
             state = PLACEMENTS.take(store, namespace, lid, known)
-            if state is not None and not any(d.descriptor_id in state.placed_ids for d in new):
-                state.place(new)
+            if state is not None and _placed(state, new):
                 cells = state.cells()
                 if cells != known:  # an unchanged layout is not written again
                     # ``known`` is what is stored (the transaction found its generation), so
@@ -325,6 +326,16 @@ class InPlaceAppend:
         """Drop what is remembered of ``namespace`` (its Cells hold its people and keywords)."""
         with self._cells_lock:
             self._cells.pop(namespace, None)
+
+
+def _placed(state: PlacementState, descriptors: list[Descriptor]) -> bool:
+    """Place ``descriptors`` into ``state``; False when one of them was placed already (then
+    the state is half changed, and the caller lets it go)."""
+    try:
+        state.place(descriptors)
+    except DataFormatError:
+        return False
+    return True
 
 
 class _Declined(Exception):
