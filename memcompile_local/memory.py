@@ -35,6 +35,7 @@ from .data.turn_ids import assign_stable_ids
 from .types import Conversation, Session, SourcePacket
 from .views.append import InPlaceAppend
 from .views.cache import DEFAULT_MAX_VIEW_BYTES, ViewCache
+from .views.catchup import catch_up
 from .views.filters import TurnFilter
 from .views.pending import PartialViews
 from .views.record import MemoryView
@@ -305,8 +306,13 @@ class Memory:
         if given is None:
             return _with_ids(self._ingest(conversation, in_place), conversation)
         # A view held for the store's current generation holds exactly the stored packets:
-        # then an agent's one-turn add does not read the whole namespace.
+        # then an agent's one-turn add does not read the whole namespace (after another
+        # process's append, the held view is caught up with it first).
         held = self.cached_view(namespace, generation=self.store.generation(namespace))
+        if held is None and in_place and self.cached_view(namespace) is not None:
+            appender = self._rule_appender()
+            held = catch_up(self.views, self.spec, self.store, self.embedder, namespace,
+                            build=appender.build_stored if appender is not None else None)
         stored = held[0].packets if held is not None else self.store.packets(namespace)
         stable = assign_stable_ids(conversation, given, stored)
         try:
@@ -321,15 +327,22 @@ class Memory:
 
     def _ingest(self, conversation: Conversation, in_place: bool) -> IngestResult:
         """Store ``conversation``; in place (built, view extended) when that applies."""
-        if in_place and self.config.extraction.extractor == "rule":
-            spec = self.spec
-            with self._lock:
-                if self._appender is None or self._appender.spec is not spec:
-                    self._appender = self.in_place_appender()
-            done = self._appender.add(conversation.namespace, conversation)
+        appender = self._rule_appender() if in_place else None
+        if appender is not None:
+            done = appender.add(conversation.namespace, conversation)
             if done is not None:
                 return done
         return self.store.ingest(conversation)
+
+    def _rule_appender(self) -> InPlaceAppend | None:
+        """This Memory's appender in place (made on first use), under the rule extractor only."""
+        if self.config.extraction.extractor != "rule":
+            return None
+        spec = self.spec
+        with self._lock:
+            if self._appender is None or self._appender.spec is not spec:
+                self._appender = self.in_place_appender()
+            return self._appender
 
     def plan_build(self, namespace: str) -> BuildPlan:
         """What ``build`` would do now: turns left to extract and about how many model calls."""
@@ -438,6 +451,12 @@ class Memory:
             cached = self.views.get(key)
             if cached is not None:
                 return cached
+            # Another process wrote since this Memory's view: grow it by what it appended.
+            appender = self._rule_appender()
+            caught = catch_up(self.views, self.spec, self.store, self.embedder, namespace,
+                              build=appender.build_stored if appender is not None else None)
+            if caught is not None:
+                return caught[0]
             if not self.is_built(namespace):
                 if not build:
                     plan = self.plan_build(namespace)
@@ -447,6 +466,9 @@ class Memory:
                         f"run `memcompile-local build {namespace}` first, or allow the build")
                 log.info("build %s", self.plan_build(namespace).describe())
                 self.build(namespace)
+                caught = catch_up(self.views, self.spec, self.store, self.embedder, namespace)
+                if caught is not None:  # only the turns just built were new
+                    return caught[0]
             view, generation = self._load_view(namespace)
             # The steps above may have written; key the view on the generation read after them
             # (its data were read after that, so none of them is older than the key).
@@ -457,6 +479,7 @@ class Memory:
         if generation is None:
             generation = self.store.generation(namespace)
         if not self.store.packet_count(namespace):
+            self.views.drop(namespace)  # forgotten elsewhere: what was held of it goes too
             raise ConfigError(f"namespace {namespace!r} has no turns in {self.store.path}")
         return (namespace, generation, *self.spec.view_key)
 

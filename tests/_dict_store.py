@@ -261,6 +261,11 @@ class DictStore:
             self._counter += 1
             return ForgetResult(counts, namespace=namespace, scrub_complete=True)
 
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int, descriptor_set: str,
+                      layout_id: str | None = None):
+        # This store keeps no change log: a view it serves is always read again whole.
+        return None
+
     def stats(self, namespace: str | None = None) -> dict:
         with self._lock:
             names = [namespace] if namespace else self.namespaces()

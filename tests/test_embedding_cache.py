@@ -200,7 +200,7 @@ def test_a_version_2_store_is_upgraded_and_its_embeddings_rebuilt(tmp_path):
     with pytest.raises(Exception, match="must be upgraded"):
         MemoryStore(path, read_only=True)
     store = MemoryStore(path)
-    assert store.stats()["schema_version"] == SCHEMA_VERSION == 5
+    assert store.stats()["schema_version"] == SCHEMA_VERSION == 6
     emb2 = CountingEmbedder()
     mem = model_free(store, emb2)
     mem.view("alice")

@@ -468,7 +468,7 @@ def test_stats(store):
     store.ingest(simple_conv("u2", ["z"]))
     st = store.stats()
     version = SCHEMA_VERSION if isinstance(store, MemoryStore) else PG_SCHEMA_VERSION
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert st["schema_version"] == version and st["file_bytes"] > 0
     assert set(st["namespaces"]) == {"u1", "u2"}
     u1 = st["namespaces"]["u1"]

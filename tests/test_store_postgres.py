@@ -74,7 +74,7 @@ def test_concurrent_openers_of_an_empty_database_create_the_schema_once(pg_serve
             stores.append(s)
 
     assert run_threads(open_one, 6) == []
-    assert raw(url, "SELECT version FROM memcompile_schema ORDER BY version")[0] == [(1,), (2,)]
+    assert raw(url, "SELECT version FROM memcompile_schema ORDER BY version")[0] == [(1,), (2,), (3,)]
     for s in stores:
         s.close()
     with pytest.raises(StoreError, match="holds no store"):
@@ -296,10 +296,10 @@ def test_a_version_1_store_gains_the_import_job_table_in_place(pg_url):
     store = open_store(pg_url)
     store.ingest(turns("ns", ["kept through the upgrade"]))
     store.close()
-    # What version 1 of the schema was: everything but the import job table.
+    # What version 1 of the schema was: everything but the import job table (and the change log).
     raw(pg_url, "DROP TABLE service_import_jobs", "DROP FUNCTION memcompile_check(boolean, text)",
-        "DELETE FROM memcompile_schema WHERE version = 2")
-    with pytest.raises(StoreError, match="schema version 2 .found 1.; open it once with a writing command"):
+        "DROP TABLE changes", "DELETE FROM memcompile_schema WHERE version >= 2")
+    with pytest.raises(StoreError, match="schema version 3 .found 1.; open it once with a writing command"):
         open_store(pg_url, read_only=True)
     assert raw(pg_url, "SELECT MAX(version) FROM memcompile_schema")[0] == [(1,)]  # the read changed nothing
     store = open_store(pg_url)
@@ -309,7 +309,7 @@ def test_a_version_1_store_gains_the_import_job_table_in_place(pg_url):
         assert store.import_job("ns", "ab" * 16)[0] == '{"state": "running"}'
     finally:
         store.close()
-    assert raw(pg_url, "SELECT version FROM memcompile_schema ORDER BY version")[0] == [(1,), (2,)]
+    assert raw(pg_url, "SELECT version FROM memcompile_schema ORDER BY version")[0] == [(1,), (2,), (3,)]
     assert check_store(pg_url).ok
 
 

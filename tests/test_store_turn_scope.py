@@ -61,7 +61,7 @@ def test_a_version_4_store_is_upgraded_in_place_and_keeps_its_turns(tmp_path):
         "PRAGMA user_version = 4;")
     con.close()
     with MemoryStore(path) as store:
-        assert store.stats()["schema_version"] == SCHEMA_VERSION == 5
+        assert store.stats()["schema_version"] == SCHEMA_VERSION == 6
         (p,) = store.packets("u")
         assert p.content.startswith("I moved") and p.agent_id is None
         store.ingest(Conversation(namespace="u", sessions=(Session(index=1, session_id="s1", time="2026-05-01", turns=(

@@ -32,6 +32,7 @@ from memcompile_local.pipeline.presets import apply_preset
 from memcompile_local.fused.channels import fused_scores
 from memcompile_local.fused.index import FusionIndex
 from memcompile_local.llm.client import LLMClient, NoModelBackend
+from memcompile_local import memory as memory_module
 from memcompile_local.memory import Memory
 from memcompile_local.address.lexical_growth import GrowingLexicalIndex
 from memcompile_local.pipeline.compile import compile_context
@@ -132,9 +133,12 @@ def test_incremental_load_after_appends_equals_a_load_from_scratch(tmp_path, mon
     real_stem = fused.stem_terms
     # The fused index stems through fused.stem_terms; count what one view load stems.
     monkeypatch.setattr(fused, "stem_terms", lambda text: stemmed.append(text) or real_stem(text))
+    # The whole-load path is what this test checks: the catch-up that would grow the view
+    # instead (views/catchup.py) is tests/test_view_catchup.py's.
+    monkeypatch.setattr(memory_module, "catch_up", lambda *a, **k: None)
     for batch in APPENDS:
         before = live.view("u")
-        live.add("u", batch, in_place=False)  # the reload path is what this test checks
+        live.add("u", batch, in_place=False)
         stemmed.clear()
         view = live.view("u")
         stemmed_by_load = len(stemmed)
@@ -399,11 +403,13 @@ def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fu
     adopted = live.view("u")
     cells_then = store.cells("u", lid)
     assert not adopted.index.built
-    # The next load from the store (after a plain add) reuses what the appends remembered.
+    # After a plain add (stored, not built: as another process's CLI leaves it) the next view
+    # builds that turn in place and grows the view by it (views/catchup.py): no load either.
+    built = live._appender.built_in_place
     live.add("u", [{"time": "2024-07-01 09:00", "id": "s4", "turns": [
         {"speaker": "Kofi", "text": "Ama opened the second shop in Accra.", "id": "d1"}]}], in_place=False)
     same_selection(selection(live, "u"), selection(memory(store, cfg), "u"))
-    assert loads == ["u"]
+    assert loads == [] and live._appender.built_in_place == built + 1
     assert store.cells("u", lid) != cells_then and list(adopted.index.cells) == list(cells_then)
     plain_store.close()
     store.close()
@@ -436,9 +442,10 @@ def test_an_append_in_place_counts_the_words_of_its_new_turns_only(tmp_path, mon
 
 
 def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_path, monkeypatch):
-    """A write by another connection (another server process) after the view was loaded, even
-    between the append's plan and its transaction, or a build lease another process holds,
-    must leave the append to the plain path: the next search loads the view from the store."""
+    """A write by another connection (another server process) after the view was loaded is
+    built and caught up with first (views/catchup.py); one between the append's plan and its
+    transaction, or a build lease another process holds, must leave the append to the plain
+    path: the next search grows or loads the view from the store."""
     path = tmp_path / "m.sqlite"
     store = MemoryStore(path)
     cfg = config()
@@ -449,11 +456,12 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
     other = memory(other_store, cfg)
     other.add("u", APPENDS[0])  # before the append: the held view is no longer current
     app = appender(live)
-    assert app.add("u", as_conversation(store, "u", APPENDS[1])) is None
-    assert app.in_place == 0 and app.declined == 1
-    assert store.packet_count("u") == 7  # nothing of the declined append was stored
-    live.add("u", APPENDS[1])
+    # Stored but not built by the other process: built here first (that turn alone), then
+    # this append goes in place after it.
+    assert app.add("u", as_conversation(store, "u", APPENDS[1])) is not None
+    assert app.built_in_place == 1 and app.in_place == 1 and app.declined == 0
     assert {"b4", "b5", "b6"} <= set(live.view("u").packets_by_id)
+    same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     # Between the plan (made from the held view) and the transaction.
     real_plan = live.views.loader.plan_append
 
@@ -464,7 +472,7 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
         return plan
 
     monkeypatch.setattr(live.views.loader, "plan_append", plan_then_other_writes)
-    assert app.add("u", as_conversation(store, "u", APPENDS[2])) is None and app.declined == 2
+    assert app.add("u", as_conversation(store, "u", APPENDS[2])) is None and app.declined == 1
     monkeypatch.undo()
     assert store.get_packet("u", "c1") is None
     assert live.cached_view("u", generation=store.generation("u")) is None
@@ -475,10 +483,10 @@ def test_an_append_after_another_connection_wrote_is_loaded_from_the_store(tmp_p
     # Another process is building the namespace (holds its lease): declined, nothing stored.
     assert build_queue(other_store).acquire("u", "other-process", lease_s=60)
     batch = [{"time": "2024-07-01 09:00", "id": "s4", "turns": [{"speaker": "Ines", "text": "Congrats!", "id": "d2"}]}]
-    assert app.add("u", as_conversation(store, "u", batch)) is None and app.declined == 3
+    assert app.add("u", as_conversation(store, "u", batch)) is None and app.declined == 2
     assert store.get_packet("u", "d2") is None and live.cached_view("u", generation=store.generation("u"))
     build_queue(other_store).release("u", "other-process")
-    assert app.add("u", as_conversation(store, "u", batch)) is not None and app.in_place == 1
+    assert app.add("u", as_conversation(store, "u", batch)) is not None and app.in_place == 2
     same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
     other_store.close()
     store.close()
@@ -516,6 +524,33 @@ def test_a_failed_append_leaves_the_old_view_serving(tmp_path, monkeypatch):
     # The same append then goes through in place.
     assert app.add("u", as_conversation(store, "u", APPENDS[0])).added == 1 and app.in_place == 1
     same_view(live.view("u"), memory(store, cfg).view("u"), cfg)
+    store.close()
+
+
+def test_appended_rows_share_the_old_matrix_s_buffer_and_never_write_rows_a_view_holds(tmp_path):
+    """The packet matrix of a view grown in place is a longer head of its base's buffer (no
+    copy of the history per append), while the base's own rows stay as they were; a second
+    plan from the same base (a plan that was not adopted, a racing one) gets rows of its own."""
+    store = MemoryStore(tmp_path / "m.sqlite")
+    cfg = config()
+    live = memory(store, cfg)
+    live.add("u", FIRST)
+    live.view("u")
+    app = appender(live)
+    app.add("u", as_conversation(store, "u", APPENDS[0]))  # the first append copies, with room
+    base = live.view("u")
+    kept = base.packet_matrix.copy()
+    loader, spec = live.views.loader, live.spec
+    turn = lambda pid, text, ordinal: dataclasses.replace(  # noqa: E731
+        base.packets[-1], packet_id=pid, content=text, ordinal=ordinal)
+    first = loader.plan_append(spec, store, live.embedder, "u", base, [turn("z1", "The kiln cracked.", 100)], {})
+    second = loader.plan_append(spec, store, live.embedder, "u", base, [turn("z2", "A tram to Tartu.", 100)], {})
+    assert np.shares_memory(first.packet_matrix, base.packet_matrix)
+    assert not np.shares_memory(second.packet_matrix, base.packet_matrix)
+    assert np.array_equal(base.packet_matrix, kept)
+    for plan in (first, second):
+        assert np.array_equal(plan.packet_matrix[: len(base.packets)], kept)
+    assert not np.array_equal(first.packet_matrix[-1], second.packet_matrix[-1])
     store.close()
 
 
@@ -571,8 +606,40 @@ def test_a_grown_bm25_index_scores_as_one_built_afresh():
             corpus[i] = tokens
         corpus.append(docs[600 + step])
     fresh = LexicalIndex(corpus)
-    assert grown.n_docs == fresh.n_docs == 700
+    rebuilt = GrowingLexicalIndex.from_tokens(corpus)
+    assert grown.n_docs == fresh.n_docs == rebuilt.n_docs == 700
     for _ in range(200):
         query = [rng.choice(words + ["new3", "new6", "absent"]) for _ in range(rng.randint(1, 8))]
         assert np.allclose(grown.scores(query), fresh.scores(query), rtol=1e-12, atol=0)
         assert [i for i, _ in grown.top_k(query, 20)] == [i for i, _ in fresh.top_k(query, 20)]
+        # the same float operations per posting as an index made from the final corpus
+        assert np.array_equal(grown.scores(query), rebuilt.scores(query))
+
+
+@pytest.mark.parametrize("min_merge", [8, 10**9])
+def test_a_grown_bm25_index_with_and_without_merges_equals_one_made_from_the_final_corpus(monkeypatch, min_merge):
+    """Appends that keep a delta beside the base (never merged) and appends merged into the
+    base every few steps give, bit for bit, the index of the final corpus; the index grown
+    from still scores as it did."""
+    from memcompile_local.address import lexical_growth
+
+    monkeypatch.setattr(lexical_growth, "MIN_MERGE", min_merge)
+    rng = random.Random(7)
+    words = [f"t{i}" for i in range(80)]
+    corpus = [[rng.choice(words) for _ in range(rng.randint(0, 12))] for _ in range(40)]
+    grown = GrowingLexicalIndex.from_tokens(corpus)
+    merges = 0
+    for step in range(60):
+        replaced = {rng.randrange(len(corpus)): [rng.choice(words) for _ in range(rng.randint(0, 6))] + [f"n{step}"]}
+        appended = [[rng.choice(words) for _ in range(rng.randint(0, 12))] for _ in range(rng.randint(0, 3))]
+        previous, before = grown, grown.scores(words[:5])
+        grown = grown.grown(replaced, appended)
+        merges += grown._delta is None
+        for i, tokens in replaced.items():
+            corpus[i] = tokens
+        corpus += appended
+        rebuilt = GrowingLexicalIndex.from_tokens(corpus)
+        for query in (words[:5], [f"n{step}", "t3", "t3"], [rng.choice(words) for _ in range(4)], ["absent"]):
+            assert np.array_equal(grown.scores(query), rebuilt.scores(query)), step
+        assert np.array_equal(previous.scores(words[:5]), before)
+    assert (merges > 0) == (min_merge == 8)

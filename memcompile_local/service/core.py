@@ -36,6 +36,7 @@ from ..pipeline.presets import PRESETS, apply_presets
 from ..store import is_database_url, open_store
 from ..store.factory import sqlite_path
 from ..types import Conversation, Session, Turn
+from ..views.catchup import follow_change
 from ..views.pending import PartialViews, pending_turns
 from ..views.record import MemoryView
 from ..llm.registry import embedder_kwargs, load_embedder
@@ -146,13 +147,15 @@ class MemoryService:
         self.importer = Importer(self, status, owner_alive)
 
     def _store_changed(self, namespace: str, generation: int) -> None:
-        """Another process committed ``generation`` of ``namespace``: drop each held view of it
-        that is older."""
+        """Another process committed ``generation`` of ``namespace``: catch each older view held
+        of it up with what the store's change log says was appended, or drop it when the log
+        does not explain the write (``views.catchup.follow_change``)."""
         for mem in [self.memory, *list(self._presets.values())]:
             held = mem.views.held(namespace, mem.spec)
             if held is not None and held[1] < generation:
-                mem.views.drop(namespace)
-                log.debug("dropped the view of %s (generation %d < %d)", namespace, held[1], generation)
+                kept = follow_change(mem.views, mem.spec, mem.store, mem.embedder, namespace)
+                log.debug("%s the view of %s (generation %d < %d)", "caught up" if kept else "dropped",
+                          namespace, held[1], generation)
 
     def close(self) -> None:
         self.importer.close()
@@ -291,7 +294,12 @@ class MemoryService:
         namespace instead). Embeddings are left to the next view load: ``Memory.view`` embeds
         whatever packet and context documents are missing on every load anyway, so embedding
         here as well would compute every document key of the memory twice per append.
+        Turns another process stored after this server's current view are built in place
+        instead when nothing else changed (``InPlaceAppend.build_stored``): their claims, Cells
+        and vectors only, and the view grows without a load.
         """
+        if self.appender.build_stored(ns):
+            return True
         if not self._acquire_lease(ns, wait_s):
             return False
         try:

@@ -9,10 +9,16 @@ session indexes an append numbers its sessions with).
 Every write moves the namespace's generation (``generation``), so a cached view of a
 namespace is checked against the store rather than trusted. ``transaction()`` groups writes
 into one commit; nested use joins the outer transaction.
+
+Every write also records what it did in the namespace's change log, in the same transaction
+(``ChangeStep``): a process holding a view of an older generation asks ``changes_since`` and,
+when the log says only appends happened since (and what is derived from them), reads only the
+new turns instead of the whole namespace (``views/catchup.py``).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol, Sequence, TypedDict, runtime_checkable
 
@@ -51,6 +57,94 @@ class IngestResult:
     namespace: str
     added: int
     skipped: int
+
+
+CHANGE_KINDS = ("append", "extract", "cells", "embed", "meta", "capsules", "delete")
+"""What a change-log entry (``ChangeStep.kind``) may say a write did to a namespace:
+
+- ``append``: packets added, ordinals ``first_ordinal`` .. ``last_ordinal``;
+- ``extract``: descriptors written for packets of descriptor set ``detail``, the lowest of
+  their ordinals in ``first_ordinal``, the highest in ``last_ordinal``;
+- ``cells``: Cells written (layout ``detail``; ``cell_ids`` the ids of the Cells written or
+  deleted, None when the whole layout was replaced); ``embed``: vectors linked to keys;
+  ``meta``: a meta value set; ``capsules``: the retained capsules replaced;
+- ``delete``: a turn deleted with what was derived from it (``Store.delete_rows``).
+
+A forget leaves no entry: it deletes the namespace's log with the rest, so the log of the
+namespace made again under the name starts from nothing (``ChangeStep.previous`` None)."""
+
+
+@dataclass(frozen=True)
+class ChangeStep:
+    """One entry of a namespace's change log: what one generation step wrote.
+
+    ``previous`` is the namespace's generation before the step (None: it had none). A step
+    may hold several entries (on PostgreSQL a transaction is one step, whatever it wrote); they
+    share ``generation`` and ``previous``."""
+
+    generation: int
+    previous: int | None
+    kind: str  # one of CHANGE_KINDS
+    detail: str = ""
+    first_ordinal: int | None = None
+    last_ordinal: int | None = None
+    cell_ids: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ChangesSince:
+    """What a namespace's store holds past a view's generation and last ordinal, read in one
+    snapshot (``Store.changes_since``): the change log from that generation to ``generation``,
+    the packets after the ordinal, their descriptors of one set, and which of them that set
+    has extracted (a packet with no claims has its marker and no descriptor).
+
+    With a layout asked for: ``cell_ids``, the ids of its Cells written or deleted since (None
+    when some write replaced the whole layout), and ``cells``, those of them stored now."""
+
+    generation: int
+    steps: tuple[ChangeStep, ...]
+    packets: tuple[SourcePacket, ...]
+    descriptors: tuple[Descriptor, ...]
+    extracted: frozenset[str]
+    cell_ids: frozenset[int] | None = None
+    cells: tuple[Cell, ...] = ()
+
+
+def chain_steps(since: int, current: int, rows: Sequence[ChangeStep]) -> tuple[ChangeStep, ...] | None:
+    """``rows`` (the log entries after generation ``since``, by generation) when they lead
+    from ``since`` to ``current`` without a gap, each step's ``previous`` being the step before
+    it; None when they do not (entries pruned, a forget, a write of a version that kept no log)."""
+    expected, step_previous = since, None
+    for row in rows:
+        if row.generation == expected and expected != since:
+            if row.previous != step_previous:  # another entry of the step just checked must agree
+                return None
+            continue
+        if row.generation <= expected or row.previous != expected:
+            return None
+        expected, step_previous = row.generation, row.previous
+    return tuple(rows) if expected == current else None
+
+
+def written_cells(steps: Sequence[ChangeStep], layout_id: str | None) -> frozenset[int] | None:
+    """The ids of ``layout_id``'s Cells that ``steps`` wrote or deleted; None when one of them
+    replaced the whole layout, or no layout is asked for."""
+    if layout_id is None:
+        return None
+    ids: set[int] = set()
+    for step in steps:
+        if step.kind == "cells" and step.detail == layout_id:
+            if step.cell_ids is None:
+                return None
+            ids.update(step.cell_ids)
+    return frozenset(ids)
+
+
+def cell_ids_of(text: str | None) -> tuple[int, ...] | None:
+    """A change-log entry's ``cell_ids`` column (a JSON list of ints, or NULL) as a tuple."""
+    if text is None:
+        return None
+    return tuple(int(i) for i in json.loads(text))
 
 
 class StoreInventory(TypedDict):
@@ -120,6 +214,11 @@ class Store(Protocol):
     def delete_rows(self, plan: Any, *, wait_s: float | None = None) -> ForgetResult: ...  # a build.deletion.DeletionPlan
 
     def forget(self, namespace: str, *, wait_s: float | None = None) -> ForgetResult: ...
+
+    # What changed since a view was read (see ChangesSince); None when the change log does not
+    # lead from ``generation`` to now (or the store keeps none): the caller reads it all again.
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int, descriptor_set: str,
+                      layout_id: str | None = None) -> ChangesSince | None: ...
 
     def stats(self, namespace: str | None = None) -> dict: ...
 

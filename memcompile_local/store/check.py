@@ -114,6 +114,7 @@ TABLE_SCANS: dict[str, tuple[str, tuple[int, ...], Callable[[tuple], None] | Non
     "meta": ("namespace, key, value", (0, 1), None),
     "capsules": ("namespace, capsule_id, writer, budget, body", (0, 1), _decode_json_columns(4)),
     "generations": ("namespace, generation", (0,), None),
+    "changes": ("namespace, generation, previous, kind, detail, first_ordinal, last_ordinal", (0, 1, 3, 4), None),
     "counters": ("name, value", (0,), None),
 }
 

@@ -14,10 +14,11 @@ import sqlite3
 from ..errors import StoreError
 from .ledger import LEDGER_SCHEMA_SQL, LEDGER_TABLES
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Value of ``PRAGMA user_version`` written by this code; a larger value is refused.
 
-Version 4 added the ``capsules`` table (budgeted pre-query retention, retention/).
+Version 6 added the ``changes`` table (each namespace's change log, ``store.base.ChangeStep``).
+Version 5 let a turn carry an agent id and metadata. Version 4 added the ``capsules`` table (budgeted pre-query retention, retention/).
 
 Version 2 added the ``generations`` and ``counters`` tables. Version 3 made embeddings
 content-addressed: one ``vectors`` row per (vector space, content address), and ``embeddings``
@@ -163,8 +164,31 @@ CREATE TABLE capsules (
 ) WITHOUT ROWID;
 """
 
+# Each namespace's change log (version 6): one row per (generation step, kind of write, detail),
+# written in the transaction of the write it describes (``store.base.ChangeStep``). ``previous``
+# chains a step to the one before, so a reader can tell a complete log from one with a gap;
+# ``cell_ids`` lists the Cells a ``cells`` write changed (JSON; NULL: the whole layout).
+# Only the last CHANGE_LOG_KEEP steps of a namespace are kept; a forget deletes them all.
+CHANGES_SCHEMA_SQL = """
+CREATE TABLE changes (
+    namespace      TEXT NOT NULL,
+    generation     INTEGER NOT NULL,
+    previous       INTEGER,
+    kind           TEXT NOT NULL,
+    detail         TEXT NOT NULL,
+    first_ordinal  INTEGER,
+    last_ordinal   INTEGER,
+    cell_ids       TEXT,
+    PRIMARY KEY (namespace, generation, kind, detail)
+) WITHOUT ROWID;
+"""
+
+CHANGE_LOG_KEEP = 1024
+"""Generation steps of one namespace kept in its change log; a view older than the oldest kept
+step is read again whole (its catch-up cannot tell what happened before)."""
+
 SCHEMA_SQL = (MEMORY_SCHEMA_SQL + EMBEDDING_SCHEMA_SQL + LEDGER_SCHEMA_SQL + GENERATION_SCHEMA_SQL
-              + CAPSULE_SCHEMA_SQL)
+              + CAPSULE_SCHEMA_SQL + CHANGES_SCHEMA_SQL)
 """Every statement that makes an empty file a store of :data:`SCHEMA_VERSION`."""
 
 # Statements that turn a version-1 file into a version-2 one (the generation tables, and one
@@ -191,7 +215,8 @@ VERSION_1_TABLES = frozenset(
 )
 VERSION_2_TABLES = VERSION_1_TABLES | {"generations", "counters"}
 VERSION_3_TABLES = VERSION_2_TABLES | {"vectors"}
-OUR_TABLES = VERSION_3_TABLES | {"capsules"}
+VERSION_5_TABLES = VERSION_3_TABLES | {"capsules"}
+OUR_TABLES = VERSION_5_TABLES | {"changes"}
 """The tables every store of :data:`SCHEMA_VERSION` has (other tables, e.g. the service's, may exist)."""
 
 
@@ -226,7 +251,8 @@ def inspect_schema(c: sqlite3.Connection, path: str) -> int:
         raise StoreError(
             f"{path}: application_id {app:#x} is not a memcompile-local store (expected {APPLICATION_ID:#x})"
         )
-    missing = ({1: VERSION_1_TABLES, 2: VERSION_2_TABLES, 3: VERSION_3_TABLES}.get(version, OUR_TABLES)) - tables
+    missing = ({1: VERSION_1_TABLES, 2: VERSION_2_TABLES, 3: VERSION_3_TABLES, 4: VERSION_5_TABLES,
+                5: VERSION_5_TABLES}.get(version, OUR_TABLES)) - tables
     if version == 0 or missing:
         raise StoreError(f"{path}: store is missing tables {sorted(missing) or sorted(OUR_TABLES)}")
     return int(version)
@@ -264,4 +290,10 @@ def upgrade_schema(c: sqlite3.Connection, version: int) -> None:
             if column not in have:
                 c.execute(f"ALTER TABLE packets ADD COLUMN {column} TEXT")
         version = 5
+    if version == 5:
+        # Version 6: the change log. It starts empty: a view loaded before the upgrade is read
+        # again whole once, and every write from now on is logged.
+        for stmt in _statements(CHANGES_SCHEMA_SQL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS")):
+            c.execute(stmt)
+        version = 6
     c.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

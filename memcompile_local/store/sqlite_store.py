@@ -67,13 +67,14 @@ from .codecs import (
     vector_rows,
     vector_from_blob,
 )
-from .base import ForgetResult, IngestResult
+from .base import ChangesSince, ChangeStep, ForgetResult, IngestResult, cell_ids_of, chain_steps, written_cells
 from .check import damaged_rows
 from .connection import StoreConnection
 from .ledger import RequestLedger
 from .queue import BuildQueue
 from .namespace import validate_namespace
-from .schema import APPLICATION_ID, SCHEMA_SQL, SCHEMA_VERSION, create_schema, inspect_schema, upgrade_schema
+from .schema import (APPLICATION_ID, CHANGE_LOG_KEEP, SCHEMA_SQL, SCHEMA_VERSION, create_schema, inspect_schema,
+                     upgrade_schema)
 
 logger = logging.getLogger(__name__)
 
@@ -198,21 +199,52 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         )
 
     @staticmethod
-    def _bump(c: sqlite3.Connection, namespace: str) -> int:
+    def _bump(c: sqlite3.Connection, namespace: str, kind: str, detail: str = "",
+              first_ordinal: int | None = None, last_ordinal: int | None = None,
+              cell_ids: Sequence[int] | None = None) -> int:
         """Give ``namespace`` a new generation inside the caller's write transaction; return it.
 
         The value comes from one store-wide counter, so it is larger than every generation any
         namespace has had, including the generations of a namespace that was forgotten and made
-        again under the same name.
+        again under the same name. The step is entered in the namespace's change log
+        (``store.base.ChangeStep``: ``kind``, ``detail`` and the ordinals it touched), chained to
+        the generation it replaces, in the same transaction; ``cell_ids``: the Cells a ``cells``
+        write changed (None: the whole layout).
         """
+        before = c.execute("SELECT generation FROM generations WHERE namespace = ?", (namespace,)).fetchone()
         c.execute("UPDATE counters SET value = value + 1 WHERE name = 'generation'")
-        value = c.execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()[0]
+        value = int(c.execute("SELECT value FROM counters WHERE name = 'generation'").fetchone()[0])
         c.execute(
             "INSERT INTO generations (namespace, generation) VALUES (?, ?) "
             "ON CONFLICT (namespace) DO UPDATE SET generation = excluded.generation",
             (namespace, value),
         )
-        return int(value)
+        c.execute(
+            "INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, last_ordinal, "
+            "cell_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (namespace, value, None if before is None else before[0], kind, detail, first_ordinal, last_ordinal,
+             None if cell_ids is None else json.dumps(sorted(cell_ids))),
+        )
+        # Only the namespace's last CHANGE_LOG_KEEP steps are kept: one seek down the index.
+        c.execute(
+            "DELETE FROM changes WHERE namespace = ? AND generation < (SELECT generation FROM changes "
+            "WHERE namespace = ? ORDER BY generation DESC LIMIT 1 OFFSET ?)",
+            (namespace, namespace, CHANGE_LOG_KEEP - 1),
+        )
+        return value
+
+    @staticmethod
+    def _extracted_ordinals(c: sqlite3.Connection, ns: str, packet_ids: Sequence[str]) -> tuple[int | None, int | None]:
+        """(lowest, highest) ordinal of ``packet_ids`` in ``ns`` (inside the caller's transaction)."""
+        lo = hi = None
+        for part in chunks(list(packet_ids)):
+            marks = ",".join("?" * len(part))
+            a, b = c.execute(f"SELECT MIN(ordinal), MAX(ordinal) FROM packets WHERE namespace = ? "
+                             f"AND packet_id IN ({marks})", (ns, *part)).fetchone()
+            if a is not None:
+                lo = a if lo is None else min(lo, a)
+                hi = b if hi is None else max(hi, b)
+        return lo, hi
 
     def generation(self, namespace: str) -> int:
         """A number that changes whenever anything a view of ``namespace`` reads is written.
@@ -232,6 +264,56 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         if row is None or not isinstance(row[0], int):
             raise StoreError(f"{self.path}: table generations/counters, namespace {ns!r}: damaged generation")
         return int(row[0])
+
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int, descriptor_set: str,
+                      layout_id: str | None = None) -> ChangesSince | None:
+        """What ``namespace`` holds beyond a view of ``generation`` whose last packet has
+        ordinal ``after_ordinal`` (``store.base.ChangesSince``), read in one snapshot; None when
+        the change log does not lead from ``generation`` to the current one (entries pruned, a
+        forget, a file written before the log existed). With ``layout_id``, also the Cells of
+        that layout written since. Costs the new rows, not the namespace."""
+        ns = validate_namespace(namespace)
+        since = require_int(generation, "generation", minimum=0)
+        after = require_int(after_ordinal, "after_ordinal", minimum=-1)
+        dset = require_str(descriptor_set, "descriptor_set")
+        lid = None if layout_id is None else require_str(layout_id, "layout_id")
+        with self._read("changes") as c:
+            row = c.execute("SELECT generation FROM generations WHERE namespace = ?", (ns,)).fetchone()
+            if row is None:  # nothing stored (forgotten): no log leads anywhere
+                return None
+            current = int(row[0])
+            rows = [ChangeStep(*r[:6], cell_ids=cell_ids_of(r[6])) for r in c.execute(
+                "SELECT generation, previous, kind, detail, first_ordinal, last_ordinal, cell_ids FROM changes "
+                "WHERE namespace = ? AND generation > ? ORDER BY generation, kind, detail", (ns, since))]
+            steps = chain_steps(since, current, rows)
+            if steps is None:
+                return None
+            if current == since:
+                return ChangesSince(current, (), (), (), frozenset(), written_cells((), lid))
+            packets = [packet_from_row(r) for r in c.execute(
+                f"SELECT {PACKET_COLS} FROM packets WHERE namespace = ? AND ordinal > ? ORDER BY ordinal", (ns, after))]
+            descriptors: list[Descriptor] = []
+            extracted: set[str] = set()
+            if packets:
+                # From the new packets into the per-packet indexes (CROSS JOIN fixes that order,
+                # so the set's other descriptors are never scanned).
+                descriptors = [descriptor_from_row(r, dset) for r in c.execute(
+                    f"SELECT {DESCRIPTOR_COLS} FROM packets p CROSS JOIN descriptors d "
+                    "ON d.namespace = p.namespace AND d.descriptor_set = ? AND d.packet_id = p.packet_id "
+                    "WHERE p.namespace = ? AND p.ordinal > ? "
+                    "ORDER BY p.ordinal, d.claim_index, d.descriptor_id", (dset, ns, after))]
+                extracted = {r[0] for r in c.execute(
+                    "SELECT m.packet_id FROM packets p CROSS JOIN extraction_markers m "
+                    "ON m.namespace = p.namespace AND m.descriptor_set = ? AND m.packet_id = p.packet_id "
+                    "WHERE p.namespace = ? AND p.ordinal > ?", (dset, ns, after))}
+            written, cells = written_cells(steps, lid), []
+            for part in chunks(sorted(written or ())):
+                marks = ",".join("?" * len(part))
+                cells += [cell_from_row(r, ns, lid) for r in c.execute(
+                    f"SELECT {CELL_COLS} FROM cells WHERE namespace = ? AND layout_id = ? AND cell_id IN ({marks}) "
+                    "ORDER BY cell_id", (ns, lid, *part))]
+        return ChangesSince(current, steps, tuple(packets), tuple(descriptors), frozenset(extracted), written,
+                            tuple(cells))
 
     # ---------------------------------------------------------------- namespaces / packets
 
@@ -283,7 +365,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         added = skipped = 0
         self._register(c, ns)
         row = c.execute("SELECT MAX(ordinal) FROM packets WHERE namespace = ?", (ns,)).fetchone()
-        next_ordinal = 0 if row[0] is None else row[0] + 1
+        next_ordinal = first_ordinal = 0 if row[0] is None else row[0] + 1
         for session, turn in conversation.iter_turns():
             pid = require_str(turn.packet_id, "Turn.packet_id")
             where = f"namespace {ns!r}, packet {pid!r}"
@@ -309,7 +391,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             next_ordinal += 1
             added += 1
         if added:
-            self._bump(c, ns)
+            self._bump(c, ns, "append", "", first_ordinal, next_ordinal - 1)
         return added, skipped
 
     def packets(self, namespace: str) -> list[SourcePacket]:
@@ -368,7 +450,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         with self._write() as c:
             for pid, rows in prepared:
                 self._save_extraction_rows(c, ns, dset, pid, rows)
-            self._bump(c, ns)
+            self._bump(c, ns, "extract", dset, *self._extracted_ordinals(c, ns, [pid for pid, _ in prepared]))
 
     def _save_extraction_rows(self, c: sqlite3.Connection, ns: str, dset: str, pid: str, rows: list) -> None:
         """One packet's descriptors and marker, inside the caller's write transaction."""
@@ -447,7 +529,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                 raise StoreError(
                     f"{self.path}: layout {lid!r} of {ns!r} has a repeated cell_id ({exc})"
                 ) from exc
-            self._bump(c, ns)
+            self._bump(c, ns, "cells", lid, cell_ids=None if gone is None else {*gone, *(r[2] for r in rows)})
 
     def cells(self, namespace: str, layout_id: str) -> list[Cell]:
         """The cells of ``layout_id`` in ``namespace``, ordered by cell_id."""
@@ -514,7 +596,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             # A replaced vector that nothing points at any more goes (no stale copies in the file).
             self._drop_unreferenced(c, sorted(replaced - set(ids.values())))
             if keys:
-                self._bump(c, ns)
+                self._bump(c, ns, "embed")
 
     @staticmethod
     def _drop_unreferenced(c: sqlite3.Connection, vector_ids: Sequence[int] | None = None) -> int:
@@ -583,7 +665,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
         with self._write() as c:
             self._register(c, ns)
             c.execute("INSERT OR REPLACE INTO meta (namespace, key, value) VALUES (?, ?, ?)", (ns, k, v))
-            self._bump(c, ns)
+            self._bump(c, ns, "meta")
 
     # ---------------------------------------------------------------- capsules
 
@@ -597,7 +679,7 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             c.execute("DELETE FROM capsules WHERE namespace = ?", (ns,))
             c.executemany("INSERT INTO capsules (namespace, capsule_id, writer, budget, body) VALUES (?, ?, ?, ?, ?)",
                           rows)
-            self._bump(c, ns)
+            self._bump(c, ns, "capsules")
 
     def inventory(self, namespace: str) -> dict[str, Any]:
         """The names of ``namespace``'s derived rows (``base.StoreInventory``), sorted, in one read."""
@@ -670,6 +752,8 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
                         ("namespaces", "DELETE FROM namespaces WHERE namespace = ?"),
                         ("generations", "DELETE FROM generations WHERE namespace = ?"),
                     )
+                    # Its change log goes too (not counted: it holds ordinals and names of sets, no text).
+                    c.execute("DELETE FROM changes WHERE namespace = ?", (ns,))
                     for table, sql in steps:
                         counts[table] = c.execute(sql, (ns,)).rowcount
                     # Content-addressed vectors go with their last reference (others still share them).
@@ -964,9 +1048,11 @@ class MemoryStore(StoreConnection, RequestLedger, BuildQueue):
             counts["capsules"] = c.execute(
                 "DELETE FROM capsules WHERE namespace = ? AND EXISTS "
                 "(SELECT 1 FROM json_each(capsules.body, '$.sources') WHERE value = ?)", (ns, pid)).rowcount
+            ordinal = c.execute("SELECT ordinal FROM packets WHERE namespace = ? AND packet_id = ?",
+                                (ns, pid)).fetchone()[0]
             counts["packets"] = c.execute("DELETE FROM packets WHERE namespace = ? AND packet_id = ?",
                                           (ns, pid)).rowcount
-            self._bump(c, ns)
+            self._bump(c, ns, "delete", "", ordinal, ordinal)
             # As in forget: until the scrub is done, copies of the deleted text remain.
             c.execute("INSERT OR REPLACE INTO counters (name, value) VALUES ('scrub_pending', 1)")
         complete = self.scrub(wait_s=wait_s)

@@ -13,8 +13,10 @@ keyed by a text that did not change:
 
 The BM25 statistics are rebuilt from the token lists on every load (they depend on every
 document). The ``AddressIndex`` (Cell routing and descriptor BM25) is built on first use
-only (``LazyAddressIndex``): the fused, model-free path never reads it unless a trace, the
-representative-claim view or an LLM selector asks for it.
+only (``LazyAddressIndex``), and the Cells are read then: the fused, model-free path never
+reads them unless a trace, the representative-claim view or an LLM selector asks for it.
+What the first question would otherwise build while it waits (the learned ranker's per-turn
+table, a local embedding model) is made at the end of the load (``warm_up``).
 
 Nothing is reused by position or by generation: a key names the exact text a result was
 computed from, so a view loaded this way equals one built from scratch. The generation the
@@ -24,7 +26,9 @@ caller keys the view on is read before the data of the final pass.
 append itself (``views/append.py``): the new view is derived from the last one and the new
 packets, without reading the namespace, with the BM25 counts grown in place
 (``address/lexical_growth.py``). It equals a load from scratch field by field, BM25 scores up to float64
-rounding (``tests/test_view_load.py``).
+rounding (``tests/test_view_load.py``). ``plan_catch_up`` does the same for appends another
+process wrote, reading only the rows after the view's last turn, when the store's change log
+says nothing else changed (``views/catchup.py``, ``tests/test_view_catchup.py``).
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ from ..address.layouts import build_layout
 from ..build.spec import BuildSpec
 from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_document_keys, context_model_id,
                             embedding_model_id, is_unread_key, raw_document_keys, raw_model_id, text_address)
-from ..config import FusionConfig
-from ..fused.features import grow_turn_table
+from ..config import FusionConfig, PipelineConfig
+from ..fused.features import grow_turn_table, turn_table
 from ..fused.index import (FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, grown_participants,
                            lexical_texts)
+from ..fused.ranker import load_model
+from ..fused.retriever import uses_learned_ranker
 from ..language.stemming import stem_terms
 from ..address.lexical_growth import GrowingLexicalIndex
 from ..protocols import Embedder
@@ -99,10 +105,35 @@ class LazyAddressIndex:
 
 @dataclasses.dataclass(frozen=True)
 class _Rows:
-    """One embedding kind of one load: store key -> row of ``matrix``."""
+    """One embedding kind of one load: store key -> row of ``matrix``; ``room``: the buffer
+    ``matrix`` is the head of, when later rows may be appended into it (``_grown_rows``)."""
 
     row_of: Mapping[str, int]
     matrix: np.ndarray
+    room: "_RowRoom | None" = None
+
+
+class _RowRoom:
+    """A float32 buffer with room for more rows than a view holds. A view's matrix is the
+    buffer's first ``n`` rows; an append whose rows all come after them writes them into the
+    free rows, so that the next view's matrix is a longer head of the same buffer instead of a
+    copy of the whole matrix. Rows a view holds are never written again: only the first
+    extension from a given length takes place (``claim``), any later one copies."""
+
+    def __init__(self, array: np.ndarray, used: int):
+        self.array = array
+        self.used = used
+        self._lock = threading.Lock()
+
+    def claim(self, n_old: int, rows: np.ndarray) -> np.ndarray | None:
+        """The buffer's first ``n_old + len(rows)`` rows with ``rows`` written after the first
+        ``n_old``, or None when rows after ``n_old`` were claimed already or do not fit."""
+        with self._lock:
+            if self.used != n_old or n_old + len(rows) > len(self.array):
+                return None
+            self.array[n_old:n_old + len(rows)] = rows
+            self.used = n_old + len(rows)
+            return self.array[:self.used]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,10 +148,11 @@ class _Memo:
     fusion: FusionParts  # the fused index's per-text results (stemmed documents, periods, terms)
     documents: Mapping[tuple, str]  # (packet, its descriptors) -> packet document z(p)
     # What an append in place (``plan_append``) extends: the view this memo made, the
-    # generation it is keyed on, and its packets' lexical documents (None until computed).
+    # generation it is keyed on, and the lexical documents of its last packets, the ones the
+    # next append can change: (position of the first, their texts), None until computed.
     view: MemoryView | None = None
     generation: int | None = None
-    lexical_docs: tuple[str, ...] | None = None
+    lexical_docs: tuple[int, tuple[str, ...]] | None = None
 
 
 _EMPTY = _Memo((), {}, FusionParts(), {})
@@ -192,6 +224,10 @@ class ViewLoader:
         # first load of another namespace: LongMemEval haystacks share most sessions, and the
         # results are keyed by the exact text they were computed from (build/stages.py).
         self._shared_parts: dict[tuple, FusionParts] = {}
+        # How views were made (tests and figures read these): whole loads, and catch-ups that
+        # grew a remembered view by what the store's change log said was appended.
+        self.loads = 0
+        self.catch_ups = 0
 
     def drop(self, namespace: str, *, keep_shared: bool = False) -> None:
         """Forget what was remembered of ``namespace``. After a forget or a deleted turn the
@@ -212,7 +248,7 @@ class ViewLoader:
         """(the view of built ``namespace`` under ``spec``, the generation read before its
         data). Embeds any document not embedded yet; raises RuntimeError when an embedding is
         missing after that (a concurrent write; the caller may load again)."""
-        cfg, dset, lid, dense = spec.config, spec.descriptor_set, spec.layout_id, spec.dense
+        cfg, dset, dense = spec.config, spec.descriptor_set, spec.dense
         use_fusion, use_context, identity = spec.fusion, spec.context_vectors, spec.identity
         with self._lock:
             memo = self._memos.get(namespace, _EMPTY)
@@ -228,7 +264,6 @@ class ViewLoader:
             generation = store.generation(namespace)
             packets = store.packets(namespace)
             descriptors = store.descriptors(namespace, dset)
-            cells = store.cells(namespace, lid) if cfg.placement.layout != "flat" else []
             by_packet: dict[str, list[Descriptor]] = {}
             for d in descriptors:
                 by_packet.setdefault(d.packet_id, []).append(d)
@@ -270,10 +305,12 @@ class ViewLoader:
             fusion, parts = FusionIndex.build_reusing(packets, descriptors_by_packet, cfg.fusion,
                                                       packet_matrix=matrix, context_matrix=context,
                                                       previous=donor.fusion, raw_matrix=raw)
-        flat = cfg.placement.layout == "flat"
+        # The Cells too are read when the index is first built (the fused path never reads them):
+        # the stored ones while the namespace is still at this generation, else placed anew from
+        # this view's descriptors, which is what the stored Cells were (see ``adopt``).
         index = LazyAddressIndex(lambda: AddressIndex.build(
-            packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
-            placement=cfg.placement, routing=cfg.routing))
+            packets, descriptors, _cells_at(spec, store, namespace, generation, descriptors), matrix,
+            layout=cfg.placement.layout, placement=cfg.placement, routing=cfg.routing))
         view = MemoryView(
             namespace=namespace,
             packets=tuple(packets),
@@ -285,10 +322,13 @@ class ViewLoader:
             fusion=fusion,
         )
         # The memo holds this load's rows and texts only (one view's worth), not every old one.
+        log.debug("loaded the view of %s whole: %d turns, generation %d", namespace, len(packets), generation)
         with self._lock:
+            self.loads += 1
             self._memos[namespace] = _Memo(identity, rows, parts, documents, view, generation)
             if use_fusion:
                 self._shared_parts[identity] = parts
+        warm_up(view, cfg, embedder)
         return view, generation
 
     # ------------------------------------------------------------------ appends in place
@@ -385,6 +425,89 @@ class ViewLoader:
                           descriptors_by_packet=by_packet, packet_matrix=matrix, fusion=fusion,
                           memo=_Memo(identity, rows, parts, documents, None, None, lexical_docs))
 
+    # ------------------------------------------------------------------ catching up
+    def plan_catch_up(self, spec: BuildSpec, store: Store, embedder: Embedder | None,
+                      namespace: str) -> "CatchUp":
+        """What the store holds beyond this loader's last view of ``namespace``, as a plan to
+        grow that view in place (``adopt``), when the namespace's change log explains every
+        step since (``Store.changes_since``): appended turns, built under ``spec`` (extracted
+        by its descriptor set), and what is derived from them (Cells, vectors, meta values).
+
+        Reads the new packets, their descriptors and vectors only. Returns a ``CatchUp``:
+        ``plan`` None when the log does not explain the steps (the caller loads the namespace
+        whole), with ``deleted`` True when it says a turn was deleted or the namespace
+        forgotten (the caller drops what it holds of it), or ``unbuilt`` True when new turns
+        wait for a build under ``spec``. ``wrote``: vectors of new documents the store lacked
+        were embedded (as a load embeds them) and saved, which moved the generation again.
+        """
+        with self._lock:
+            memo = self._memos.get(namespace)
+        if memo is None or memo.view is None or memo.generation is None or memo.identity != spec.identity:
+            return CatchUp(None)
+        base = memo.view
+        if not base.packets:
+            return CatchUp(None)
+        after = base.packets[-1].ordinal
+        dset = spec.descriptor_set
+        got = store.changes_since(namespace, memo.generation, after_ordinal=after, descriptor_set=dset)
+        if got is None:
+            # No log from the view's generation to now: pruned, written before the log existed,
+            # or the namespace was forgotten (and perhaps made again).
+            return CatchUp(None, deleted=store.packet_count(namespace) == 0)
+        appended: set[int] = set()
+        for step in got.steps:
+            if step.kind == "delete":
+                return CatchUp(None, deleted=True)
+            if step.kind == "append":
+                if step.first_ordinal is None or step.last_ordinal is None or step.first_ordinal <= after:
+                    return CatchUp(None)
+                appended.update(range(step.first_ordinal, step.last_ordinal + 1))
+            elif step.kind == "extract":
+                # Descriptors of a turn the view holds, written again under this view's set: a
+                # re-extraction the view does not have.
+                if step.detail == dset and (step.first_ordinal is None or step.first_ordinal <= after):
+                    return CatchUp(None)
+            elif step.kind not in ("cells", "embed", "meta", "capsules"):
+                return CatchUp(None)  # a kind of write this code does not know
+        packets = list(got.packets)
+        if {p.ordinal for p in packets} != appended:
+            return CatchUp(None)
+        if any(p.packet_id not in got.extracted for p in packets):
+            return CatchUp(None, unbuilt=True)
+        if not packets:  # nothing the view reads changed (vectors linked, Cells placed, meta)
+            plan = AppendPlan(namespace=namespace, base=base, saves=(), packets=base.packets,
+                              descriptors_by_packet=base.descriptors_by_packet, packet_matrix=base.packet_matrix,
+                              fusion=base.fusion, memo=dataclasses.replace(memo, view=None, generation=None))
+            self._count_catch_up()
+            return CatchUp(plan, generation=got.generation)
+        found: dict[str, list[Descriptor]] = {}
+        for d in got.descriptors:
+            found.setdefault(d.packet_id, []).append(d)
+        plan = self.plan_append(spec, store, embedder, namespace, base, packets, found)
+        if plan is None:
+            with self._lock:
+                moved = self._memos.get(namespace, _EMPTY).view is not base
+            return CatchUp(None, raced=moved)  # another thread moved the view on meanwhile
+        # The vectors of the new documents: the writer saved them when it built in place; when
+        # it left them to the next load (the service's build in a request, a plain build
+        # without embedder) they are saved here, as a load saves what it embeds.
+        missing = []
+        for model_id, keys, vectors, content, space in plan.saves:
+            have = store.embeddings(namespace, model_id, keys)
+            todo = [i for i, k in enumerate(keys) if k not in have]
+            if todo:
+                missing.append((model_id, [keys[i] for i in todo], vectors[todo], [content[i] for i in todo], space))
+        if missing:
+            with store.transaction():
+                for model_id, keys, vectors, content, space in missing:
+                    store.save_embeddings(namespace, model_id, keys, vectors, content=content, space=space)
+        self._count_catch_up()
+        return CatchUp(plan, generation=got.generation, wrote=bool(missing))
+
+    def _count_catch_up(self) -> None:
+        with self._lock:
+            self.catch_ups += 1
+
     def adopt(self, spec: BuildSpec, store: Store, plan: "AppendPlan", generation: int) -> MemoryView | None:
         """The planned view, remembered as this loader's last load of the namespace at
         ``generation`` (the generation the append's transaction wrote); None when the loader's
@@ -444,9 +567,13 @@ def _cells_at(spec: BuildSpec, store: Store, namespace: str, generation: int,
     if placement.layout == "flat":
         return []
     lid = spec.layout_id
-    with store.transaction():  # generation and Cells read in one snapshot
+    # Read between two looks at the generation: when both find ``generation``, nothing was
+    # committed in between (every write moves it), so these are the Cells at that generation.
+    # (No write transaction: a read-only store serves views too.)
+    if store.generation(namespace) == generation:
+        cells = store.cells(namespace, lid)
         if store.generation(namespace) == generation:
-            return store.cells(namespace, lid)
+            return cells
     if placement.layout != "bounded":
         return build_layout(placement.layout, descriptors, placement)
     state = PlacementState(placement, [], {d.descriptor_id: d for d in descriptors})
@@ -470,6 +597,37 @@ class AppendPlan:
     packet_matrix: np.ndarray | None
     fusion: FusionIndex | None
     memo: _Memo
+
+
+def warm_up(view: MemoryView, cfg: PipelineConfig, embedder: Embedder | None) -> None:
+    """Make now what the first question on ``view`` would otherwise make while it waits: the
+    learned ranker's per-turn table (BM25 over every raw turn, ``fused.features.turn_table``)
+    and its model file when the ranker reads this history, and a local embedding model's
+    weights (a remote embedder is not called). An append in place or a catch-up grows the
+    table from here on (``fused.features.grow_turn_table``)."""
+    fusion = view.fusion
+    if fusion is not None and uses_learned_ranker(fusion, cfg.fusion):
+        load_model(cfg.fusion.ranker_model)
+        turn_table(fusion, view.packets, cfg.fusion)
+    if embedder is not None and embedder.identity().get("embedder") == "sentence-transformers":
+        embed = getattr(embedder, "embed_query", None) or embedder.embed
+        embed(["warm up"])
+
+
+@dataclasses.dataclass(frozen=True)
+class CatchUp:
+    """What ``ViewLoader.plan_catch_up`` found: a ``plan`` to adopt at ``generation``, or None
+    with the reason (``deleted``: a turn was deleted or the namespace forgotten; ``unbuilt``:
+    new turns wait for a build; ``raced``: see below; none of them: the log does not explain
+    what changed). ``wrote``:
+    the catch-up saved vectors itself, so the store has moved past ``generation``."""
+
+    plan: "AppendPlan | None"
+    generation: int | None = None
+    deleted: bool = False
+    unbuilt: bool = False
+    wrote: bool = False
+    raced: bool = False  # another thread loaded or caught up meanwhile: plan again from its view
 
 
 def _vectors_for(store: Store, embedder: Embedder, docs: Sequence[str]) -> dict[str, np.ndarray]:
@@ -503,9 +661,14 @@ def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_
                          for k, a in zip(new_keys, addresses)]) if addresses
                else np.zeros((0, width), np.float32))
     dim = old.matrix.shape[1] if old.matrix.ndim == 2 and old.matrix.shape[0] else vectors.shape[1]
-    matrix = np.empty((n_old + len(keys), dim), dtype=np.float32)
-    matrix[:n_old] = old.matrix
-    matrix[n_old:] = vectors[len(changed):]
+    # Appended rows only (no old row changed): into the free rows of the old matrix's buffer.
+    matrix = old.room.claim(n_old, vectors) if old.room is not None and not changed else None
+    room = old.room
+    if matrix is None:  # a copy, with room for about a quarter more rows
+        room = _RowRoom(np.empty((max(64, (n_old + len(keys)) * 5 // 4), dim), dtype=np.float32), n_old + len(keys))
+        matrix = room.array[:n_old + len(keys)]
+        matrix[:n_old] = old.matrix
+        matrix[n_old:] = vectors[len(changed):]
     # A dict copy, not a comprehension over every key (O(history) Python work per append).
     # The keys' order is the rows' order (callers read ``list(row_of)``), so from the first
     # changed row on they are taken off the end and entered again in order.
@@ -519,7 +682,7 @@ def _grown_rows(vectors_of: Mapping[str, np.ndarray], embedder: Embedder, model_
     kept = [j for j, k in enumerate(new_keys) if not is_unread_key(k)]
     save = ([(model_id, [new_keys[j] for j in kept], vectors[kept], [addresses[j] for j in kept], space)]
             if kept else [])
-    return _Rows(row_of, matrix), save
+    return _Rows(row_of, matrix, room), save
 
 
 def _lexical_tail(packets: Sequence[SourcePacket], n_old: int, bursts: bool) -> tuple[int, int]:
@@ -544,7 +707,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                   by_packet: Mapping[str, Sequence[Descriptor]], cfg: FusionConfig, *,
                   packet_matrix: np.ndarray | None, context_matrix: np.ndarray | None,
                   raw_matrix: np.ndarray | None = None,
-                  ) -> tuple[FusionIndex, FusionParts, tuple[str, ...]] | None:
+                  ) -> tuple[FusionIndex, FusionParts, tuple[int, tuple[str, ...]]] | None:
     """The fused index of ``packets`` from ``base`` (the index of the first ``n_old``), or None
     when it has to be built afresh (no base, a new participant under tolerant names, a BM25
     index that cannot grow: a load builds a GrowingLexicalIndex, only an index made elsewhere
@@ -554,12 +717,15 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     participants = grown_participants(base, packets, n_old)
     if cfg.tolerant_names and participants != base.participants:
         return None  # every document's canonical names may change
-    old_docs = memo.lexical_docs
-    if old_docs is None or len(old_docs) != n_old:
-        old_docs = tuple(lexical_texts(packets[:n_old], by_packet, cfg, participants))
     near, start = _lexical_tail(packets, n_old, cfg.bursts)
-    tail = lexical_texts(packets[near:], by_packet, cfg, participants)[start - near:]
-    docs = old_docs[:start] + tuple(tail)
+    # The old documents an append can change (from ``start`` on): remembered by the last
+    # append, else computed from the packets around them (O(the tail), not O(the history)).
+    known = memo.lexical_docs
+    if known is not None and known[0] <= start and known[0] + len(known[1]) == n_old:
+        old_tail = known[1][start - known[0]:]
+    else:
+        old_tail = tuple(lexical_texts(packets[near:n_old], by_packet, cfg, participants)[start - near:])
+    tail = tuple(lexical_texts(packets[near:], by_packet, cfg, participants)[start - near:])
     old = memo.fusion
     tokens = dict(old.tokens)
     periods = dict(old.periods)
@@ -571,12 +737,12 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
             got = tokens[doc] = stem_terms(doc)
         return got
 
-    replaced = {i: stemmed(docs[i]) for i in range(start, n_old) if docs[i] != old_docs[i]}
-    appended = [stemmed(d) for d in docs[n_old:]]
+    replaced = {start + j: stemmed(tail[j]) for j in range(n_old - start) if tail[j] != old_tail[j]}
+    appended = [stemmed(d) for d in tail[n_old - start:]]
     lexical = base.lexical.grown(replaced, appended)
-    for i in replaced:  # a replaced text no other document has any more is not kept
-        if old_docs[i] not in docs[start:]:
-            tokens.pop(old_docs[i], None)
+    for i in replaced:  # a replaced text no other document of the tail has any more is not kept
+        if old_tail[i - start] not in tail:
+            tokens.pop(old_tail[i - start], None)
     # The appended turns' rows only, then joined to the base's arrays (no per-turn Python
     # work on the old turns).
     new_rows: dict = {}
@@ -593,5 +759,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
                                  dated=np.concatenate([base.dated, np.asarray(new_dated, dtype=np.float64)]),
                                  entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
     grow_turn_table(base, index, packets, n_old)  # the learned ranker's per-turn columns, when made
-    return index, parts, docs
+    # What the next append can change: the documents from its own ``start`` on (never before ours).
+    _, next_start = _lexical_tail(packets, len(packets), cfg.bursts)
+    return index, parts, (next_start, tail[next_start - start:])
 

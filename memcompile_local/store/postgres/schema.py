@@ -21,8 +21,11 @@ import time
 
 from ...errors import StoreError
 
-SCHEMA_VERSION = 2
-"""The largest ``memcompile_schema.version`` this code writes; a larger one is refused."""
+SCHEMA_VERSION = 3
+"""The largest ``memcompile_schema.version`` this code writes; a larger one is refused.
+
+Version 3 added the ``changes`` table (each namespace's change log, ``store.base.ChangeStep``);
+version 2 the import jobs and the server-side check function."""
 
 SCHEMA_LOCK = 0x4D434C31  # "MCL1": the advisory lock key held while the schema is set up
 
@@ -34,7 +37,7 @@ CHECK_FUNCTION = "memcompile_check"
 
 MEMORY_TABLES = (
     "namespaces", "packets", "extraction_markers", "descriptors", "cells", "meta", "capsules",
-    "vectors", "embeddings", "generations",
+    "vectors", "embeddings", "generations", "changes",
 )
 LEDGER_TABLES = ("request_cache", "run_calls", "waste")
 SERVICE_TABLES = ("service_build_queue", "service_build_leases", "service_sessions", "service_import_jobs")
@@ -221,10 +224,32 @@ _CHECK_FUNCTION = (
     "$$ BEGIN IF ok IS NOT TRUE THEN RAISE EXCEPTION USING MESSAGE = message, ERRCODE = 'check_violation'; "
     "END IF; RETURN TRUE; END $$")
 
+# Version 3: each namespace's change log, one row per (generation, kind of write, detail); a
+# transaction is one generation step here, so the writes of one transaction share its rows'
+# generation and ``previous`` (the namespace's generation before it). A database of version 2
+# gains the table empty: views loaded before are read again whole once.
+_VERSION_3 = """
+CREATE TABLE changes (
+    namespace      TEXT NOT NULL,
+    generation     BIGINT NOT NULL,
+    previous       BIGINT,
+    kind           TEXT NOT NULL,
+    detail         TEXT NOT NULL,
+    first_ordinal  BIGINT,
+    last_ordinal   BIGINT,
+    cell_ids       TEXT,
+    PRIMARY KEY (namespace, generation, kind, detail)
+)
+"""
+
+CHANGE_LOG_KEEP = 1024
+"""Change-log entries of one namespace kept (each write deletes the older ones, see the store)."""
+
 # version -> the statements that bring version - 1 to it
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: tuple(s.strip() for s in _VERSION_1.split(";") if s.strip()),
     2: (*(s.strip() for s in _VERSION_2.split(";") if s.strip()), _CHECK_FUNCTION),
+    3: (_VERSION_3.strip(),),
 }
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from ...errors import ImmutablePacketError, StalePlanError, StoreError
 from ...types import Cell, Conversation, Descriptor, SourcePacket, content_sha256
-from ..base import ForgetResult, IngestResult
+from ..base import ChangesSince, ChangeStep, ForgetResult, IngestResult, cell_ids_of, chain_steps, written_cells
 from ..codecs import (
     CELL_COLS,
     DESCRIPTOR_COLS,
@@ -39,6 +39,7 @@ from ..codecs import (
     descriptor_row,
     optional_namespace,
     packet_from_row,
+    require_int,
     require_str,
     stored_turn_diffs,
     turn_values,
@@ -50,7 +51,7 @@ from .connection import DEFAULT_POOL_SIZE, DEFAULT_POOL_TIMEOUT_S, PgConnection
 from .jobs import PgImportJobs
 from .ledger import PgLedger
 from .queue import PgBuildQueue
-from .schema import CHECK_FUNCTION, GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
+from .schema import CHANGE_LOG_KEEP, CHECK_FUNCTION, GENERATION_SEQUENCE, OUR_TABLES, SCHEMA_VERSION, ensure_schema
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,11 @@ the token of the store object whose transaction committed it."""
 DEFAULT_FORGET_WAIT_S = 5.0
 
 _PACKET_INSERT = f"INSERT INTO packets ({PACKET_COLS}) VALUES ({', '.join(['%s'] * len(PACKET_COLS.split(',')))})"
+
+# Keeps a namespace's change log to its last CHANGE_LOG_KEEP entries: a part of the statement
+# that bumps the generation (so it costs no round trip), one seek down the table's index.
+_TRIM = ("DELETE FROM changes WHERE namespace = %(ns)s AND generation < (SELECT x.generation FROM changes x "
+         "WHERE x.namespace = %(ns)s ORDER BY x.generation DESC LIMIT 1 OFFSET %(keep)s)")
 
 _DESCRIPTOR_INSERT = (
     "INSERT INTO descriptors (namespace, descriptor_set, descriptor_id, packet_id, claim_index, text, "
@@ -122,37 +128,74 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
         c.execute("INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                   (namespace, time.time()))
 
-    def _bump(self, c: Any, namespace: str) -> None:
+    def _bump(self, c: Any, namespace: str, kind: str, detail: str = "", first_ordinal: int | None = None,
+              last_ordinal: int | None = None, *, packet_ids: Sequence[str] | None = None,
+              cell_ids: Sequence[int] | None = None) -> None:
         """A new generation for ``namespace`` inside the caller's transaction (which holds the
-        namespace's lock), announced on :data:`CHANNEL` when it commits.
+        namespace's lock), announced on :data:`CHANNEL` when it commits, and the write entered
+        in the namespace's change log (``store.base.ChangeStep``: ``kind``, ``detail``, the
+        ordinals it touched, or those of ``packet_ids``, and for a ``cells`` write the Cells it
+        changed, None for the whole layout).
 
         Once per transaction: nothing outside it sees the writes before COMMIT, so every write
-        of the namespace in it shares one new generation (and one NOTIFY). The statement is
-        queued; ``generation()`` reads its row when asked."""
+        of the namespace in it shares one new generation (and one NOTIFY); each write adds its
+        entry to that step. The statements are queued; ``generation()`` reads its row when asked."""
         tx = self._tx()
+        if packet_ids is not None:  # the ordinals are the server's to look up, in the same statement
+            span = ("SELECT MIN(ordinal), MAX(ordinal) FROM packets WHERE namespace = %(ns)s "
+                    "AND packet_id = ANY(%(ids)s)")
+        else:
+            span = "SELECT %(first)s::bigint, %(last)s::bigint"
+        args = {"ns": namespace, "kind": kind, "detail": detail, "first": first_ordinal, "last": last_ordinal,
+                "ids": list(packet_ids or ()), "cells": None if cell_ids is None else json.dumps(sorted(cell_ids))}
         if tx is not None and namespace in tx.bumped:
+            # Another write of a step already taken: its entry joins the step's (same generation,
+            # same previous), merging with an entry of the same kind and detail.
+            # (Two writes of one layout in a step: their Cells are not merged, the entry says the
+            # whole layout, which a reader treats as read it all.)
+            c.execute(
+                "INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, last_ordinal, "
+                "cell_ids) SELECT %(ns)s, g.generation, (SELECT x.previous FROM changes x WHERE x.namespace = %(ns)s "
+                "AND x.generation = g.generation LIMIT 1), %(kind)s, %(detail)s, s.lo, s.hi, %(cells)s "
+                f"FROM generations g, ({span}) AS s(lo, hi) WHERE g.namespace = %(ns)s "
+                "ON CONFLICT (namespace, generation, kind, detail) DO UPDATE SET "
+                "first_ordinal = LEAST(changes.first_ordinal, EXCLUDED.first_ordinal), "
+                "last_ordinal = GREATEST(changes.last_ordinal, EXCLUDED.last_ordinal), cell_ids = NULL", args)
             return
+        # The step's first entry is made in the statement that draws the generation: ``old``
+        # reads the generation it replaces (every part of one statement sees the same snapshot).
+        log = ("log AS (INSERT INTO changes (namespace, generation, previous, kind, detail, first_ordinal, "
+               "last_ordinal, cell_ids) SELECT %(ns)s, {value}, (SELECT generation FROM old), %(kind)s, %(detail)s, "
+               f"s.lo, s.hi, %(cells)s FROM ({span}) AS s(lo, hi){{source}}), ")
         reserved = self._reserved(namespace)
         if reserved is not None:
             # The value drawn with the lock is here already: the new generation is known without
             # waiting for this statement.
             c.execute(
-                "WITH reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING), "
-                "up AS (INSERT INTO generations (namespace, generation) VALUES (%s, %s) "
-                "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation) "
-                "SELECT pg_notify(%s, %s)",
-                (namespace, time.time(), namespace, reserved, CHANNEL, f"{reserved} {namespace} {self._writer}"))
+                "WITH old AS (SELECT generation FROM generations WHERE namespace = %(ns)s), "
+                "reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%(ns)s, %(now)s) ON CONFLICT DO NOTHING), "
+                "up AS (INSERT INTO generations (namespace, generation) VALUES (%(ns)s, %(v)s) "
+                "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation), "
+                + log.format(value="%(v)s::bigint", source="") +
+                "trim AS (" + _TRIM + ") "
+                "SELECT pg_notify(%(channel)s, %(payload)s)",
+                {**args, "now": time.time(), "v": reserved, "channel": CHANNEL, "keep": CHANGE_LOG_KEEP,
+                 "payload": f"{reserved} {namespace} {self._writer}"})
             tx.bumped.add(namespace)
             tx.generations[namespace] = reserved
             return
         # One statement: the namespace registered (if new), its generation drawn and announced.
         cur = c.execute(
-            "WITH reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%s, %s) ON CONFLICT DO NOTHING), "
+            "WITH old AS (SELECT generation FROM generations WHERE namespace = %(ns)s), "
+            "reg AS (INSERT INTO namespaces (namespace, created_at) VALUES (%(ns)s, %(now)s) ON CONFLICT DO NOTHING), "
             f"g AS (SELECT nextval('{GENERATION_SEQUENCE}') AS v), "
-            "up AS (INSERT INTO generations (namespace, generation) SELECT %s, v FROM g "
-            "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation RETURNING generation) "
-            "SELECT generation, pg_notify(%s, generation::text || ' ' || %s) FROM up",
-            (namespace, time.time(), namespace, CHANNEL, f"{namespace} {self._writer}"))
+            "up AS (INSERT INTO generations (namespace, generation) SELECT %(ns)s, v FROM g "
+            "ON CONFLICT (namespace) DO UPDATE SET generation = EXCLUDED.generation RETURNING generation), "
+            + log.format(value="g.v", source=", g") +
+            "trim AS (" + _TRIM + ") "
+            "SELECT generation, pg_notify(%(channel)s, generation::text || ' ' || %(payload)s) FROM up",
+            {**args, "now": time.time(), "channel": CHANNEL, "keep": CHANGE_LOG_KEEP,
+             "payload": f"{namespace} {self._writer}"})
         if tx is not None:
             tx.bumped.add(namespace)
             tx.generations[namespace] = cur
@@ -188,6 +231,57 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 conn.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", _lock_args(ns))
                 row = conn.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
                 return int(row[0]) if row is not None else self._counter(conn)
+
+    def changes_since(self, namespace: str, generation: int, *, after_ordinal: int, descriptor_set: str,
+                      layout_id: str | None = None) -> ChangesSince | None:
+        """What ``namespace`` holds beyond a view of ``generation`` whose last packet has
+        ordinal ``after_ordinal`` (``store.base.ChangesSince``), read in one snapshot; None when
+        the change log does not lead from ``generation`` to the current one (see
+        ``MemoryStore.changes_since``). With ``layout_id``, also the Cells of that layout written
+        since. Costs the new rows, not the namespace."""
+        ns = validate_namespace(namespace)
+        since = require_int(generation, "generation", minimum=0)
+        after = require_int(after_ordinal, "after_ordinal", minimum=-1)
+        dset = require_str(descriptor_set, "descriptor_set")
+        lid = None if layout_id is None else require_str(layout_id, "layout_id")
+        self._hold_namespace(ns)
+        with self._read("changes") as c:
+            row = c.execute("SELECT generation FROM generations WHERE namespace = %s", (ns,)).fetchone()
+            if row is None:
+                return None
+            current = int(row[0])
+            rows = [ChangeStep(int(g), None if p is None else int(p), k, d, None if a is None else int(a),
+                               None if b is None else int(b), cell_ids_of(w))
+                    for g, p, k, d, a, b, w in c.execute(
+                        "SELECT generation, previous, kind, detail, first_ordinal, last_ordinal, cell_ids FROM changes "
+                        "WHERE namespace = %s AND generation > %s ORDER BY generation, kind COLLATE \"C\", "
+                        "detail COLLATE \"C\"", (ns, since))]
+            steps = chain_steps(since, current, rows)
+            if steps is None:
+                return None
+            if current == since:
+                return ChangesSince(current, (), (), (), frozenset(), written_cells((), lid))
+            packets = [packet_from_row(r) for r in c.execute(
+                f"SELECT {PACKET_COLS} FROM packets WHERE namespace = %s AND ordinal > %s ORDER BY ordinal",
+                (ns, after))]
+            descriptors: list[Descriptor] = []
+            extracted: set[str] = set()
+            if packets:
+                ids = [p.packet_id for p in packets]
+                descriptors = [descriptor_from_row(r, dset) for r in c.execute(
+                    f"SELECT {DESCRIPTOR_COLS} FROM descriptors d JOIN packets p "
+                    "ON p.namespace = d.namespace AND p.packet_id = d.packet_id "
+                    "WHERE d.namespace = %s AND d.descriptor_set = %s AND d.packet_id = ANY(%s) "
+                    "ORDER BY p.ordinal, d.claim_index, d.descriptor_id COLLATE \"C\"", (ns, dset, ids))]
+                extracted = {r[0] for r in c.execute(
+                    "SELECT packet_id FROM extraction_markers WHERE namespace = %s AND descriptor_set = %s "
+                    "AND packet_id = ANY(%s)", (ns, dset, ids))}
+            written = written_cells(steps, lid)
+            cells = [cell_from_row(r, ns, lid) for r in c.execute(
+                f"SELECT {CELL_COLS} FROM cells WHERE namespace = %s AND layout_id = %s AND cell_id = ANY(%s) "
+                "ORDER BY cell_id", (ns, lid, sorted(written)))] if written else []
+        return ChangesSince(current, steps, tuple(packets), tuple(descriptors), frozenset(extracted), written,
+                            tuple(cells))
 
     # ---------------------------------------------------------------- namespaces / packets
 
@@ -263,7 +357,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
             tx = self._tx()
             if tx is not None:  # what this transaction wrote is what a read of it would return
                 tx.packets.update(((ns, r[1]), r) for r in rows)
-            self._bump(c, ns)  # registers the namespace too
+            self._bump(c, ns, "append", "", rows[0][2], rows[-1][2])  # registers the namespace too
         else:
             self._register(c, ns)
         return added, skipped
@@ -342,7 +436,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (namespace, descriptor_set, packet_id) DO UPDATE SET "
                 "n_descriptors = EXCLUDED.n_descriptors, created_at = EXCLUDED.created_at",
                 [(ns, dset, pid, len(rs), now) for pid, rs in prepared])
-            self._bump(c, ns)
+            self._bump(c, ns, "extract", dset, packet_ids=pids)
 
     def extracted_packet_ids(self, namespace: str, descriptor_set: str) -> set[str]:
         """Packet ids of ``namespace`` already extracted for ``descriptor_set``."""
@@ -396,7 +490,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                     "INSERT INTO cells (namespace, layout_id, cell_id, descriptor_ids_json, tokens, people_json, "
                     "keywords_json, session_min, session_max, title, has_time) VALUES (" + ", ".join(["%s"] * 11) + ")",
                     rows)
-            self._bump(c, ns)
+            self._bump(c, ns, "cells", lid, cell_ids=None if gone is None else {*gone, *(r[2] for r in rows)})
 
     def cells(self, namespace: str, layout_id: str) -> list[Cell]:
         """The cells of ``layout_id`` in ``namespace``, ordered by cell_id."""
@@ -462,7 +556,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 "|| ' vanished while they were written')",
                 {"keys": list(keys), "cs": list(addresses), "sp": sp, "ns": ns, "mid": mid, "n": len(keys),
                  "where": self.path})
-            self._bump(c, ns)
+            self._bump(c, ns, "embed")
 
     def _drop_unreferenced(self, c: Any, vector_ids: Sequence[int], *, count: bool = True) -> int:
         """Delete the vectors of ``vector_ids`` that no embeddings row points at; returns how
@@ -511,7 +605,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
             self._lock_namespace(c, ns)
             c.execute("INSERT INTO meta (namespace, key, value) VALUES (%s, %s, %s) "
                       "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value", (ns, k, v))
-            self._bump(c, ns)
+            self._bump(c, ns, "meta")
 
     def put_capsules(self, namespace: str, writer: str, budget: int, capsules: Sequence[Mapping[str, Any]]) -> None:
         """Replace the retained evidence capsules of ``namespace`` (one transaction)."""
@@ -522,7 +616,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
             c.execute("DELETE FROM capsules WHERE namespace = %s", (ns,))
             c.cursor().executemany("INSERT INTO capsules (namespace, capsule_id, writer, budget, body) "
                                    "VALUES (%s, %s, %s, %s, %s)", rows)
-            self._bump(c, ns)
+            self._bump(c, ns, "capsules")
 
     def inventory(self, namespace: str) -> dict[str, Any]:
         """The names of ``namespace``'s derived rows (``base.StoreInventory``), sorted, in one snapshot."""
@@ -575,6 +669,8 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 self._lock_namespace(c, ns)
                 cursors = {table: c.execute(sql or "DELETE FROM embeddings WHERE namespace = %s RETURNING vector_id",
                                             (ns,)) for table, sql in _FORGET_STEPS}
+                # Its change log goes too (not counted: ordinals and names of sets, no text).
+                c.execute("DELETE FROM changes WHERE namespace = %s", (ns,))
                 gone = [r[0] for r in cursors["embeddings"].fetchall()]  # the one wait for all of them
                 counts = {table: len(gone) if table == "embeddings" else self._rowcount(cur)
                           for table, cur in cursors.items()}
@@ -650,7 +746,7 @@ class PostgresStore(PgConnection, PgLedger, PgBuildQueue, PgImportJobs):
                 tx.packets.pop((ns, pid), None)
             counts["packets"] = self._rowcount(c.execute("DELETE FROM packets WHERE namespace = %s AND packet_id = %s",
                                           (ns, pid)))
-            self._bump(c, ns)
+            self._bump(c, ns, "delete")
             self._mark_scrub_pending(c)
         complete = self._vacuum([t for t, n in counts.items() if n], deadline)
         return ForgetResult(counts, namespace=ns, scrub_complete=complete)
