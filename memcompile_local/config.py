@@ -26,99 +26,160 @@ NonNeg = Annotated[float, Field(ge=0)]
 Positive = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
-# Every section rejects unknown fields when validated (pydantic reads this class attribute).
-_STRICT_FIELDS = ConfigDict(extra="forbid")
+# Every section rejects unknown fields when validated, and the string literal under each field
+# becomes its description in the JSON schema (pydantic reads this class attribute), which the
+# configuration reference is generated from.
+_SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 @dataclass(frozen=True)
 class PlacementConfig:
     """Bounded Cell placement (Appendix B.2, Eqs. 3-4 and 17-21)."""
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     layout: Literal["bounded", "flat", "sequential", "session", "entity"] = "bounded"
-    token_cap: PosInt = 360  # B_C
-    item_cap: PosInt = 12  # M_C
-    beta: NonNeg = 1.4  # weight of coherence C
-    gamma: NonNeg = 1.0  # weight of inconsistency X
-    eta: NonNeg = 0.45  # weight of expansion pressure E
+    """How descriptors are grouped into Cells: the paper's bounded placement, or one of the B.4 layout ablations."""
+    token_cap: PosInt = 360
+    """B_C: the most tokens one Cell holds."""
+    item_cap: PosInt = 12
+    """M_C: the most descriptors one Cell holds."""
+    beta: NonNeg = 1.4
+    """Weight of a Cell's coherence C in the placement score (Eq. 3)."""
+    gamma: NonNeg = 1.0
+    """Weight of a Cell's inconsistency X in the placement score (Eq. 3)."""
+    eta: NonNeg = 0.45
+    """Weight of a Cell's expansion pressure E in the placement score (Eq. 3)."""
     coherence_keyword: NonNeg = 0.45
+    """Share of keyword overlap in a Cell's coherence (Eq. 17)."""
     coherence_person: NonNeg = 0.35
+    """Share of person overlap in a Cell's coherence (Eq. 17)."""
     coherence_time: NonNeg = 0.20
+    """Share of the time term in a Cell's coherence (Eq. 17)."""
     time_in_span: NonNeg = 1.0
+    """Time term of a descriptor dated within the Cell's span."""
     time_out_of_span: NonNeg = 0.25
+    """Time term of a descriptor dated outside the Cell's span."""
     inconsistency_penalty: NonNeg = 0.45
-    session_span_weight: NonNeg = 0.2  # in H(c)
-    entropy_delta_weight: NonNeg = 0.4  # Delta_H weight in E
+    """Inconsistency X of a descriptor that contradicts a Cell member (same subject, other value)."""
+    session_span_weight: NonNeg = 0.2
+    """Weight of the Cell's session span in its entropy H(c) (Eq. 19)."""
+    entropy_delta_weight: NonNeg = 0.4
+    """Weight of the entropy increase Delta_H in the expansion pressure E (Eq. 20)."""
     fill_weight: NonNeg = 0.25
+    """Weight of the fill term (items over M_C beyond coherence) in the expansion pressure E."""
     entropy_excess_weight: NonNeg = 0.25
+    """Weight of the entropy above ``entropy_threshold`` in the expansion pressure E."""
     entropy_threshold: NonNeg = 1.8
+    """Entropy H(c) above which a Cell pays the excess term of E."""
     new_cell_coherence: NonNeg = 0.55
+    """Coherence a new Cell is credited with when scored against the existing ones (Eq. 21)."""
     new_cell_pressure: NonNeg = 0.65
-    block_size: PosInt = 12  # fixed-length blocks of the sequential/session/entity layouts (= M_C)
+    """Expansion pressure a new Cell is charged with (Eq. 21)."""
+    block_size: PosInt = 12
+    """Descriptors per fixed-length block of the sequential, session and entity layouts (= M_C)."""
 
 
 @dataclass(frozen=True)
 class RoutingConfig:
     """Diminishing-benefit Cell routing and the candidate union (Appendix B.3, Eqs. 5-7, 22-23)."""
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     w_keywords: NonNeg = 2.0
+    """Weight of keyword overlap in a Cell's routing utility (Eq. 22)."""
     w_people: NonNeg = 2.2
+    """Weight of person overlap in a Cell's routing utility (Eq. 22)."""
     w_title: NonNeg = 0.7
-    temporal_bonus: NonNeg = 0.25  # T_q(c)
+    """Weight of title overlap in a Cell's routing utility (Eq. 22)."""
+    temporal_bonus: NonNeg = 0.25
+    """T_q(c): routing bonus of a dated Cell for a temporal question."""
     w_density: NonNeg = 0.03
+    """Weight of a Cell's size, log(1 + |c|) / log(1 + M_C), in its routing utility."""
     admission: NonNeg = 0.08
-    cell_budget: NonNegInt = 6  # B_cell: maximum opened Cells
+    """Least routing utility for a Cell to enter the candidate pool."""
+    cell_budget: NonNegInt = 6
+    """B_cell: the most Cells one question opens."""
     min_cells: NonNegInt = 1
-    pool_floor: NonNegInt = 12  # pool = max(12, 6 * B_cell) = 36
+    """Cells opened before the stopping rules apply."""
+    pool_floor: NonNegInt = 12
+    """Least size of the routing pool: pool = max(pool_floor, pool_per_cell * cell_budget)."""
     pool_per_cell: NonNegInt = 6
-    redundancy: Fraction = 0.45  # lambda_R
+    """Routing pool entries per Cell of the budget."""
+    redundancy: Fraction = 0.45
+    """lambda_R: how much overlap with opened Cells discounts a Cell's utility."""
     open_cost: NonNeg = 0.02
+    """Cost of opening one more Cell (grows with the number opened)."""
     token_cost: NonNeg = 0.0005
+    """Cost per token of an opened Cell."""
     relative_floor: Fraction = 0.68
+    """Stop opening Cells whose discounted utility falls below this share of the best one."""
     cumulative_top_p: Fraction = 0.90
-    channels: Literal["both", "cells", "bm25"] = "both"  # A4 Cell-only, A5 BM25-only ablations
+    """Stop once the opened Cells hold this share of the pool's positive utility."""
+    channels: Literal["both", "cells", "bm25"] = "both"
+    """Address channels in the candidate union: both, Cells only (ablation A4) or BM25 only (A5)."""
     bm25_k1: NonNeg = 1.5
+    """BM25 k1 of the descriptor index."""
     bm25_b: Fraction = 0.75
+    """BM25 b of the descriptor index."""
     bm25_top: NonNegInt = 96
-    bm25_map_scale: NonNeg = 2.0  # b_i = 2 log(1 + s_i) / log(1 + s_max)
+    """Descriptors the lexical channel returns per question."""
+    bm25_map_scale: NonNeg = 2.0
+    """Factor of the BM25 bonus b_i = scale * log(1 + s_i) / log(1 + s_max) in r_i (Eq. 7)."""
     seeds: NonNegInt = 8
+    """First lexical hits whose terms expand the routing query (0: no expansion)."""
     alpha_f: NonNeg = 2.0
+    """Weight of term overlap with the claim in a candidate's score r_i (Eq. 7)."""
     alpha_k: NonNeg = 1.6
+    """Weight of term overlap with the descriptor's keywords in r_i (Eq. 7)."""
     alpha_p: NonNeg = 2.4
+    """Weight of person overlap in r_i (Eq. 7)."""
     alpha_t: NonNeg = 0.3
+    """Weight of the temporal match (temporal question, dated descriptor) in r_i (Eq. 7)."""
     alpha_b: NonNeg = 0.45
+    """Weight of the BM25 bonus b_i in r_i (Eq. 7)."""
     mmr_support: NonNeg = 0.10
+    """Weight of a packet's summed hit scores in the MMR relevance of the diagnostic Top-10 (B.3)."""
     mmr_overlap: NonNeg = 0.58
+    """MMR penalty per unit of term overlap with an already chosen representative."""
     mmr_same_cell: NonNeg = 0.08
+    """MMR penalty per chosen representative in the same Cell."""
     mmr_k: NonNegInt = 10
+    """Size of the diagnostic MMR Top-k."""
 
 
 @dataclass(frozen=True)
 class EvidenceConfig:
     """Evidence Plane (Section 3.4, Appendix C.2)."""
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
-    k0: PosInt = 10  # initial SourcePackets
-    k_dense: NonNegInt = 40  # K_D, dense packet proposals
-    k_rank: NonNegInt = 5  # K_R, frontier rank cutoff
-    k_append: NonNegInt = 2  # K_Delta, frontier append cap
-    max_retries: NonNegInt = 3  # scheduler schema-correction retries (Appendix A.2)
+    k0: PosInt = 10
+    """K0: SourcePackets the anchor selector keeps (the evidence budget; a search's default k)."""
+    k_dense: NonNegInt = 40
+    """K_D: dense packet proposals D_q."""
+    k_rank: NonNegInt = 5
+    """K_R: frontier rank cutoff (only the first K_R of the frontier's ordering may be appended)."""
+    k_append: NonNegInt = 2
+    """K_Delta: the most packets the frontier appends."""
+    max_retries: NonNegInt = 3
+    """Schema-correction retries of the LLM scheduler and frontier (Appendix A.2)."""
     anchor_selector: Literal["llm", "mmr", "normalized", "pursuit", "dense", "fused"] = "llm"
+    """Who chooses the anchors A0: the LLM scheduler, MMR, the normalized pool, MemPursuit, dense top-K, or the model-free fused selector."""
     frontier: Literal["llm", "pursuit", "none"] = "llm"
+    """Who orders the bounded frontier over A0 and D_q: the LLM, MemPursuit, or no frontier."""
     view: Literal["claim_bundle", "raw_packet", "representative_claim"] = "claim_bundle"
-    pursuit_tau: NonNeg = 1e-5  # MemPursuit adaptive stop (MemPursuit paper)
-    pursuit_pool: PosInt = 200  # P: MemPursuit candidates (normalized pool, then dense proposals)
-    # For models with a small context window (not in the paper, which sends the whole pool):
-    # the scheduler sees at most this many candidates (pool order) and this many characters of each.
+    """The reader view the evidence is rendered in (Table 4)."""
+    pursuit_tau: NonNeg = 1e-5
+    """MemPursuit's adaptive stop: pick no more once the residual gain falls below tau."""
+    pursuit_pool: PosInt = 200
+    """P: MemPursuit's candidates (the normalized pool, then the dense proposals)."""
     max_schedule_pool: PosInt | None = None
+    """For a small model's context window: the most candidates the scheduler sees, in pool order (None: all)."""
     max_candidate_chars: PosInt | None = None
-    # Reader budget of one evidence block in characters: a longer block is cut with
-    # a visible marker (evidence/views.py). None: no cap. Far above any benchmark turn.
+    """For a small model's context window: characters of each candidate the scheduler sees (None: all)."""
     max_block_chars: Annotated[int, Field(ge=1000)] | None = 8000
+    """Characters of one evidence block in the reader view; a longer block is cut with a visible marker (None: no cap)."""
 
 
 @dataclass(frozen=True)
@@ -126,173 +187,153 @@ class FusionConfig:
     """The model-free ``fused`` selector (memcompile_local/fused/); not a paper component.
 
     Each channel of ``fused.channels.CHANNELS`` has a ``<name>_weight`` here (0 turns it off).
-
-    The defaults are the cross-validated winner of ``scripts/ablate_model_free.py --cv``
-    (leave-one-conversation-out on four LoCoMo conversations; README, "The model-free path").
+    The defaults are the cross-validated winners of the research scripts (research/).
     """
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     lexical_weight: float = 1.0
+    """Weight of the BM25 channel (each turn's lexical document: turn, caption, claims and its session neighbours; divided by the question's best)."""
     packet_weight: float = 1.5
+    """Weight of the dense channel (the larger of the cosines with the turn's document and with its context document)."""
     speaker_weight: float = 0.3
+    """Weight of the speaker channel: 1 on the turns of the one participant the question names."""
     temporal_weight: float = 0.2
-    neighbor_context: bool = True  # lexical documents take in the in-session neighbours
-    dense_neighbor_context: bool = True  # packet cosine is max(z(p), context document)
-    # What the dense channel embeds per turn when the fused selector is the anchor selector
-    # (build.stages.dense_plan; LLM paths always embed z(p)): "packet" = z(p) with its claims, people,
-    # keywords and time; "lean" = z(p) without the claim lines; "turn" = the raw turn alone.
-    dense_document: Literal["packet", "lean", "turn"] = "packet"
-    # Context vectors: "embedded" = each turn's neighbour document (previous, own, next turn)
-    # embedded; "composed" = the normalized sum of those turns' dense vectors (nothing embedded).
+    """Weight of the temporal channel: 1, for a question about time, on turns with a resolved event time."""
+    dense_document: Literal["packet", "turn"] = "packet"
+    """What the dense channel embeds per turn: z(p) with its claims, people, keywords and time, or the raw turn alone (for histories of long assistant replies)."""
     dense_context: Literal["embedded", "composed"] = "embedded"
-    # The context vector counts only for turns whose context document has at most this many
-    # words (whitespace runs; 0: for every turn). An embedder reads its first window only
-    # (all-MiniLM-L6-v2: 256 word pieces, about 190 words), so the context document of a long
-    # turn is embedded as the turn before it, which the question often resembles more. The
-    # learned ranker's plain-turn vector of a turn longer than this is its z(p) vector: both read
-    # the same first window of the turn's text, so the turn is not embedded a second time.
+    """Context vectors: each turn's neighbour document embedded, or the normalized sum of the neighbours' vectors (nothing more embedded: the fastest build)."""
     context_window_words: NonNegInt = 300
-    # Long turns (issue 25 item 3): a turn of more than ``passage_words`` words (whitespace runs)
-    # is also embedded as overlapping passages of at most that many words on sentence boundaries
-    # (address/passages.py), and its dense score is its passages' pooled cosine
-    # (``passage_pool``: "max" = the best passage, "top2" = the mean of the two best); the
-    # selected unit stays the turn. 0 turns passages off.
-    passage_words: NonNegInt = 0
-    passage_overlap_words: NonNegInt = 30
-    passage_pool: Literal["max", "top2"] = "top2"
+    """The context vector counts only for turns whose context document has at most this many words (0: every turn); longer ones are cut by the embedder's window."""
     bm25_k1: NonNeg = 1.5
+    """BM25 k1 of the turns' lexical documents."""
     bm25_b: Fraction = 0.75
-    # Components measured by `scripts/ablate_model_free.py --cv` (on only where that kept them).
-    time_match_weight: float = 0.75  # bonus for turns dated in the period the question names
-    # Bonus for turns that name a person, place or title when the question asks for one
-    # (language/answertype.py; of the named participant's turns when the question names one;
-    # never on user-assistant histories). 0.75: chosen per held-out LoCoMo conversation (0.75 in
-    # all four folds), and it gains on REALTALK too under both rankers (README, "Answer type";
-    # scripts/multihop_study.py, scripts/train_ranker.py); 0 turns it off.
+    """BM25 b of the turns' lexical documents."""
+    time_match_weight: float = 0.75
+    """Weight of the time-match channel: 1 on turns dated in the period the question names ("in June", "last month")."""
     answer_type_weight: NonNeg = 0.75
-    # The dense query: the rule intent's text alone, or the mean of its embedding and the question's.
-    dense_query: Literal["intent", "intent+question"] = "intent+question"
-    # "drop": a question with a request frame ("Can you list the order in which I brought up
-    # ... across our conversations? Mention only five items.") is embedded as its content alone
-    # (language/framing.py); "keep": as asked. BM25 and every cue read the question as asked.
-    request_frame: Literal["keep", "drop"] = "keep"
-    bursts: bool = False  # lexical documents group consecutive same-speaker messages
-    tolerant_names: bool = False  # lower-case, nickname and one-typo spellings of participant names
-    # Bonus for the side a user-assistant question's pronouns point at when it names nobody: the
-    # user's turns for "I"/"my", the assistant's for "you recommended" (language/roles.py, the
-    # ``role`` channel; the ranker's speaker columns read it too). Never on a history without an
-    # assistant, so LoCoMo-shaped dialogue is unchanged; 0 turns it off. README ("Pronoun roles")
-    # has the cross-validated choice and why it is on though it can gain on one corpus only.
+    """Weight of the answer-type channel: 1 on turns that name a person, place or title when the question asks for one (never on user-assistant histories)."""
+    bursts: bool = False
+    """Lexical documents group consecutive same-speaker messages (try it for chat logs split into many short messages)."""
+    tolerant_names: bool = False
+    """Match lower-case, nickname and one-typo spellings of participant names (with ``bursts``, for chat logs)."""
     role_weight: float = 0.5
-    # Chat-log normalization of the BM25 terms of turns and questions (issue 25 item 7;
-    # language/chatnorm.py): chat spellings to standard words ("bday" -> "birthday", "gonna" ->
-    # "going to"), elongations squashed ("sooo" -> "so"), emoji and emoticons to words. The dense
-    # channel reads the text as written. Measured with ``scripts/ablate_model_free.py --cv`` and
-    # kept off (README, "The model-free path").
-    chat_norm: bool = False
-    # Share of the lexical score the terms of the one participant a question names keep
-    # (1 = a term like any other; below 1 the speaker channel alone carries who is asked about).
+    """Weight of the role channel: on a user-assistant history, 1 on the side a question that names nobody points at ("I" -> the user, "you recommended" -> the assistant)."""
     name_term_weight: Fraction = 0.25
-    # When that share applies: "always", or "alone" = only when no other term of the question
-    # matches any turn (the name is then the channel's only evidence). 0.25 "alone" fixes
-    # questions that name the user and gained a little on LoCoMo and REALTALK cross-validated.
+    """Share of the BM25 score the terms of the one participant a question names keep (1: like any other term)."""
     name_term_scope: Literal["always", "alone"] = "alone"
-    # Complementary selection of list questions over the fused top-P: MemPursuit starting from
-    # the kept packets (its picks explain what the kept ones leave of the query), or none.
-    complement: Literal["none", "pursuit"] = "pursuit"
-    complement_pool: NonNegInt = 30  # P
-    complement_keep: NonNegInt = 6  # first slots kept in fused order
-    # Pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N.
+    """When ``name_term_weight`` applies: always, or only when no other term of the question matches any turn."""
+    complement_pool: NonNegInt = 30
+    """P: the fused top-P a list question's complementary (MemPursuit) selection picks from."""
+    complement_keep: NonNegInt = 6
+    """First slots of a list question's selection kept in fused order before MemPursuit picks the rest."""
     schedule_pool: Literal["normalized", "fused"] = "normalized"
-    schedule_pool_size: PosInt = 103  # N for the fused pool: the mean size of the paper's pool (ablate --pool-recall)
-    # How the fused score is made (issue 25 item 5): "weighted" = the weighted channel sum above;
-    # "learned" = a learned ranker (fused/ranker.py) reorders the weighted sum's best turns;
-    # "auto" = learned on a history with an "assistant" speaker (a user-assistant chat, where the
-    # weighted sum fell below plain dense retrieval) or sent in bursts (a messaging-app chat, where
-    # one person often sends several turns in a row; retriever.AUTO_BURST_SHARE), weighted on
-    # strictly alternating dialogue (LoCoMo's shape: the weights were fit there, and the learned
-    # ranker lost recall there). See README, "Learned fusion".
+    """The pool handed to the LLM scheduler: the paper's normalized pool, or the fused top-N (preset A0-fused-pool)."""
+    schedule_pool_size: PosInt = 103
+    """N of the fused pool handed to the LLM scheduler (the mean size of the paper's pool)."""
     ranker: Literal["weighted", "learned", "auto"] = "auto"
-    ranker_model: str | None = None  # the learned ranker's model file (None: the shipped one)
+    """How the fused score is made: the weighted channel sum, the learned ranker over its best turns, or auto (learned on user-assistant and bursty histories, weighted on alternating dialogue)."""
+    ranker_model: str | None = None
+    """The learned ranker's model file (None: the shipped one)."""
 
 
 @dataclass(frozen=True)
 class MeraConfig:
-    """MERA missing-evidence retrieval rounds (Missing-Evidence Retrieval Augmentation; evidence/mera.py); off by default.
+    """MERA missing-evidence retrieval rounds (Missing-Evidence Retrieval Augmentation; evidence/mera.py); off by default."""
 
-    ``planner``/``verifier``: "rule" (no model) or "llm" (prompted, constrained JSON).
-    ``max_rounds``: follow-up rounds after the first selection; ``max_tokens``: planner and
-    verifier tokens one question may spend (rounds stop when reached); ``final_slots``: at
-    most this many verified new packets replace the tail of the first selection (the packet
-    budget K0 is unchanged).
-    """
-
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     enabled: bool = False
+    """Run MERA's follow-up retrieval rounds after the first selection."""
     planner: Literal["rule", "llm"] = "rule"
+    """Who writes the follow-up queries: rules (no model) or the LLM (constrained JSON)."""
     verifier: Literal["rule", "llm"] = "rule"
+    """Who checks a found packet: rules (no model) or the LLM (constrained JSON)."""
     max_rounds: NonNegInt = 2
+    """Follow-up rounds after the first selection."""
     queries_per_round: PosInt = 3
+    """Follow-up queries the planner writes per round."""
     hits_per_query: PosInt = 5
-    read: PosInt = 5  # verified packets the planner reads
-    verify_threshold: Fraction = 0.5  # rule verifier: least share of the query's best search score
+    """Packets each follow-up query retrieves."""
+    read: PosInt = 5
+    """Verified packets the planner reads when it writes the next queries."""
+    verify_threshold: Fraction = 0.5
+    """Rule verifier: least share of the query's best search score a packet needs to count as found."""
     final_slots: NonNegInt = 2
+    """The most verified new packets that replace the tail of the first selection (K0 is unchanged)."""
     max_tokens: PosInt = 6000
+    """Planner and verifier tokens one question may spend; rounds stop when they are spent."""
 
 
 @dataclass(frozen=True)
 class ExtractionConfig:
     """Descriptor extraction (Appendix B.1)."""
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     extractor: Literal["llm", "rule"] = "llm"
-    combined_call: bool = False  # facts and metadata in one call per turn
-    on_failure: Literal["error", "rule"] = "error"  # a turn the model fails on: stop, or rule-extract it
+    """Who extracts descriptors from turns: the LLM, or the rule-based extractor (no model calls)."""
+    combined_call: bool = False
+    """LLM extractor: facts and metadata in one call per turn instead of two steps."""
+    on_failure: Literal["error", "rule"] = "error"
+    """A turn the model fails on: stop the build, or extract that turn by rule."""
     max_keywords: NonNegInt = 5
-    # Rule extractor only: at most this many sentence claims per turn (image captions always
-    # kept), the most content-rich; None: one per sentence. Bounds a long reply's claim cost.
+    """Keywords kept per descriptor."""
     max_rule_claims: PosInt | None = None
-    use_intent: bool = True  # query intent (ablation A6 turns it off)
-    intent_source: Literal["llm", "rule"] = "llm"  # the model-free path uses the rule-based intent
+    """Rule extractor: at most this many sentence claims per turn, the most content-rich (None: one per sentence); bounds a long reply's build cost."""
+    use_intent: bool = True
+    """Extract a query intent (people, keywords, time) before retrieval (ablation A6 turns it off)."""
+    intent_source: Literal["llm", "rule"] = "llm"
+    """Who extracts the query intent: the LLM, or rules (the model-free path)."""
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """Which backend and model serve LLM calls, and which embedder serves dense retrieval."""
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     backend: str = "llamacpp"
+    """The LLM backend: llamacpp, openai, vllm, transformers, or scripted (tests)."""
     model: str = "smollm2-135m"
+    """The model name the backend loads or asks for."""
     base_url: str | None = None
+    """The server of an OpenAI-compatible backend (None: the backend's default)."""
     api_key_env: str = "OPENAI_API_KEY"
-    max_tokens: PosInt = 2048  # every stage decodes greedily: temperature 0, seed 0 (LLMRequest defaults)
+    """The environment variable that holds the backend's API key."""
+    max_tokens: PosInt = 2048
+    """Completion tokens per call (every stage decodes greedily: temperature 0, seed 0)."""
     concurrency: PosInt = 4
+    """Model calls in flight at once."""
     timeout_s: Positive = 120.0
-    context_window: PosInt | None = None  # tokens; checked by the full-context baseline when set
-    # Answer prompt and decoding (evidence/answer.py answer_settings): "full" = the paper-style
-    # prompts, "small" = a short extractive prompt, few tokens, first blocks only; "auto" picks
-    # "small" for the embedded SmolLM2-135M and "full" otherwise.
+    """Seconds one model call may take."""
+    context_window: PosInt | None = None
+    """The model's context window in tokens; the full-context baseline checks it when set."""
     answer_prompt: Literal["auto", "full", "small"] = "auto"
+    """Answer prompt and decoding: the paper-style prompts, a short extractive prompt for small models, or auto (small for the embedded SmolLM2-135M)."""
     embedder: str = "sentence-transformers"
-    embed_model: str = "all-MiniLM-L6-v2"  # a shipped name, a local folder, or a hub name (needs downloads on)
-    # sentence-transformers embedder (adapters/embed_st.py): "auto" runs ONNX Runtime fp32 on a
-    # CPU (int8: faster, opt-in) and torch fp16 on CUDA; backend and precision are part of the
-    # vectors' cache key.
+    """The dense embedder: sentence-transformers, hash (no model; tests and model-free runs without torch), or another registered one."""
+    embed_model: str = "all-MiniLM-L6-v2"
+    """The embedding model: a shipped name, a local folder, or a hub name (needs ``embed_allow_download``)."""
     embed_backend: Literal["auto", "torch", "onnx"] = "auto"
+    """How sentence-transformers runs: auto (ONNX Runtime on CPU, torch on CUDA), torch or onnx; part of the vectors' cache key."""
     embed_precision: Literal["auto", "fp32", "fp16", "int8"] = "auto"
+    """Embedding precision: auto (fp32 on CPU, fp16 on CUDA) or forced; int8 is faster on CPU and slightly less accurate."""
     embed_device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the embedder runs."""
     embed_batch_size: PosInt = 64
-    # ONNX Runtime threads per embedding call (None: every usable core), e.g. to leave cores to
-    # other processes. (On 2 cores, 1 thread did not change the service's 8-client throughput.)
+    """Texts per embedding batch."""
     embed_threads: PosInt | None = None
-    embed_query_prefix: str = ""  # e5: "query: ", bge: "Represent this sentence for searching relevant passages: "
-    embed_document_prefix: str = ""  # e5: "passage: "
-    embed_allow_download: bool = False  # fetch a hub model name when a hub is reachable (default: offline)
+    """ONNX Runtime threads per embedding call (None: every usable core)."""
+    embed_query_prefix: str = ""
+    """Text put before every query the embedder reads (e5: "query: ")."""
+    embed_document_prefix: str = ""
+    """Text put before every document the embedder reads (e5: "passage: ")."""
+    embed_allow_download: bool = False
+    """Fetch a hub model name when a hub is reachable (default: offline)."""
     options: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments handed to the backend as they are."""
 
 
 @dataclass(frozen=True)
@@ -305,29 +346,42 @@ class JudgeConfig:
     ``allow_self_judge`` (a model grading its own answers is lenient with them).
     """
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     backend: str | None = None
+    """The judge's backend (None: the answer model's)."""
     model: str | None = None
+    """The judge's model (None: the answer model's)."""
     base_url: str | None = None
-    api_key_env: str | None = None  # default OPENAI_API_KEY
+    """The judge's OpenAI-compatible server (never inherited from the answer model)."""
+    api_key_env: str | None = None
+    """The environment variable of the judge's API key (None: OPENAI_API_KEY)."""
     allow_self_judge: bool = False
+    """Allow a judge that is the answer model itself (it grades its own answers leniently)."""
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
     """Every setting of a memory's build and query path, one section per stage."""
 
-    __pydantic_config__ = _STRICT_FIELDS
+    __pydantic_config__ = _SECTION
 
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
+    """Descriptor extraction and the query intent."""
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Cell placement of the Address Plane."""
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    """Cell routing and candidate scoring of the Address Plane."""
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    """The Evidence Plane: anchors, frontier, reader view."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The LLM backend and the embedder."""
     fusion: FusionConfig = field(default_factory=FusionConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)  # used by eval/compare only
+    """The model-free fused selector."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """The judge of eval and compare (used by them only)."""
     mera: MeraConfig = field(default_factory=MeraConfig)
+    """MERA's missing-evidence retrieval rounds."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -25,6 +25,7 @@ from .config import PipelineConfig, config_needs_llm
 from .data.plain import GivenIds, parse_plain_given_ids
 from .errors import ConfigError, ImmutablePacketError, StalePlanError
 from .evidence.answer import answer_settings
+from .evidence.relevance import Explanation
 from .llm.client import LLMClient
 from .llm.registry import backend_kwargs, embedder_kwargs, load_backend, load_embedder
 from .pipeline.compile import Context, compile_context
@@ -50,17 +51,22 @@ class Answer:
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One packet of a compiled selection: its 1-based ``rank`` in the selection and a score.
+    """One packet of a compiled selection: its 1-based ``rank`` in the selection, its score and,
+    when the search asked for it, why it was chosen.
 
-    ``score`` is the fused selector's score on the fused path; on the other paths the packet's
-    score in the normalized pool U_q, else its dense cosine, else None (a packet only an LLM
-    stage chose). Scores order packets within one search; they are not comparable across
-    selectors or questions.
+    ``score`` lies in [0, 1] and never rises down the list, so a threshold keeps a prefix of
+    it. Its meaning depends on the selector (``memcompile_local.evidence.relevance``): under
+    the model-free default, the weighted channel sum on a fixed scale of the configuration
+    (alternating dialogue) or the learned ranker's calibrated probability that the turn is
+    gold evidence (user-assistant and bursty histories); an LLM ordering gives 1 / rank.
+    ``explain`` (``search(..., explain=True)``): the selector, its raw score and the channels
+    it read, with each channel's contribution for a weighted sum.
     """
 
     packet: SourcePacket
-    score: float | None
+    score: float
     rank: int
+    explain: Explanation | None = None
 
 
 @dataclass(frozen=True)
@@ -73,20 +79,10 @@ class AddResult(IngestResult):
 
 def selection_scores(ctx: Context, ids: Sequence[str]) -> dict[str, float]:
     """The score of each selected packet id (see ``SearchHit``) as the compile that selected
-    them gave it (``Memory.search`` and the service share it); ids without one are left out.
-
-    On the fused path these are the scores the retriever selected by (``Context.scores``,
-    computed once per question, with its ``question_date``); nothing is scored again here."""
-    if ctx.scores:
-        return {pid: ctx.scores[pid] for pid in ids if pid in ctx.scores}
-    scores: dict[str, float] = {}
-    dense = dict(ctx.dense)
-    pool = {pc.packet_id: pc.score for pc in ctx.pool}
-    for pid in ids:
-        value = pool.get(pid, dense.get(pid))
-        if value is not None:
-            scores[pid] = float(value)
-    return scores
+    them gave it (``Context.scores``: computed in the pass that ranked them, with the
+    question's ``question_date``); ``Memory.search`` and the service share it. Nothing is
+    scored again here."""
+    return {pid: ctx.scores[pid] for pid in ids if pid in ctx.scores}
 
 
 @dataclass(frozen=True)
@@ -486,34 +482,35 @@ class Memory:
 
     def compile_view(self, view: MemoryView, question: str, *, k: int | None = None, client: Any = None,
                      address_trace: bool = False, question_date: str | None = None,
-                     filters: TurnFilter | None = None) -> Context:
+                     filters: TurnFilter | None = None, explain: bool = False) -> Context:
         """``compile`` over a given view (one of ``view``, or the service's partial view); ``k``
-        overrides the configured K0; ``question_date`` and ``filters`` as in ``compile``. The
-        one place a question is compiled."""
+        overrides the configured K0; ``question_date`` and ``filters`` as in ``compile``;
+        ``explain`` fills ``Context.explanations``. The one place a question is compiled."""
         cfg = self.config if k is None else self.config.replace(evidence={"k0": int(k)})
         if client is None and config_needs_llm(cfg):
             client = self.client
         allowed = filters.allowed_ids(view.packets) if filters is not None else None
         return compile_context(question, view, cfg, client=client, embedder=self.embedder,
-                               address_trace=address_trace, question_date=question_date, allowed=allowed)
+                               address_trace=address_trace, question_date=question_date, allowed=allowed,
+                               explain=explain)
 
     def search(self, namespace: str, query: str, k: int | None = None, *, client: Any = None,
                build: bool = True, question_date: str | None = None,
-               filters: TurnFilter | None = None) -> list[SearchHit]:
+               filters: TurnFilter | None = None, explain: bool = False) -> list[SearchHit]:
         """The packets the configured pipeline selects for ``query``, best first, with scores.
 
         The same selection ``compile`` makes, without rendering it; ``k`` (default: the
         configured K0) bounds the anchors and the returned list. ``filters``: only matching
         turns, k of them when k match (see ``compile``). See ``SearchHit`` for what the score
-        is on each path.
+        means on each path; ``explain=True`` adds to each hit the numbers it was chosen by.
         """
         if k is not None and k < 1:
             raise ConfigError(f"search needs k >= 1, got {k}")
         view = self.view(namespace, build=build)
-        ctx = self.compile_view(view, query, k=k, client=client, question_date=question_date, filters=filters)
+        ctx = self.compile_view(view, query, k=k, client=client, question_date=question_date, filters=filters,
+                                explain=explain)
         ids = list(ctx.packet_ids[:k] if k is not None else ctx.packet_ids)
-        scores = selection_scores(ctx, ids)
-        return [SearchHit(view.packets_by_id[pid], scores.get(pid), rank)
+        return [SearchHit(view.packets_by_id[pid], ctx.scores[pid], rank, ctx.explanations.get(pid))
                 for rank, pid in enumerate(ids, start=1)]
 
     def answer(self, namespace: str, question: str, *, client: Any = None,

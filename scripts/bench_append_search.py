@@ -6,7 +6,7 @@ the search after it, and their sum. ``--in-place`` adds with ``Memory.add(..., i
 (the turn built and the loaded view extended in the add; the search then loads nothing).
 ``--turn-words W`` pads every stored turn to about W words (a history of long assistant-style
 replies); ``--set SECTION.FIELD=VALUE`` changes a config field (a bare FIELD is a fusion field),
-e.g. ``--set ranker_model=memcompile_local/fused/models/ranker-v3.json``. Usage:
+e.g. ``--set ranker_model=/path/to/model.json`` (a model file of ``research/train_ranker_variants.py``). Usage:
 ``python scripts/bench_append_search.py [--turns N] [--repeats R] [--embedder hash] [--in-place]
 [--turn-words W] [--set FIELD=VALUE]``.
 Figures depend on the machine and how busy it is; compare runs made on the same machine.
@@ -51,7 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embedder": args.embedder})
     if args.set:
-        from cv_corpora import config_changes  # scripts/ is on sys.path when this file runs
+        from dev_corpora import config_changes  # scripts/ is on sys.path when this file runs
 
         cfg = cfg.replace(**config_changes(args.set))
     with tempfile.TemporaryDirectory() as folder:

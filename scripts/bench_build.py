@@ -283,7 +283,7 @@ def main() -> int:
     ap.add_argument("--adds", type=int, default=20, help="appended turns timed")
     ap.add_argument("--skip-recall", action="store_true", help="skip the per-backend recall builds (slow)")
     ap.add_argument("--out", help="write the figures as JSON here")
-    ap.add_argument("--dense-document", choices=("packet", "lean", "turn"),
+    ap.add_argument("--dense-document", choices=("packet", "turn"),
                     help="fusion.dense_document of the builds (default: the shipped preset's)")
     ap.add_argument("--dense-context", choices=("embedded", "composed"),
                     help="fusion.dense_context of the builds (default: the shipped preset's)")
@@ -308,7 +308,7 @@ def main() -> int:
     log(f"{args.locomo}: {len(convs)} conversations; {target.namespace}: "
         f"{sum(len(s.turns) for s in target.sessions)} turns")
     if args.option_recall or args.only_options:
-        options = [(d, c) for d in ("packet", "lean", "turn") for c in ("embedded", "composed")]
+        options = [(d, c) for d in ("packet", "turn") for c in ("embedded", "composed")]
         res["option_recall"] = option_recall(convs, options)
         if args.only_options:
             print(option_report(res))

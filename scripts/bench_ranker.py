@@ -7,7 +7,7 @@ package uses and with the level-by-level walk it falls back to for trees of over
 checks that they agree, and prints the median of ``--runs`` calls of each and their ratio.
 
     python scripts/bench_ranker.py
-    python scripts/bench_ranker.py memcompile_local/fused/models/ranker-v1.json /tmp/bagged.json
+    python scripts/bench_ranker.py /tmp/bagged.json     # a model file of research/train_ranker_variants.py
 
 Figures depend on the machine's load; read the ratio, measured in the same process.
 """

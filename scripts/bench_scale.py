@@ -105,7 +105,7 @@ def child_build(corpus: str, data: str, target: int, queries: int, changes: list
         store = MemoryStore(Path(tmp) / "scale.sqlite")
         cfg = apply_preset("model-free", PipelineConfig())
         if changes:
-            from cv_corpora import config_changes  # scripts/ is on sys.path when this file runs
+            from dev_corpora import config_changes  # scripts/ is on sys.path when this file runs
 
             cfg = cfg.replace(**config_changes(changes))
         mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store))
@@ -179,7 +179,7 @@ def main() -> int:
                          "the JSON lines this script prints on stderr, one point per line")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=N",
                     help="a config field of every build, e.g. extraction.max_rule_claims=12 or "
-                         "ranker_model=memcompile_local/fused/models/ranker-v3.json")
+                         "ranker_model=/path/to/model.json")
     ap.add_argument("--child", nargs=5, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.table:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memcompile_local.fused.ranker import DEFAULT_MODEL
 from memcompile_local.address.dense import (
     composed_context_matrix,
     dense_document,
@@ -24,6 +23,7 @@ from memcompile_local.store import MemoryStore
 from memcompile_local.types import Descriptor, SourcePacket
 
 from test_embedding_cache import SESSION_A, SESSION_B, CountingEmbedder
+from _data_paths import PLAIN_TURN_MODEL
 
 
 def _config(document: str, context: str) -> PipelineConfig:
@@ -51,9 +51,6 @@ def test_document_kinds_differ_only_in_what_they_leave_out():
     full = dense_document(p, claims, "packet")
     assert full == packet_document(p, claims)
     assert "Ana adopted a cat." in full and "People: Ana" in full and "Time: 2024-03-04" in full
-    lean = dense_document(p, claims, "lean")
-    assert "Ana adopted a cat." not in lean
-    assert lean == full.replace("Ana adopted a cat.\n", "")
     turn = dense_document(p, claims, "turn")
     assert turn == turn_document(p) == "Ana: I adopted a cat.\nImage: a grey cat"
     assert full.startswith(turn + "\n")
@@ -78,7 +75,8 @@ def test_composed_context_vectors_are_the_normalized_sum_of_the_session_window()
 def test_the_plan_follows_the_fusion_section_only_on_the_fused_path():
     assert dense_plan(_config("turn", "composed"), True) == DensePlan("turn", "composed")
     # Embedded context documents are embedded only up to the words the fused index reads.
-    assert dense_plan(_config("lean", "embedded"), True) == DensePlan("lean", "embedded", context_window_words=300)
+    assert dense_plan(_config("packet", "embedded"), True) == DensePlan("packet", "embedded",
+                                                                        context_window_words=300)
     assert dense_plan(_config("turn", "composed"), False) == DensePlan("turn", "none")
     # The paper's path (LLM anchor selector) embeds z(p) whatever the fusion section says.
     paper = apply_preset("A0", PipelineConfig()).replace(fusion={"dense_document": "turn"})
@@ -87,9 +85,9 @@ def test_the_plan_follows_the_fusion_section_only_on_the_fused_path():
     # ranker (ranker-v2) reads no plain-turn cosine, so no plain turn is embedded.
     shipped = apply_preset("model-free", PipelineConfig())
     assert dense_plan(shipped, True) == DensePlan("packet", "embedded", context_window_words=300)
-    # ranker-v3 reads it: its plain turns are embedded up to the context window, under a
+    # A model that reads it: its plain turns are embedded up to the context window, under a
     # learned ranker only.
-    v3 = shipped.replace(fusion={"ranker_model": str(DEFAULT_MODEL.parent / "ranker-v3.json")})
+    v3 = shipped.replace(fusion={"ranker_model": str(PLAIN_TURN_MODEL)})
     assert dense_plan(v3, True) == DensePlan("packet", "embedded", context_window_words=300, raw_turns=True,
                                              raw_window_words=300)
     assert dense_plan(v3.replace(fusion={"ranker": "learned"}), True).raw_turns
@@ -124,7 +122,7 @@ def test_raw_turn_mode_embeds_exactly_one_document_per_turn(tmp_path):
 
 def test_each_document_option_gives_the_view_a_scratch_build_gives(tmp_path):
     """A view grown by an append equals a fresh Memory's view over the same store, per option."""
-    for document, context in (("packet", "embedded"), ("lean", "composed"), ("turn", "embedded")):
+    for document, context in (("packet", "embedded"), ("packet", "composed"), ("turn", "embedded")):
         store = MemoryStore(tmp_path / f"{document}-{context}.sqlite")
         cfg = _config(document, context)
         mem = Memory(store, cfg, embedder=CountingEmbedder())
@@ -249,7 +247,7 @@ def test_a_long_turns_plain_vector_is_its_zp_vector_and_is_not_embedded_twice(tm
     from memcompile_local.fused.documents import plain_turn_text
 
     cfg, store, emb, mem, view, packets = _long_chat_memory(
-        tmp_path, context_window_words=40, ranker_model=str(DEFAULT_MODEL.parent / "ranker-v3.json"))
+        tmp_path, context_window_words=40, ranker_model=str(PLAIN_TURN_MODEL))
     short = np.asarray([len(plain_turn_text(p).split()) <= 40 for p in packets])
     assert 0 < short.sum() < len(short)  # the long replies are longer
     assert [plain_turn_text(p) in emb.texts for p in packets] == short.tolist()
@@ -276,7 +274,7 @@ def test_a_turn_with_no_text_has_a_zero_plain_vector_built_or_appended(tmp_path)
     from memcompile_local.build.stages import raw_document_keys, unread_key
 
     cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={
-        "ranker": "learned", "ranker_model": str(DEFAULT_MODEL.parent / "ranker-v3.json")})
+        "ranker": "learned", "ranker_model": str(PLAIN_TURN_MODEL)})
     store = MemoryStore(tmp_path / "m.sqlite")
     emb = CountingEmbedder()
     mem = Memory(store, cfg, embedder=emb)

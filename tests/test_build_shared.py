@@ -66,9 +66,9 @@ def test_documents_are_computed_once_per_content(tmp_path, monkeypatch):
     calls = []
     original = dense_module.packet_document
 
-    def counted(packet, claims=(), *, claim_lines=True):
+    def counted(packet, claims=()):
         calls.append(packet.content)
-        return original(packet, claims, claim_lines=claim_lines)
+        return original(packet, claims)
 
     monkeypatch.setattr(dense_module, "packet_document", counted)
     dense_module.forget_documents()

@@ -26,8 +26,8 @@ def test_the_spec_and_the_extractor_are_made_once_per_config(tmp_path):
         assert spec == make_spec(cfg, mem.extractor().descriptor_set, emb)
         assert spec.layout_id == layout_id(spec.descriptor_set, cfg.placement)
         assert spec.embedder_id == embedding_model_id(emb) and spec.fusion and spec.context_vectors
-        mem.config = cfg.replace(fusion={"dense_neighbor_context": False})
-        assert mem.spec is not spec and not mem.spec.context_vectors
+        mem.config = cfg.replace(fusion={"dense_context": "composed"})
+        assert mem.spec is not spec and mem.spec.dense.context == "composed"
         assert mem.spec.view_key != spec.view_key  # views of the two configs never mix
 
 

@@ -1,6 +1,7 @@
-"""The three-corpus cross-validation of scripts/cv_corpora.py: the protocols on hand-made
+"""The three-corpus cross-validation of research/cv_corpora.py: the protocols on hand-made
 recall matrices, the shipping rule, and a whole run on the REALTALK and BEAM fixtures with
-the hash embedder (builds cached: a second run builds nothing)."""
+the hash embedder (builds cached: a second run builds nothing). Research code: marked
+``research``, run in CI like the rest."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))
 
 import cv_corpora  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 
 from _data_paths import BEAM_MINI, REALTALK_MINI  # noqa: E402
+
+pytestmark = pytest.mark.research
 
 
 class Q:
@@ -84,7 +87,7 @@ def test_a_run_on_the_fixtures_and_its_cache(tmp_path, capsys):
     results = json.loads((tmp_path / "cv.json").read_text())
     assert [r["name"] for r in results][:3] == [*cv_corpora.BASELINES, "package defaults (shipped)"]
     assert results[2]["corpora"]["beam"]["n"] == 7 and results[2]["corpora"]["realtalk"]["n"] == 5
-    per_q = results[2]["corpora"]["beam"]["questions"]  # what scripts/cv_builds.py reads
+    per_q = results[2]["corpora"]["beam"]["questions"]  # what research/cv_builds.py reads
     assert len(per_q["r10"]) == len(per_q["ns"]) == 7
     assert np.mean(per_q["r10"]) * 100 == pytest.approx(results[2]["corpora"]["beam"]["cv10"])
     assert "| package defaults (shipped) |" in out and "| reference |" in out
@@ -124,5 +127,5 @@ def test_cv_builds_cross_validates_one_run_per_value(tmp_path, capsys, monkeypat
 
 
 def test_config_changes_keeps_ints_floats_and_literal_text():
-    assert cv_corpora.config_changes(["request_frame=drop", "role_weight=0", "fusion.pool=40", "x.y=0.5"]) == {
-        "fusion": {"request_frame": "drop", "role_weight": 0, "pool": 40}, "x": {"y": 0.5}}
+    assert cv_corpora.config_changes(["ranker=weighted", "role_weight=0", "fusion.pool=40", "x.y=0.5"]) == {
+        "fusion": {"ranker": "weighted", "role_weight": 0, "pool": 40}, "x": {"y": 0.5}}

@@ -1,18 +1,23 @@
-"""The request frame of a question (language/framing.py) and fusion.request_frame: with "drop"
-the dense channel embeds a framed question's content alone; every other question, and the
-default, embed as before. The questions here are written for these tests."""
+"""The request frame of a question (research/framing.py; ``fusion.request_frame`` until issue 49
+removed it, measured and not shipped): with "drop" the dense channel embedded a framed
+question's content alone (research/dropped.py). The questions here are written for these
+tests. Research code: marked ``research``, run in CI like the rest."""
 
 from __future__ import annotations
 
-import numpy as np
+import sys
+from pathlib import Path
+
 import pytest
 
-from memcompile_local.config import FusionConfig, PipelineConfig
-from memcompile_local.errors import ConfigError
-from memcompile_local.fused.index import FusionIndex
-from memcompile_local.fused.retriever import FusedRetriever, dense_query_texts
-from memcompile_local.language.framing import question_content
-from memcompile_local.types import SourcePacket
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))
+
+from dropped import framed_query_texts  # noqa: E402
+from framing import question_content  # noqa: E402
+from memcompile_local.config import FusionConfig  # noqa: E402
+from memcompile_local.fused.retriever import dense_query_texts  # noqa: E402
+
+pytestmark = pytest.mark.research
 
 
 @pytest.mark.parametrize("question, content", [
@@ -40,38 +45,11 @@ def test_questions_without_a_frame_come_back_unchanged(question):
     assert question_content(question) == question
 
 
-def test_dense_texts_drop_the_frame_only_when_asked_and_only_where_there_is_one():
+def test_dense_texts_drop_the_frame_only_where_there_is_one():
     framed = "Can you list the order in which I brought up different aspects of my kiln repair across our chats?"
     intent = framed + " list order kiln repair"
-    keep, drop = FusionConfig(), FusionConfig(request_frame="drop")
-    assert keep.request_frame == "keep"  # off by default (README, "Request frames")
-    assert dense_query_texts(framed, intent, keep) == [intent, framed]
-    assert dense_query_texts(framed, intent, drop) == ["my kiln repair?"]  # the content alone, no intent text
+    assert dense_query_texts(framed, intent) == [intent, framed]  # the package: as asked
+    assert framed_query_texts(framed, intent) == ["my kiln repair?"]  # the content alone, no intent text
     plain = "What did Nora buy?"
-    assert dense_query_texts(plain, plain + " Nora", drop) == dense_query_texts(plain, plain + " Nora", keep)
-    with pytest.raises(ConfigError):
-        PipelineConfig().replace(fusion={"request_frame": "strip"})
-
-
-class _Recorder:
-    """An embedder that records what it is asked to embed (one fixed vector per text)."""
-
-    def __init__(self):
-        self.seen: list[list[str]] = []
-
-    def embed(self, texts):
-        self.seen.append(list(texts))
-        return np.ones((len(texts), 3), dtype=np.float32)
-
-
-def test_the_retriever_embeds_the_content_of_a_framed_question():
-    turns = [SourcePacket(namespace="ns", packet_id=f"D1:{i}", ordinal=i, session_index=1, session_id="s1",
-                          session_time="3 March, 2024", speaker=s, content=t, image_caption=None, sha256="x")
-             for i, (s, t) in enumerate([("user", "My kiln's thermocouple failed again."),
-                                         ("assistant", "Replace the thermocouple and check the relay.")])]
-    cfg = FusionConfig(request_frame="drop")
-    retriever = FusedRetriever(FusionIndex.build(turns, {}, cfg), cfg)
-    emb = _Recorder()
-    question = "Could you remind me of my kiln repair throughout our conversations?"
-    retriever.query_vector(emb, question, question + " kiln repair")
-    assert emb.seen == [["my kiln repair?"]]
+    assert framed_query_texts(plain, plain + " Nora") == dense_query_texts(plain, plain + " Nora")
+    assert "request_frame" not in FusionConfig.__dataclass_fields__

@@ -25,19 +25,22 @@ from memcompile_local.fused.documents import (
     tolerant_name,
 )
 from memcompile_local.fused.index import FusionIndex
-from memcompile_local.fused.retriever import (
-    dense_query_texts,
-    fused_ranking,
-    is_list_question,
-    query_vector,
-    select_fused,
-    select_rows,
-)
+from memcompile_local.fused.retriever import FusedRetriever, dense_query_texts, is_list_question, query_vector, select_rows
 from memcompile_local.memory import Memory
 from memcompile_local.store import MemoryStore
 from memcompile_local.types import Descriptor, PacketCandidate, SourcePacket
 
 MESSY = Path(__file__).parent / "fixtures" / "messy_chat.json"
+
+
+def select_fused(index, question, query_vec, cfg, k, **kw) -> list[str]:
+    """The packets the fused selector keeps, best first."""
+    return list(FusedRetriever(index, cfg).retrieve(question, query_vec, k, **kw).packet_ids)
+
+
+def fused_ranking(index, question, query_vec, cfg, n) -> list[str]:
+    """The first ``n`` packets by fused score alone."""
+    return FusedRetriever(index, cfg).ranking(question, query_vec, n)
 
 
 def packet(i: int, session: int, speaker: str, text: str) -> SourcePacket:
@@ -56,10 +59,9 @@ PACKETS = [
 
 
 def test_lexical_documents_take_in_session_neighbours_only():
-    docs = lexical_documents(PACKETS, {}, neighbor_context=True)
+    docs = lexical_documents(PACKETS, {})
     assert docs[2] == "Tell me! We adopted a puppy called Pepper."  # no next turn: session 2 starts
     assert docs[3] == "I went camping near the lake. Camping sounds lovely."  # no previous: session boundary
-    assert lexical_documents(PACKETS, {}, neighbor_context=False)[1] == "Tell me!"
 
 
 def test_stemming_and_neighbour_context_reach_the_reply():
@@ -123,8 +125,8 @@ def test_dense_channel_takes_the_better_of_turn_and_context_cosine():
     on = FusionConfig(lexical_weight=0, speaker_weight=0, temporal_weight=0)
     got = fused_scores(FusionIndex.build(PACKETS, {}, on, packet_matrix=m, context_matrix=ctx), "x", q, on)
     assert np.allclose(got.channels["packet"], [0, 0, 0.6, 0, 0])
-    off = FusionConfig(lexical_weight=0, speaker_weight=0, temporal_weight=0, dense_neighbor_context=False)
-    got = fused_scores(FusionIndex.build(PACKETS, {}, off, packet_matrix=m, context_matrix=ctx), "x", q, off)
+    # Without context vectors the channel is the z(p) cosine alone.
+    got = fused_scores(FusionIndex.build(PACKETS, {}, on, packet_matrix=m), "x", q, on)
     assert np.allclose(got.channels["packet"], 0)
 
 
@@ -178,10 +180,9 @@ def test_burst_documents_join_a_thought_split_over_messages():
     assert fused_scores(plain, question, None, lexical_only()).channels["lexical"][answer] < 1.0
     assert fused_scores(grouped, question, None, lexical_only()).channels["lexical"][answer] == 1.0
     # With one-message bursts (alternating speakers) the burst documents are today's documents.
-    assert lexical_documents(PACKETS, {}, neighbor_context=True, group_bursts=True)[1:4] == \
-        lexical_documents(PACKETS, {}, neighbor_context=True)[1:4]
+    assert lexical_documents(PACKETS, {}, group_bursts=True)[1:4] == lexical_documents(PACKETS, {})[1:4]
     # The neighbours of a burst are the bursts before and after it in the session.
-    docs = lexical_documents(packets, {}, neighbor_context=True, group_bursts=True)
+    docs = lexical_documents(packets, {}, group_bursts=True)
     assert docs[row["S1:7"]] == "no way priya thats amazing u taking the little one? nah my mum has her for the week"
 
 
@@ -204,8 +205,8 @@ def test_tolerant_names_reach_messages_that_misspell_the_name():
     packets = messy_packets()
     row = {p.packet_id: i for i, p in enumerate(packets)}
     question = "Who owes Tomasz's friend a ride?"
-    plain = FusionIndex.build(packets, {}, lexical_only(neighbor_context=False))
-    tolerant = FusionIndex.build(packets, {}, lexical_only(neighbor_context=False, tolerant_names=True))
+    plain = FusionIndex.build(packets, {}, lexical_only())
+    tolerant = FusionIndex.build(packets, {}, lexical_only(tolerant_names=True))
     before = plain.lexical.scores(plain.query_terms(question))
     after = tolerant.lexical.scores(tolerant.query_terms(question))
     assert after[row["S3:6"]] > before[row["S3:6"]]  # "tomsz's" now indexes as Tomasz
@@ -263,7 +264,7 @@ def test_complementary_selection_skips_near_duplicates_for_list_questions():
     q /= np.linalg.norm(q)
     # (MMR and complementary selection on every question were dropped from the package; their
     # checks are in test_ablate_dropped.py.)
-    cfg = FusionConfig(complement="pursuit", complement_keep=1, complement_pool=6)
+    cfg = FusionConfig(complement_keep=1, complement_pool=6)
     index = FusionIndex.build(LIST_PACKETS, {}, cfg, packet_matrix=m)
     got = select_rows(index, "What hobbies does Ann have?", scores, q, cfg, 2)
     assert got == [0, 2]  # the duplicate (row 1) gives way to what adds something
@@ -300,8 +301,7 @@ def test_pursuit_from_the_kept_packets_explains_what_they_leave_of_the_query():
 
 
 def test_fused_ranking_is_the_score_order_without_the_selection_stages():
-    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, complement="pursuit",
-                       complement_keep=1)
+    cfg = FusionConfig(packet_weight=0, speaker_weight=0, temporal_weight=0, complement_keep=1)
     index = FusionIndex.build(PACKETS, {}, cfg)
     ranking = fused_ranking(index, "camping lake", None, cfg, 5)
     assert ranking[:2] == ["D2:3", "D2:4"] and len(ranking) == 5 and len(set(ranking)) == 5
@@ -332,20 +332,17 @@ def test_fused_pool_preset_hands_the_scheduler_the_fused_top_n(monkeypatch):
 
 
 def test_dense_query_embeds_the_question_beside_the_intent_text():
-    both = FusionConfig(dense_query="intent+question")
     intent = "What did Ann adopt? Ann adopt"
-    assert dense_query_texts("What did Ann adopt?", intent, both) == [intent, "What did Ann adopt?"]
-    assert dense_query_texts("What did Ann adopt?", intent, FusionConfig(dense_query="intent")) == [intent]
-    assert dense_query_texts("Ann", "Ann", both) == ["Ann"]  # the same text is embedded once
+    assert dense_query_texts("What did Ann adopt?", intent) == [intent, "What did Ann adopt?"]
+    assert dense_query_texts("Ann", "Ann") == ["Ann"]  # the same text is embedded once
     rows = np.asarray([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=np.float32)
     assert np.allclose(query_vector(rows), [0.5, 0.5, 0.0])  # the mean, not renormalized
     assert np.array_equal(query_vector(rows[:1]), rows[0]) and np.array_equal(query_vector(rows[0]), rows[0])
     # A packet's cosine with the mean vector is the mean of its cosines with the two texts:
     # the packet only the plain question is close to now outranks one close to neither.
     m = np.asarray([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.6, 0.8, 0.0]], dtype=np.float32)
-    cfg = FusionConfig(lexical_weight=0, speaker_weight=0, temporal_weight=0, time_match_weight=0,
-                       dense_neighbor_context=False)
-    index = FusionIndex.build(PACKETS[:3], {}, cfg, packet_matrix=m)
+    cfg = FusionConfig(lexical_weight=0, speaker_weight=0, temporal_weight=0, time_match_weight=0)
+    index = FusionIndex.build(PACKETS[:3], {}, cfg, packet_matrix=m)  # no context vectors
     cos = fused_scores(index, "x", query_vector(rows), cfg).channels["packet"]
     assert np.allclose(cos, [0.5, 0.0, 0.7])
     assert fused_scores(index, "x", rows[0], cfg).channels["packet"][0] == 0.0
@@ -370,7 +367,6 @@ class _RecordingEmbedder:
 def test_model_free_path_embeds_intent_and_question_in_one_call_and_search_scores_with_that_vector(tmp_path):
     emb = _RecordingEmbedder()
     cfg = apply_preset("model-free", PipelineConfig())
-    assert cfg.fusion.dense_query == "intent+question"
     mem = Memory(MemoryStore(tmp_path / "m.sqlite"), cfg, embedder=emb)
     mem.add("n", [{"time": "2024-03-04 09:00", "turns": [
         {"speaker": "Ann", "text": "We adopted a puppy called Pepper."},
@@ -383,16 +379,13 @@ def test_model_free_path_embeds_intent_and_question_in_one_call_and_search_score
     view = mem.view("n")
     qvec = query_vector(emb.inner.embed(emb.batches[0]))
     assert list(ctx.packet_ids) == select_fused(view.fusion, question, qvec, cfg.fusion, cfg.evidence.k0)
-    # search scores with the same (mean) vector: its scores are the fused totals under it.
-    hits = mem.search("n", question)
-    total = fused_scores(view.fusion, question, qvec, cfg.fusion).total
+    # search scores with the same (mean) vector: its scores are the fused totals under it, on
+    # the sum's fixed scale (here a question that is not a list question: in score order).
+    hits = mem.search("n", question, explain=True)
+    scores = fused_scores(view.fusion, question, qvec, cfg.fusion)
     row = {pid: i for i, pid in enumerate(view.fusion.packet_ids)}
-    assert [h.score for h in hits] == pytest.approx([total[row[h.packet.packet_id]] for h in hits])
-    # The intent-only setting embeds one text per question.
-    one = Memory(MemoryStore(tmp_path / "m.sqlite"), cfg.replace(fusion={"dense_query": "intent"}), embedder=emb)
-    emb.batches.clear()
-    one.compile("n", question)
-    assert [len(b) for b in emb.batches] == [1] and emb.batches[0][0] != question
+    assert [h.score for h in hits] == pytest.approx([scores.relevance[row[h.packet.packet_id]] for h in hits])
+    assert [h.explain.raw for h in hits] == pytest.approx([scores.total[row[h.packet.packet_id]] for h in hits])
 
 
 def test_one_search_scores_each_fused_channel_once_and_returns_those_scores(tmp_path, monkeypatch):
@@ -421,8 +414,13 @@ def test_one_search_scores_each_fused_channel_once_and_returns_those_scores(tmp_
     assert len(emb.batches) == 1  # the question is embedded once
     view = mem.view("n")
     qvec = query_vector(emb.inner.embed(emb.batches[0]))
-    total = fused_scores(view.fusion, question, qvec, cfg.fusion).total
-    assert [h.score for h in hits] == [float(total[view.fusion.row_of[h.packet.packet_id]]) for h in hits]
+    scores = fused_scores(view.fusion, question, qvec, cfg.fusion)
+    assert [h.score for h in hits] == [float(scores.relevance[view.fusion.row_of[h.packet.packet_id]])
+                                       for h in hits]
+    # Asking for the explanation scores nothing again either.
+    calls.clear()
+    explained = mem.search("n", question, explain=True)
+    assert calls == {name: 1 for name in weighted} and [h.score for h in explained] == [h.score for h in hits]
 
 
 def test_a_new_channel_is_one_function_and_one_weight(monkeypatch):

@@ -81,14 +81,17 @@ def test_the_package_default_finds_every_named_question_turn():
 
 
 def _packet(i: int, speaker: str, text: str) -> SourcePacket:
-    return SourcePacket(namespace="ns", packet_id=f"D1:{i}", ordinal=i, session_index=1, session_id="s1",
+    # One turn per session: no turn's lexical document takes in a neighbour, so each BM25 value
+    # below is the turn's own.
+    return SourcePacket(namespace="ns", packet_id=f"D{i + 1}:{i}", ordinal=i, session_index=i + 1,
+                        session_id=f"s{i + 1}",
                         session_time="8 May, 2023", speaker=speaker, content=text, image_caption=None, sha256="x")
 
 
 def test_name_term_weight_scales_the_name_share_of_bm25_only():
     packets = [_packet(0, "Ilse", "Ilse is tired."), _packet(1, "Bo", "Ilse plays the cello every evening."),
                _packet(2, "Ilse", "Bo bakes bread.")]
-    full = dataclasses.replace(apply_preset("model-free", PipelineConfig()).fusion, neighbor_context=False,
+    full = dataclasses.replace(apply_preset("model-free", PipelineConfig()).fusion,
                                name_term_weight=1.0, name_term_scope="always")
     index = FusionIndex.build(packets, {}, full)
     lex = {w: fused_scores(index, q, None, dataclasses.replace(full, name_term_weight=w)).channels["lexical"]
@@ -123,7 +126,7 @@ def test_the_channel_at_any_name_weight_is_a_mix_of_full_and_unnamed():
 
     packets = [_packet(0, "Ilse", "Ilse is tired."), _packet(1, "Bo", "Ilse plays the cello every evening."),
                _packet(2, "Ilse", "Bo bakes bread.")]
-    fusion = dataclasses.replace(apply_preset("model-free", PipelineConfig()).fusion, neighbor_context=False)
+    fusion = apply_preset("model-free", PipelineConfig()).fusion
     index = FusionIndex.build(packets, {}, fusion)
     for q in ("What does Ilse play?", "What is Ilse's job?", "What do Ilse and Bo do?"):
         full = lexical_channel(index, FusedQuery(q, None, name_term_weight=1.0))

@@ -1,4 +1,5 @@
-"""Passages of long turns (address/passages.py; FusionConfig.passage_words).
+"""Passages of long turns (research/passages.py and research/dropped.py; the package's
+``FusionConfig.passage_words`` until issue 49 removed it, measured and not shipped).
 
 A turn longer than an embedder's window is embedded as passages and scores by its best ones;
 the selected unit stays the turn. The embedder here reads only its first WINDOW words (as a
@@ -8,18 +9,25 @@ of reach of the turn's own vector and found only through its passage.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pytest
 
-from memcompile_local.adapters.scripted import HashEmbedder
-from memcompile_local.address.passages import best_passage_scores, long_turn_passages, sentences, split_passages
-from memcompile_local.config import PipelineConfig
-from memcompile_local.llm.client import LLMClient, NoModelBackend
-from memcompile_local.memory import Memory
-from memcompile_local.pipeline.presets import apply_preset
-from memcompile_local.store import MemoryStore
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))
+
+from dropped import packet_channel_with_passages, passage_model_id, passage_vectors  # noqa: E402
+from passages import best_passage_scores, long_turn_passages, sentences, split_passages  # noqa: E402
+from memcompile_local.adapters.scripted import HashEmbedder  # noqa: E402
+from memcompile_local.config import PipelineConfig  # noqa: E402
+from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
+from memcompile_local.memory import Memory  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
+from memcompile_local.store import MemoryStore  # noqa: E402
+
+pytestmark = pytest.mark.research
 
 WINDOW = 12
 
@@ -78,67 +86,43 @@ def test_pooled_passage_scores_by_hand():
     assert np.allclose(best_passage_scores(np.asarray([0.3]), np.asarray([1]), 2, pool="top2"), [0.0, 0.3])
 
 
-def memory(store: MemoryStore, **fusion) -> Memory:
+def memory(store: MemoryStore) -> Memory:
     cfg = apply_preset("model-free", PipelineConfig())
     # The dense channel alone: no lexical or answer-type score, and no learned ranker (its own
     # features read BM25 of the raw turn).
-    cfg = cfg.replace(fusion={"lexical_weight": 0.0, "answer_type_weight": 0.0, "ranker": "weighted", "complement": "none",
-                              **fusion})
+    cfg = cfg.replace(fusion={"lexical_weight": 0.0, "answer_type_weight": 0.0, "ranker": "weighted"})
     return Memory(store, cfg, embedder=WindowEmbedder(dim=256), client=LLMClient(NoModelBackend(), store))
 
 
-def dense_order(mem: Memory, ns: str) -> list[str]:
-    return list(mem.compile(ns, QUESTION).packet_ids)
+def dense_best(mem: Memory, ns: str, passages) -> str:
+    """The turn the packet channel scores best for QUESTION, with ``passages`` (or without: None)."""
+    view = mem.view(ns)
+    vec = np.asarray(mem.embedder.embed([QUESTION]), dtype=np.float32)[0]
+    scores = packet_channel_with_passages(view.fusion, vec, passages, "max")
+    return view.packets[int(np.argmax(scores))].packet_id
 
 
 def test_a_fact_deep_in_a_long_reply_is_found_through_its_passage(tmp_path):
     store = MemoryStore(tmp_path / "m.sqlite")
-    off = memory(store)
-    off.add("u", SESSIONS)
-    assert dense_order(off, "u")[0] != "t2"  # the reply's own vector never read its last sentence
-    on = memory(store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="max")
-    first = dense_order(on, "u")
-    assert first[0] == "t2"  # the turn is selected, not a passage
-    view = on.view("u")
-    assert view.fusion.passage_matrix is not None and set(view.fusion.passage_owner.tolist()) == {1}
-    # Deterministic: a second Memory over the same store selects and scores the same.
-    again = memory(store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="max")
-    assert dense_order(again, "u") == first
-    assert np.array_equal(again.view("u").fusion.passage_matrix, view.fusion.passage_matrix)
-    store.close()
-
-
-def test_passages_are_embedded_once_at_build(tmp_path):
-    store = MemoryStore(tmp_path / "m.sqlite")
-    mem = memory(store, passage_words=WINDOW, passage_overlap_words=3)
+    mem = memory(store)
     mem.add("u", SESSIONS)
-    mem.build("u")
+    view = mem.view("u")
+    assert dense_best(mem, "u", None) != "t2"  # the reply's own vector never read its last sentence
+    passages = passage_vectors(store, "u", mem.embedder, list(view.packets), WINDOW, 3)
+    assert passages is not None and set(passages[1].tolist()) == {1}  # only the long reply has passages
+    assert dense_best(mem, "u", passages) == "t2"  # the turn is selected, not a passage
+    # The vectors are stored once: a second call embeds nothing and reads the same rows.
     calls: list[int] = []
     real = mem.embedder.embed
     mem.embedder.embed = lambda texts: calls.append(len(texts)) or real(texts)  # type: ignore[method-assign]
-    mem.view("u")
-    assert calls == []  # the view read every passage vector from the store
+    again = passage_vectors(store, "u", mem.embedder, list(view.packets), WINDOW, 3)
+    assert calls == [] and np.array_equal(again[0], passages[0]) and np.array_equal(again[1], passages[1])
+    assert passage_model_id(mem.embedder).endswith("|passage-v1")
     store.close()
 
 
-def test_an_appended_long_reply_ranks_as_after_a_rebuild(tmp_path):
-    store = MemoryStore(tmp_path / "m.sqlite")
-    live = memory(store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="top2")
-    live.add("u", SESSIONS[1:])
-    live.view("u")
-    live.add("u", [{"time": "2024-03-03 09:00", "id": "s3", "turns": [
-        {"speaker": "user", "text": "Can you plan my exercise week?", "id": "t1"},
-        {"speaker": "assistant", "text": LONG_REPLY, "id": "t2"}]}])
-    grown = live.view("u")
-    scratch_store = MemoryStore(tmp_path / "scratch.sqlite")
-    scratch = memory(scratch_store, passage_words=WINDOW, passage_overlap_words=3, passage_pool="top2")
-    scratch.add("u", SESSIONS[1:])
-    scratch.add("u", [{"time": "2024-03-03 09:00", "id": "s3", "turns": [
-        {"speaker": "user", "text": "Can you plan my exercise week?", "id": "t1"},
-        {"speaker": "assistant", "text": LONG_REPLY, "id": "t2"}]}])
-    rebuilt = scratch.view("u")
-    assert np.array_equal(grown.fusion.passage_owner, rebuilt.fusion.passage_owner)
-    assert np.array_equal(grown.fusion.passage_matrix, rebuilt.fusion.passage_matrix)
-    assert dense_order(live, "u") == dense_order(scratch, "u") and dense_order(live, "u")[0] == "t2"
-    store.close()
-    scratch_store.close()
+def test_passages_are_not_package_config():
+    from memcompile_local.config import FusionConfig
+
+    fields = set(FusionConfig.__dataclass_fields__)
+    assert not fields & {"passage_words", "passage_overlap_words", "passage_pool"}

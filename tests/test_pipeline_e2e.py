@@ -121,10 +121,10 @@ def test_model_free_build_embeds_context_documents_incrementally(tmp_path, conv)
     added = len(conv.sessions[-1].turns)
     assert mem.build(conv.namespace).embedded_now == 2 * added
     assert mem.build(conv.namespace).embedded_now == 0
-    # Switched off, the selector neither embeds nor loads context documents.
-    off = Memory(store, apply_preset("model-free", PipelineConfig()).replace(fusion={"dense_neighbor_context": False}),
-                 client=LLMClient(NoModelBackend(), store), embedder=emb)
-    assert off.view(conv.namespace).fusion.context_matrix is None
+    # Composed context vectors embed nothing more and load no context documents.
+    composed = Memory(store, apply_preset("model-free", PipelineConfig()).replace(fusion={"dense_context": "composed"}),
+                      client=LLMClient(NoModelBackend(), store), embedder=emb)
+    assert composed.build(conv.namespace).embedded_now == 0
     store.close()
 
 

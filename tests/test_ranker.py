@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _data_paths import PLAIN_TURN_MODEL
 from memcompile_local import Memory, PipelineConfig
 from memcompile_local.fused.documents import plain_turn_text
 from memcompile_local.fused.features import FEATURE_NAMES, query_features
@@ -86,6 +87,10 @@ def test_a_linear_model_file():
     (lambda d: d["trees"][0].update(threshold=[0.5, float("nan")]), "trees[0].threshold"),
     (lambda d: d["trees"][0].update(missing=["None", "Sometimes"]), "trees[0].missing"),
     (lambda d: d.update(init_score={"feature": "nope", "scale": 1.0}), "init_score.feature"),
+    (lambda d: d.update(calibration={"method": "isotonic"}), "calibration.method"),
+    (lambda d: d.update(calibration={"method": "platt", "slope": "1", "intercept": 0.0}), "calibration.slope"),
+    (lambda d: d.update(calibration={"method": "platt", "slope": -1.0, "intercept": 0.0}), "calibration.slope"),
+    (lambda d: d.update(calibration={"method": "platt", "slope": 1.0}), "calibration.intercept"),
 ])
 def test_a_malformed_model_file_names_the_file_and_the_field(tmp_path, change, field):
     doc = _doc(copy.deepcopy(HAND_TREES))
@@ -131,17 +136,13 @@ def test_the_shipped_model_file_loads_with_its_training_record():
     assert len(t["data_sha256"]) == 64 and set(t["cv"]) == {"locomo", "realtalk", "beam"}
     X = np.random.default_rng(0).random((40, F))
     assert np.array_equal(model.predict(X), model.predict(X.copy()))
-    # ranker-v2: ten bagged boosters of 100 trees, averaged, reading the first 27 columns; the
-    # release before's file (ranker-v1) still loads, and so does ranker-v3, which reads all 29
-    # (the plain-turn cosine too) and whose REALTALK in-sample minus CV is under one point.
+    # ranker-v2: ten bagged boosters of 100 trees, averaged, reading the first 27 columns (every
+    # column but the plain-turn cosine), with its calibration to a probability of gold.
     assert t["kind"] == "lambdarank-bagged" and len(t["params"]["seeds"]) == 10 and len(model.scorer.root) == 1000
     assert model.features == FEATURE_NAMES[:27] and model.columns == list(range(27))
-    v1 = load_model(DEFAULT_MODEL.parent / "ranker-v1.json")
-    assert v1.training["kind"] == "lambdarank-residual" and len(v1.scorer.root) == 100
-    assert v1.features == FEATURE_NAMES[:27]
-    v3 = load_model(RANKER_V3)
-    assert v3.features == FEATURE_NAMES and v3.training["kind"] == "lambdarank-bagged" and len(v3.scorer.root) == 1000
-    assert v3.training["cv"]["realtalk"]["in_sample"] - v3.training["cv"]["realtalk"]["cv10"] < 1
+    assert model.calibration is not None and model.calibration[0] > 0
+    # It is the only model file the package ships: no default reads another one.
+    assert sorted(f.name for f in DEFAULT_MODEL.parent.glob("*.json")) == [DEFAULT_MODEL.name]
 
 
 def test_the_evaluator_equals_lightgbm_on_the_same_rows():
@@ -202,7 +203,7 @@ def test_ordered_total_keeps_the_rankers_order_then_the_weighted_tail():
 # ----------------------------------------------------------------------------- Memory.compile
 
 
-RANKER_V3 = DEFAULT_MODEL.parent / "ranker-v3.json"
+RANKER_V3 = PLAIN_TURN_MODEL  # a model that reads the plain-turn columns (the shipped one does not)
 
 
 def _cfg(ranker: str, model: Path | None = None) -> PipelineConfig:
@@ -260,14 +261,15 @@ def test_the_training_scripts_features_give_what_compile_selects(learned):
 
 def test_the_raw_cos_columns_read_each_turns_plain_text_vector():
     """raw_cos is the query vector's cosine with the turn's plain text embedded alone (the plain
-    dense baseline's document), raw_cos_gap that minus the question's best; under ranker-v3 the
-    plain vectors are built and stored with the memory, and an index without them reads zeros."""
+    dense baseline's document), raw_cos_gap that minus the question's best; under a model that
+    reads them the plain vectors are built and stored with the memory, and an index without them
+    reads zeros."""
     with Memory(":memory:", _cfg("learned", RANKER_V3)) as mem:
         mem.add(FIXTURE["namespace"], FIXTURE["sessions"])
         mem.build(FIXTURE["namespace"])
         _check_raw_cos(mem)
         questions = [q["question"] for q in FIXTURE["questions"]]
-        # Compile with ranker-v3 is what its features and trees select, and stable.
+        # Compile with that model is what its features and weights select, and stable.
         assert [_ids(mem, q) for q in questions] == [_ids(mem, q) for q in questions]
     # The shipped ranker-v2 reads no plain-turn cosine, so its builds embed no plain turn.
     with Memory(":memory:", _cfg("learned")) as mem:
@@ -317,74 +319,6 @@ def _train_ranker():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import train_ranker
     return train_ranker
-
-
-def test_shrinkage_choice_takes_the_best_worst_corpus_gain_and_keeps_alpha_0_on_ties():
-    tr = _train_ranker()
-    qs = [dataclasses.make_dataclass("Q", ["corpus"])(c) for c in ("a", "a", "b", "b")]
-    grid = [("k", 0.0), ("k", 0.5), ("k", 1.0)]
-    everyone = np.ones(4, bool)
-    rec = {("k", 0.0): np.asarray([0.5, 0.5, 0.5, 0.5]),
-           ("k", 0.5): np.asarray([0.5, 0.6, 0.6, 0.5]),   # +0.05 on both corpora
-           ("k", 1.0): np.asarray([1.0, 1.0, 0.4, 0.5])}   # +0.5 on a, -0.05 on b
-    assert tr.choose(rec, qs, everyone, grid) == ("k", 0.5)
-    # Only corpus a's questions: alpha 1 gains most there.
-    assert tr.choose(rec, qs, np.asarray([True, True, False, False]), grid) == ("k", 1.0)
-    flat = {p: np.full(4, 0.5) for p in grid}
-    assert tr.choose(flat, qs, everyone, grid) == ("k", 0.0)
-
-
-def test_corpus_balanced_weights_give_each_corpus_the_same_total():
-    tr = _train_ranker()
-    Q = dataclasses.make_dataclass("Q", ["corpus"])
-    qs = [Q("locomo")] * 3 + [Q("beam")]
-    groups = [2, 3, 1, 4]
-    w = tr.corpus_weights(qs, groups, "corpus")
-    per_q = np.add.reduceat(w, np.cumsum([0] + groups[:-1])) / groups  # constant within a question
-    assert np.allclose(per_q, [2 / 3, 2 / 3, 2 / 3, 2.0]) and np.isclose(per_q[:3].sum(), per_q[3])
-    assert tr.corpus_weights(qs, groups, "none") is None
-    assert tr.corpus_weights(qs, groups, "locomo").tolist() == [2.0] * 6 + [1.0] * 4
-
-
-def test_conversation_subsets_leave_out_a_share_of_every_corpus_and_keep_one():
-    tr = _train_ranker()
-    Q = dataclasses.make_dataclass("Q", ["corpus", "ns"])
-    qs = [Q("beam", f"b{i}") for i in range(10) for _ in range(2)] + [Q("locomo", f"l{i}") for i in range(4)] \
-        + [Q("solo", "s0")]
-    subsets = tr.conversation_subsets(qs, range(10), drop=0.3)
-    for keep in subsets:
-        by = {c: sum(k[0] == c for k in keep) for c in ("beam", "locomo", "solo")}
-        assert by == {"beam": 7, "locomo": 3, "solo": 1}  # round(0.3 n) out; a lone conversation stays
-    assert len({frozenset(k) for k in subsets}) > 1  # the seeds draw different subsets
-    shuffled = qs[18::-1] + qs[19:]  # beam's questions reversed, the corpora still in their order
-    assert tr.conversation_subsets(shuffled, range(10), drop=0.3) == subsets
-
-
-def test_monotone_kind_cannot_rank_a_better_match_lower():
-    tr = _train_ranker()
-    rng = np.random.default_rng(3)
-    X = rng.random((800, F))
-    bm25, rank = FEATURE_NAMES.index("raw_bm25"), FEATURE_NAMES.index("fused_rank")
-    # Gold in the middle of raw_bm25 and of fused_rank: a free tree learns the bump.
-    y = ((np.abs(X[:, bm25] - 0.5) < 0.15) & (np.abs(X[:, rank] - 0.5) < 0.3)).astype(float)
-    groups = [20] * 40
-    probe = np.repeat(rng.random((1, F)), 21, axis=0)
-    grid = np.linspace(0.0, 1.0, 21)
-
-    def curves(kind):
-        model = tr.MODELS[kind]().fit(X, y, groups)
-        out = []
-        for col in (bm25, rank):
-            P = probe.copy()
-            P[:, col] = grid
-            out.append(model.parts(P)[1])  # the trees alone (the init score is fused, held fixed)
-        return out
-
-    up, down = curves("lambdarank-bagged-monotone")
-    assert np.all(np.diff(up) >= -1e-12) and np.all(np.diff(down) <= 1e-12)
-    assert tr.monotone_constraints(F + 2)[bm25] == 1 and tr.monotone_constraints(F + 2)[-2:] == [0, 0]
-    free_up, free_down = curves("lambdarank-bagged")  # the same data without the constraint does bend
-    assert np.any(np.diff(free_up) < -1e-9) or np.any(np.diff(free_down) > 1e-9)
 
 
 # ----------------------------------------------------------------------------- ranker "auto"
@@ -488,21 +422,42 @@ def test_auto_reads_the_role_from_the_index_not_the_config():
 
 def test_a_bagged_ensemble_exports_as_one_tree_list_with_the_members_mean(tmp_path):
     tr = _train_ranker()
+    n = len(tr.FEATURES)
+    assert tr.FEATURES == FEATURE_NAMES[:27]  # the shipped model's columns: no plain-turn cosine
     rng = np.random.default_rng(3)
-    X = rng.random((1200, F))
+    X = rng.random((1200, n))
     y = (X[:, tr.FUSED_COL] + 0.3 * X[:, 5] + 0.3 * rng.random(1200) > 0.9).astype(float)
     groups = [40] * 30
     model = tr.LambdaRankBagged().fit(X, y, groups)
     assert len(model.boosters) == len(tr.BAGGED_SEEDS) > 1
-    rows = rng.random((300, F))
+    rows = rng.random((300, n))
     members = [b.predict(rows, raw_score=True) for b in model.boosters]
     assert not np.allclose(members[0], members[1])  # the seeds really draw different rows
-    doc = tr.export("lambdarank-bagged", model, tmp_path / "bagged.json", 50, {"command": "test"})
+    calibration = {"method": "platt", "slope": 0.5, "intercept": -2.0}
+    doc = tr.export(model, tmp_path / "bagged.json", 50, {"command": "test"}, calibration)
     assert len(doc["trees"]) == sum(b.num_trees() for b in model.boosters)
     loaded = load_model(tmp_path / "bagged.json")
     want = tr.INIT_SCALE * rows[:, tr.FUSED_COL] + np.mean(members, axis=0)
     assert np.allclose(loaded.predict(rows), want, rtol=0, atol=1e-9)
     assert np.allclose(model.predict(rows), want, rtol=0, atol=1e-12)
+    assert loaded.calibration == (0.5, -2.0)
+    assert np.allclose(loaded.probability(want), 1 / (1 + np.exp(-(0.5 * want - 2.0))))
+
+
+def test_the_calibration_recovers_a_known_logistic_curve():
+    tr = _train_ranker()
+    rng = np.random.default_rng(11)
+    scores = rng.normal(0.0, 2.0, 40_000)
+    labels = (rng.random(40_000) < 1 / (1 + np.exp(-(1.3 * scores - 2.5)))).astype(float)
+    held = [(scores[i:i + 50], labels[i:i + 50]) for i in range(0, 40_000, 50)]  # 800 "questions" of 50 rows
+    got = tr.calibrate(held)
+    assert got["method"] == "platt" and got["rows"] == 40_000 and got["gold_rows"] == int(labels.sum())
+    assert got["slope"] == pytest.approx(1.3, abs=0.05) and got["intercept"] == pytest.approx(-2.5, abs=0.08)
+    for b in got["bins"]:  # a well-fit curve: predicted close to observed in every score bin
+        assert abs(b["predicted"] - b["observed"]) < 0.03, b
+    # The package reads it back as the model's probability.
+    model = parse_model(_doc(HAND_TREES, calibration=got))
+    assert model.calibration == (got["slope"], got["intercept"])
 
 
 def test_a_turn_table_grown_by_appends_equals_one_made_afresh():

@@ -259,13 +259,3 @@ def test_plot_without_matplotlib_raises_missing_extra(monkeypatch, tmp_path):
     with pytest.raises(MissingExtraError) as info:
         quality_vs_tokens_plot([{"name": "a", "metrics": metrics, "tokens_per_question": 1}], tmp_path / "x.png")
     assert info.value.extra == "bench"
-
-
-def test_ablation_plot_writes_png_and_rejects_no_rows(tmp_path):
-    pytest.importorskip("matplotlib")
-    from memcompile_local.bench.plots import ablation_plot
-
-    out = ablation_plot([("full", 82.5, 56.0), ("- lexical", 72.6, 45.7)], tmp_path / "a" / "ablate.png")
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(DataFormatError):
-        ablation_plot([], tmp_path / "none.png")

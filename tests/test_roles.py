@@ -48,7 +48,9 @@ def test_question_speakers_map_roles_only_in_a_user_assistant_history():
 
 
 def _turn(i: int, speaker: str, text: str) -> SourcePacket:
-    return SourcePacket(namespace="ns", packet_id=f"D1:{i}", ordinal=i, session_index=1, session_id="s1",
+    # One turn per session: no turn's lexical document takes in a neighbour's words.
+    return SourcePacket(namespace="ns", packet_id=f"D{i + 1}:{i}", ordinal=i, session_index=i + 1,
+                        session_id=f"s{i + 1}",
                         session_time="3 March, 2024", speaker=speaker, content=text, image_caption=None, sha256="x")
 
 
@@ -65,8 +67,8 @@ CHAT = [
 
 
 def _cfg(**changes) -> FusionConfig:
-    # BM25 and the speaker cue only (no embedder), turns without their neighbours.
-    return FusionConfig(packet_weight=0, temporal_weight=0, neighbor_context=False, **changes)
+    # BM25 and the speaker cue only (no embedder).
+    return FusionConfig(packet_weight=0, temporal_weight=0, **changes)
 
 
 def test_a_first_person_question_finds_the_users_fact_over_an_assistant_reply_that_repeats_its_words():

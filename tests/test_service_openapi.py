@@ -85,7 +85,13 @@ def test_the_document_describes_every_operation(doc):
                if q["in"] == "query"]
     assert imports == ["format", "conversation"]
     query = doc["components"]["schemas"]["Query"]["properties"]
-    assert set(query) == {"query", "k", "preset", "question_date", *filters}
+    assert set(query) == {"query", "k", "preset", "question_date", "explain", *filters}
+    # Scores are documented in [0, 1], and each packet may carry its explanation.
+    packet = doc["components"]["schemas"]["Packet"]["properties"]
+    assert packet["score"]["minimum"] == 0 and packet["score"]["maximum"] == 1 and packet["score"]["description"]
+    assert packet["explain"]["$ref"].endswith("/Explanation")
+    explanation = doc["components"]["schemas"]["Explanation"]
+    assert set(explanation["required"]) == {"selector", "raw", "channels"}
 
 
 def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(server, doc):
@@ -114,10 +120,12 @@ def test_documented_fields_are_accepted_statuses_documented_and_responses_valid(
         # Every field of a query, on both query routes (answer has no model here: 503 is fine).
         filters = {"speaker": "words", "session_id": "s1", "agent_id": "helper", "metadata": {"topic": "words"},
                    "from": "2024-05-01", "to": "2024-05-31"}
-        query = {"query": "what words?", "k": 2, "preset": "view-raw", "question_date": "2024-06-01", **filters}
+        query = {"query": "what words?", "k": 2, "preset": "view-raw", "question_date": "2024-06-01", "explain": True,
+                 **filters}
         assert set(query) == set(schemas["Query"]["properties"])
         found = c.post("/v1/memories/api/search", json=query)
         assert found.status_code == 200 and sorted(p["id"] for p in found.json()["packets"]) == ["t-1", "t-3"]
+        assert all(p["explain"]["channels"] for p in found.json()["packets"])  # validated below as Explanation
         assert c.post("/v1/memories/api/answer", json=query).status_code == 503
         # The list routes' query parameters.
         assert c.get("/v1/memories", params={"offset": 0, "limit": 5}).status_code == 200

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import pytest
 
-from memcompile_local.fused.ranker import DEFAULT_MODEL
+from _data_paths import PLAIN_TURN_MODEL
 from memcompile_local.fused import index as fused
 from memcompile_local.views import load as view_load
 from memcompile_local.build.stages import layout_id
@@ -77,7 +77,7 @@ def build_queue(store: MemoryStore) -> MemoryStore:
     return store
 
 
-RANKER_V3 = DEFAULT_MODEL.parent / "ranker-v3.json"
+RANKER_V3 = PLAIN_TURN_MODEL  # a model that reads the plain-turn cosine, so views hold plain-turn vectors
 
 
 def config(**fusion) -> PipelineConfig:
@@ -120,7 +120,7 @@ def same_fusion(a: FusionIndex, b: FusionIndex) -> None:
 
 
 @pytest.mark.parametrize("fusion", [{}, {"bursts": True, "tolerant_names": True},
-                                    {"neighbor_context": False, "dense_neighbor_context": False},
+                                    {"context_window_words": 0},
                                     {"ranker_model": str(RANKER_V3), "context_window_words": 14}])
 def test_incremental_load_after_appends_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):
     store = MemoryStore(tmp_path / "m.sqlite")
@@ -318,14 +318,12 @@ def same_view(live: MemoryView, scratch: MemoryView, cfg: PipelineConfig) -> Non
     assert (a.context_matrix is None) == (b.context_matrix is None)
     if a.context_matrix is not None:
         assert np.array_equal(a.context_matrix, b.context_matrix)
-    # long turns' passages, the context gate, the answer-type channel's turns, the plain turn vectors
-    for m in ("passage_matrix", "passage_owner", "context_rows", "entity_rows", "raw_matrix"):
+    # the context gate, the answer-type channel's turns, the plain turn vectors
+    for m in ("context_rows", "entity_rows", "raw_matrix"):
         x, y = getattr(a, m), getattr(b, m)
         assert (x is None) == (y is None) and (x is None or np.array_equal(x, y))
-    # Plain turn vectors are there exactly when the ranker's model reads them (ranker-v3).
+    # Plain turn vectors are there exactly when the ranker's model reads them.
     assert (a.raw_matrix is not None) == (cfg.fusion.ranker_model == str(RANKER_V3))
-    if cfg.fusion.passage_words:
-        assert a.passage_owner is not None  # several of these turns are longer than 6 words
     if cfg.fusion.answer_type_weight:
         assert a.entity_rows is not None and a.entity_rows.any()  # these turns name places
     assert a.lexical.n_docs == b.lexical.n_docs
@@ -343,12 +341,12 @@ def same_selection(x: list[tuple], y: list[tuple]) -> None:
 
 
 @pytest.mark.parametrize("fusion", [{}, {"bursts": True, "tolerant_names": True},
-                                    {"neighbor_context": False, "dense_neighbor_context": False},
+                                    {"context_window_words": 0},
                                     {"dense_document": "turn", "dense_context": "composed"},
-                                    {"dense_document": "lean", "dense_context": "embedded"},
-                                    {"passage_words": 6, "passage_overlap_words": 2, "context_window_words": 14},
+                                    {"dense_document": "turn", "dense_context": "embedded"},
+                                    {"context_window_words": 14},
                                     {"answer_type_weight": 0.75},
-                                    # ranker-v3's plain-turn vectors; turns past 14 words take their z(p) row
+                                    # plain-turn vectors; turns past 14 words take their z(p) row
                                     {"ranker_model": str(RANKER_V3), "context_window_words": 14},
                                     {"ranker": "learned"}])  # its turn table grown, not made again
 def test_an_append_in_place_equals_a_load_from_scratch(tmp_path, monkeypatch, fusion):

@@ -1,4 +1,5 @@
-"""The built wheel installs ``adapters/`` as ``memcompile_local.adapters``, never as ``adapters``."""
+"""The built wheel installs ``adapters/`` as ``memcompile_local.adapters``, never as ``adapters``,
+and holds nothing of ``research/`` or ``scripts/``."""
 
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ def test_wheel_installs_adapters_under_the_package(tmp_path):
     for f in sorted((ROOT / "memcompile_local" / "fused" / "models").glob("*.json")):
         assert f"memcompile_local/fused/models/{f.name}" in names, f"{f.name} is missing from the wheel"
     assert "memcompile_local/py.typed" in names or not (ROOT / "memcompile_local" / "py.typed").exists()
+    # The research notebooks and the user's scripts are not installed: nothing from research/ or
+    # scripts/, and none of the modules that moved from the package to research/.
+    assert (ROOT / "research" / "ablate_model_free.py").exists()
+    assert not [n for n in names if n.split("/")[0] in ("research", "scripts") or "/research/" in n]
+    moved = {"chatnorm.py", "framing.py", "passages.py", "dropped.py", "cv_corpora.py", "ablate_model_free.py"}
+    assert not [n for n in names if n.rsplit("/", 1)[-1] in moved]
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
@@ -50,3 +57,16 @@ def test_wheel_installs_adapters_under_the_package(tmp_path):
             "print(a.__name__); print(importlib.util.find_spec('adapters') is None)")
     out = subprocess.run([str(py), "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=clean)
     assert out.stdout.split() == ["memcompile_local.adapters", "True"]
+
+
+def test_the_package_list_leaves_research_and_scripts_out():
+    """The fast half of the check above: pyproject's explicit package list names the package and
+    its subpackages only, so neither research/ nor scripts/ can be installed."""
+    import tomllib
+
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = doc["tool"]["setuptools"]["packages"]
+    assert packages and all(p == "memcompile_local" or p.startswith("memcompile_local.") for p in packages)
+    assert not (ROOT / "research" / "__init__.py").exists() and not (ROOT / "scripts" / "__init__.py").exists()
+    # research/ does not hide under the package either.
+    assert not list((ROOT / "memcompile_local").rglob("research"))

@@ -35,15 +35,10 @@ def _distinct(values) -> list[str]:
     return out
 
 
-def packet_document(packet: SourcePacket, claims: Sequence[Descriptor] = (), *, claim_lines: bool = True) -> str:
-    """z(p): the text embedded for a packet (``claims`` in construction order).
-
-    ``claim_lines=False`` leaves out the claim sentences and keeps the people, keywords and
-    time (the model-free path's "lean" document: rule claims mostly repeat the turn's words).
-    """
+def packet_document(packet: SourcePacket, claims: Sequence[Descriptor] = ()) -> str:
+    """z(p): the text embedded for a packet (``claims`` in construction order)."""
     lines = [turn_document(packet)]
-    if claim_lines:
-        lines.extend(c.text for c in claims if c.text)
+    lines.extend(c.text for c in claims if c.text)
     people = _distinct(p for c in claims for p in c.people)
     keywords = _distinct(k for c in claims for k in c.keywords)
     if people:
@@ -66,8 +61,8 @@ def turn_document(packet: SourcePacket) -> str:
     return "\n".join(lines)
 
 
-DENSE_DOCUMENTS = ("packet", "lean", "turn")
-"""What the dense channel may embed per packet: z(p), z(p) without claim lines, the raw turn."""
+DENSE_DOCUMENTS = ("packet", "turn")
+"""What the dense channel may embed per packet: z(p), or the raw turn."""
 
 
 def dense_document(packet: SourcePacket, claims: Sequence[Descriptor] = (), kind: str = "packet") -> str:
@@ -94,7 +89,7 @@ def _document(kind: str, speaker: str, content: str, caption: str | None, query:
     parts = [Descriptor(descriptor_id="", namespace="", packet_id="", claim_index=0, text=text, speaker="",
                         session_index=0, session_time="", people=people, keywords=keywords)
              for text, people, keywords in claims]
-    return packet_document(packet, parts, claim_lines=kind == "packet")
+    return packet_document(packet, parts)
 
 
 def forget_documents() -> None:

@@ -58,7 +58,8 @@ def baseline_context(kind: str, store: Store, embedder: Embedder | None, namespa
         chosen = [packets[i] for i, _ in hits]
         return [p.packet_id for p in chosen], render_raw(chosen)
     if kind == "dense":
-        matrix = _cached(cache, ("dense", namespace, len(packets)), lambda: _raw_matrix(store, embedder, namespace, packets))
+        matrix = _cached(cache, ("dense", namespace, len(packets)),
+                         lambda: raw_turn_matrix(store, embedder, namespace, packets))
         q = np.asarray(embedder.embed([question]), dtype=np.float32)[0]
         scores = matrix @ q
         order = np.lexsort((np.arange(len(packets)), -scores))[:k]  # cosine desc, dialogue order on ties
@@ -73,7 +74,7 @@ def _cached(cache: dict, key: tuple, make):
     return cache[key]
 
 
-def _raw_matrix(store: Store, embedder: Embedder, namespace: str, packets: Sequence[SourcePacket]) -> np.ndarray:
+def raw_turn_matrix(store: Store, embedder: Embedder, namespace: str, packets: Sequence[SourcePacket]) -> np.ndarray:
     """Raw-turn embeddings, stored in the memory store like the packet documents."""
     model_id = embedding_model_id(embedder)
     keys = [f"raw|{p.packet_id}|{hashlib.sha256(plain_turn_text(p).encode()).hexdigest()[:16]}" for p in packets]

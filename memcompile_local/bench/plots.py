@@ -1,5 +1,4 @@
-"""Plots: quality versus cost of a grid of runs (the shape of the paper's Figure 3), and the
-per-component ablation of the model-free path.
+"""Plots: quality versus cost of a grid of runs (the shape of the paper's Figure 3).
 
 matplotlib is an optional dependency (the ``bench`` extra); it is imported when a plot is
 drawn, with the non-interactive Agg backend so that plotting works without a display.
@@ -16,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from memcompile_local.bench.aggregate import QUALITY_METRICS, quality_size, quality_value, tokens_per_question
 from memcompile_local.errors import DataFormatError, MissingExtraError
 
-__all__ = ["PlotPoint", "ablation_plot", "draw_quality_vs_tokens", "plot_points", "quality_vs_tokens_plot"]
+__all__ = ["PlotPoint", "draw_quality_vs_tokens", "plot_points", "quality_vs_tokens_plot"]
 
 logger = logging.getLogger(__name__)
 
@@ -178,35 +177,3 @@ def draw_quality_vs_tokens(ax: Any, runs: Sequence[Mapping[str, Any]], *,
         ax.legend(list(preset_handles.values()), list(preset_handles), title="preset",
                   loc="lower left", bbox_to_anchor=(1.02, 0.0), fontsize=7, title_fontsize=7)
     return ax
-
-
-def ablation_plot(rows: Sequence[tuple[str, float, float]], path: str | Path, *,
-                  title: str = "Model-free path: recall@10 per variant") -> Path:
-    """Write a PNG of horizontal bars: overall recall@10 and multi-hop recall@10 per variant.
-
-    ``rows`` are (variant name, recall@10 %, multi-hop recall@10 %), the first being the full
-    path; dashed lines mark its two figures so each component's delta reads off the bar ends.
-    """
-    if not rows:
-        raise DataFormatError("<ablation>", "rows", "at least one (variant, recall@10, multi-hop) row")
-    plt = _pyplot()
-    n = len(rows)
-    fig, ax = plt.subplots(figsize=(7.5, 0.32 * n + 1.4), dpi=120)
-    try:
-        ys = list(range(n))[::-1]  # first row on top
-        h = 0.38
-        ax.barh([y + h / 2 for y in ys], [r[1] for r in rows], height=h, color="tab:blue", label="recall@10")
-        ax.barh([y - h / 2 for y in ys], [r[2] for r in rows], height=h, color="tab:orange",
-                label="multi-hop recall@10")
-        ax.axvline(rows[0][1], color="tab:blue", linestyle="--", linewidth=1)
-        ax.axvline(rows[0][2], color="tab:orange", linestyle="--", linewidth=1)
-        ax.set_yticks(ys)
-        ax.set_yticklabels([r[0] for r in rows], fontsize=7)
-        ax.set_xlabel("gold-evidence recall at 10 packets (%)")
-        ax.set_xlim(0, 100)
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, axis="x", alpha=0.3)
-        ax.legend(loc="lower right", fontsize=7)
-        return _save_png(fig, path)
-    finally:
-        plt.close(fig)

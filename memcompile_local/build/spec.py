@@ -58,7 +58,7 @@ class BuildSpec:
 def make_spec(config: PipelineConfig, descriptor_set: str, embedder: Embedder | None) -> BuildSpec:
     """The ``BuildSpec`` of ``config`` for an extractor of ``descriptor_set`` and ``embedder``."""
     fusion = uses_fusion(config)
-    context_vectors = fusion and config.fusion.dense_neighbor_context and embedder is not None
+    context_vectors = fusion and embedder is not None
     return BuildSpec(
         config=config,
         descriptor_set=descriptor_set,

@@ -23,7 +23,6 @@ from ..address.layouts import build_layout
 from ..address.placement_memo import PlacementMemo
 from ..config import PipelineConfig, PlacementConfig
 from ..errors import ExtractionError, PacketExtractionError
-from ..address.passages import long_turn_passages
 from ..fused.documents import context_documents, context_fits, fits_window, plain_turn_text, raw_text
 from ..fused.ranker import reads_plain_turns
 from .progress import bar
@@ -57,8 +56,6 @@ class DensePlan:
 
     document: str = "packet"
     context: str = "none"
-    passage_words: int = 0  # long turns also embedded as passages of at most this many words (0: none)
-    passage_overlap_words: int = 0
     # With "embedded" context: only context documents of at most this many words get a vector
     # (0: every one). The fused dense channel reads no other (FusionConfig.context_window_words),
     # so on long-turn histories most of them were embedded for nothing.
@@ -71,8 +68,6 @@ class DensePlan:
     def __post_init__(self) -> None:
         if self.document not in DENSE_DOCUMENTS or self.context not in ("none", "embedded", "composed"):
             raise ValueError(f"unknown dense plan {self}")
-        if self.passage_words and not 0 <= self.passage_overlap_words < self.passage_words:
-            raise ValueError(f"passage overlap must be below the passage length: {self}")
 
 
 def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
@@ -86,13 +81,13 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     fused = config.evidence.anchor_selector == "fused" or config.fusion.schedule_pool == "fused"
     document = config.fusion.dense_document if config.evidence.anchor_selector == "fused" else "packet"
     context = config.fusion.dense_context if context_vectors else "none"
-    words = config.fusion.passage_words if fused else 0
     window = config.fusion.context_window_words if context == "embedded" else 0
     # The plain turns are embedded only for a learned ranker (fusion.ranker "auto" or "learned")
-    # whose model file reads their cosine (ranker-v3 does; the shipped ranker-v2 does not).
+    # whose model file reads their cosine (the shipped ranker-v2 does not; a model trained with
+    # those columns does).
     raw = fused and config.fusion.ranker != "weighted" and reads_plain_turns(config.fusion.ranker_model)
-    return DensePlan(document, context, words, config.fusion.passage_overlap_words if words else 0, window, raw,
-                     config.fusion.context_window_words if raw else 0)
+    return DensePlan(document, context, context_window_words=window, raw_turns=raw,
+                     raw_window_words=config.fusion.context_window_words if raw else 0)
 
 
 FALLBACK_META_PREFIX = "fallback:"  # meta key of the turns the rule extractor stood in for, per set
@@ -373,49 +368,6 @@ def text_address(text: str) -> str:
     return "t:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def passage_model_id(embedder: Embedder) -> str:
-    """Store model id of long turns' passage vectors: kept apart from the z(p) vectors."""
-    return f"{embedding_model_id(embedder)}|passage-v1"
-
-
-def passage_document_keys(packets: Sequence[SourcePacket], words: int, overlap: int
-                          ) -> tuple[list[str], list[str], list[int]]:
-    """(keys, passages, owner) of the turns of ``packets`` longer than ``words`` words, in
-    packet order: ``owner[j]`` is the row in ``packets`` of passage ``j``. A key is the packet
-    id, the passage's position and a hash of its text. Shorter turns have no passages."""
-    keys: list[str] = []
-    docs: list[str] = []
-    owner: list[int] = []
-    for i, p in enumerate(packets):
-        found = long_turn_passages(raw_text(p), words, overlap)
-        for j, d in enumerate(found):
-            keys.append(f"{embedding_key_prefix(p.packet_id)}{j}-{hashlib.sha256(d.encode()).hexdigest()[:16]}")
-            docs.append(d)
-            owner.append(i)
-    return keys, docs, owner
-
-
-def embed_passages(store: Store, namespace: str, embedder: Embedder, words: int, overlap: int, *,
-                   packets: Sequence[SourcePacket] | None = None, batch_size: int = 256,
-                   on_progress: Callable[[int], None] | None = None) -> int:
-    """Embed every passage of the namespace's long turns not yet stored; returns how many now."""
-    if packets is None:
-        packets = store.packets(namespace)
-    keys, docs, _ = passage_document_keys(packets, words, overlap)
-    return _embed_missing(store, namespace, passage_model_id(embedder), embedder, keys, docs,
-                          batch_size=batch_size, on_progress=on_progress)
-
-
-def load_passage_matrix(store: Store, namespace: str, embedder: Embedder, words: int, overlap: int,
-                        packets: Sequence[SourcePacket] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(the (P, d) passage vectors, the (P,) packet row of each), in packet order (all must be built)."""
-    if packets is None:
-        packets = store.packets(namespace)
-    keys, _, owner = passage_document_keys(packets, words, overlap)
-    return (_load_matrix(store, namespace, passage_model_id(embedder), embedder, keys, "passage"),
-            np.asarray(owner, dtype=np.int64))
-
-
 def context_model_id(embedder: Embedder) -> str:
     """Store model id of context-document vectors: kept apart from the z(p) vectors."""
     return f"{embedding_model_id(embedder)}|context-v1"
@@ -591,10 +543,6 @@ def build_memory(
             with bar(total=n_packets, desc=f"embed context {namespace}", unit="doc", enabled=progress) as pb:
                 embedded += embed_contexts(store, namespace, embedder, packets=packets, on_progress=pb.update,
                                            window=dense.context_window_words)
-        if dense.passage_words:
-            with bar(total=None, desc=f"embed passages {namespace}", unit="doc", enabled=progress) as pb:
-                embedded += embed_passages(store, namespace, embedder, dense.passage_words,
-                                           dense.passage_overlap_words, packets=packets, on_progress=pb.update)
         if dense.raw_turns:
             with bar(total=n_packets, desc=f"embed turns {namespace}", unit="doc", enabled=progress) as pb:
                 embedded += embed_raw_turns(store, namespace, embedder, window=dense.raw_window_words,

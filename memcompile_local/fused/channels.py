@@ -11,12 +11,11 @@ very high BM25 score) keeps that confidence. A channel whose weight is 0 is not 
   first-person turn rewritten to "Nora ..." matches "Nora" in every claim, so a question whose
   other terms match nothing would rank that speaker's shortest turns first); with
   ``name_term_scope="alone"`` only when no other term of the question matches any turn;
-- packet: the cosine between the query vector and the packet document z(p); with
-  ``dense_neighbor_context`` the larger of that and the cosine with the packet's context
-  document, so the dense channel sees the neighbourhood the lexical one does (with
-  ``context_window_words``, only for packets whose context document has at most that many
-  words: a longer one is cut to its first window, mostly the previous turn); with
-  ``passage_words``, a turn longer than that scores by its passages' pooled cosine;
+- packet: the larger of the cosine between the query vector and the packet document z(p)
+  and the cosine with the packet's context document, so the dense channel sees the
+  neighbourhood the lexical one does (with ``context_window_words``, the context cosine
+  counts only for packets whose context document has at most that many words: a longer one
+  is cut to its first window, mostly the previous turn);
 - speaker: 1 for packets spoken by the one participant the question names (questions about a
   person are mostly answered by that person's own turns);
 - temporal: for a question that asks about time, 1 for packets with a claim whose event time
@@ -25,18 +24,25 @@ very high BM25 score) keeps that confidence. A channel whose weight is 0 is not 
   whose session date or a resolved event time falls in it.
 
 A new channel is one function in ``CHANNELS`` and one ``<name>_weight`` field of FusionConfig.
+
+Scores a client reads (``FusedScores.relevance``): the weighted sum divided by the largest sum
+the channels computed for the query can reach (each at most 1 times its positive weight), so
+it lies in [0, 1] on a fixed scale of the configuration and the memory, not of the query: a
+threshold means the same for every question. ``FusedScores.explanation`` lists each channel's
+value and weighted contribution, read from the arrays the sum was made of.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..address.passages import best_passage_scores
 from ..config import FusionConfig
+from ..evidence.relevance import ChannelValue, Explanation
 from ..language.answertype import asks_for_entity
 from ..language.stemming import stem_terms
 from ..language.timecues import is_temporal_question
@@ -57,9 +63,80 @@ class FusedQuery:
 
 
 @dataclass(frozen=True)
+class DenseChannel:
+    """The packet channel (``values``) with the two cosines it took the larger of: with z(p)
+    (``turn``) and with the context document (``context``, None without context vectors),
+    the context one counting only on the rows of ``counts`` (None: everywhere)."""
+
+    values: np.ndarray
+    turn: np.ndarray
+    context: np.ndarray | None = None
+    counts: np.ndarray | None = None
+
+
+# How ``FusedScores.explanation`` names each channel (the names a client reads in ``explain``).
+EXPLAIN_NAMES = {"lexical": "bm25_context", "speaker": "speaker", "temporal": "temporal",
+                 "time_match": "time_match", "answer_type": "answer_type", "role": "role"}
+# The packet channel is the larger of two cosines; ``explain`` names each and credits the larger.
+DENSE_PARTS = ("dense_turn", "dense_context")
+
+
+@dataclass(frozen=True)
 class FusedScores:
-    total: np.ndarray  # the fused score of every packet, aligned with the index's packet ids
-    channels: dict[str, np.ndarray]  # each computed channel's scores, before weighting
+    """Every packet's scores under the fused selector, aligned with the index's packet ids.
+
+    ``total`` orders the selection (``retriever.select_rows`` reads it). ``relevance`` is the
+    score a search returns for each packet, in [0, 1] (see the module docstring; the learned
+    ranker's subclass has its own). ``channels``: each computed channel before weighting;
+    ``weights``: the weight of each channel; ``dense``: the two cosines the packet channel took
+    the larger of and the context gate (``DenseChannel``)."""
+
+    total: np.ndarray
+    channels: dict[str, np.ndarray]
+    weights: Mapping[str, float] = field(default_factory=dict)
+    dense: DenseChannel | None = None
+
+    selector = "fused"  # the name ``explain`` gives the selector
+
+    @cached_property
+    def scale(self) -> float:
+        """The largest weighted sum the computed channels can give: each channel lies in
+        [0, 1] (the packet channel is a cosine, at most 1), so a packet scores at most the sum
+        of the positive weights. 0 when no channel with a positive weight was computed."""
+        return float(sum(max(self.weights.get(name, 0.0), 0.0) for name in self.channels))
+
+    @cached_property
+    def relevance(self) -> np.ndarray:
+        """``total`` over ``scale``, clipped to [0, 1] (negative weights or cosines can take a
+        sum below 0): monotone in ``total``, so the order is the sum's."""
+        if self.scale <= 0:
+            return np.zeros(len(self.total))
+        return np.clip(self.total / self.scale, 0.0, 1.0)
+
+    def explanation(self, row: int) -> Explanation:
+        """Each channel's value for packet ``row`` and what it added to the sum (``raw``):
+        the contributions add up to ``total[row]``."""
+        out = []
+        for name, values in self.channels.items():
+            w = self.weights.get(name, 0.0)
+            if name == "packet" and self.dense is not None:
+                out.extend(_dense_values(self.dense, row, w * float(values[row])))
+            else:
+                out.append(ChannelValue(EXPLAIN_NAMES.get(name, name), float(values[row]), w * float(values[row])))
+        return Explanation(self.selector, float(self.total[row]), tuple(out))
+
+
+def _dense_values(dense: DenseChannel, row: int, contribution: float) -> list[ChannelValue]:
+    """The two cosines of the packet channel at ``row``: the one the channel took carries the
+    contribution (the z(p) cosine on a tie, or where the context gate does not let the context
+    cosine count), the other 0."""
+    t = float(dense.turn[row])
+    if dense.context is None:
+        return [ChannelValue(DENSE_PARTS[0], t, contribution)]
+    c = float(dense.context[row])
+    took_context = (dense.counts is None or bool(dense.counts[row])) and c > t
+    return [ChannelValue(DENSE_PARTS[0], t, 0.0 if took_context else contribution),
+            ChannelValue(DENSE_PARTS[1], c, contribution if took_context else 0.0)]
 
 
 def _normalized(s: np.ndarray) -> np.ndarray:
@@ -96,11 +173,13 @@ def name_weighted(full: np.ndarray, unnamed: np.ndarray, weight: float, scope: s
     return weight * full + (1.0 - weight) * unnamed
 
 
-def packet_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray | None:
-    """None (no channel) without a query vector or packet embeddings."""
+def packet_channel(index: FusionIndex, query: FusedQuery) -> DenseChannel | None:
+    """The packet channel with its two cosines; None (no channel) without a query vector or
+    packet embeddings."""
     if query.vector is None or index.packet_matrix is None:
         return None
-    return packet_scores(index, query.vector, *dense_cosines(index, query.vector))
+    cos, ctx = dense_cosines(index, query.vector)
+    return DenseChannel(packet_scores(index, cos, ctx), cos, ctx, None if ctx is None else index.context_rows)
 
 
 def dense_cosines(index: FusionIndex, vector: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -111,20 +190,13 @@ def dense_cosines(index: FusionIndex, vector: np.ndarray) -> tuple[np.ndarray, n
     return cos, ctx
 
 
-def packet_scores(index: FusionIndex, vector: np.ndarray, cos: np.ndarray, ctx: np.ndarray | None) -> np.ndarray:
-    """The packet channel from ``dense_cosines``: long turns by their passages, then the larger
-    of that and the context cosine where the context gate lets it count."""
-    out = cos.copy()
-    if index.passage_matrix is not None:
-        # A long turn scores by its passages (the turn's own vector read only its first window).
-        rows = np.unique(index.passage_owner)
-        pooled = best_passage_scores((index.passage_matrix @ vector).astype(np.float64), index.passage_owner,
-                                     len(out), pool=index.passage_pool)
-        out[rows] = pooled[rows]
-    if ctx is not None:
-        out = np.maximum(out, ctx) if index.context_rows is None else np.where(index.context_rows,
-                                                                               np.maximum(out, ctx), out)
-    return out
+def packet_scores(index: FusionIndex, cos: np.ndarray, ctx: np.ndarray | None) -> np.ndarray:
+    """The packet channel from ``dense_cosines``: the larger of the two cosines where the
+    context gate lets the context one count, else the z(p) cosine."""
+    if ctx is None:
+        return cos.copy()
+    return np.maximum(cos, ctx) if index.context_rows is None else np.where(index.context_rows,
+                                                                           np.maximum(cos, ctx), cos)
 
 
 def speaker_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
@@ -170,7 +242,9 @@ def answer_type_channel(index: FusionIndex, query: FusedQuery) -> np.ndarray:
     return index.entity_rows.copy()
 
 
-Channel = Callable[[FusionIndex, FusedQuery], "np.ndarray | None"]
+# A channel function gives every packet's score (or a DenseChannel holding them), or None
+# when the channel has nothing to say for this index and query.
+Channel = Callable[[FusionIndex, FusedQuery], "np.ndarray | DenseChannel | None"]
 
 # name -> score function; the weight of channel ``name`` is ``FusionConfig.<name>_weight``.
 # The order is the order of the sum.
@@ -195,13 +269,19 @@ def fused_scores(index: FusionIndex, question: str, query_vec: np.ndarray | None
     """The fused score of every packet (aligned with ``index.packet_ids``) and its channels;
     ``anchor`` is the date the question is asked (its relative time expressions resolve against it)."""
     query = FusedQuery(question, query_vec, anchor, cfg.name_term_weight, cfg.name_term_scope)
+    weights = channel_weights(cfg)
     channels: dict[str, np.ndarray] = {}
-    for name, weight in channel_weights(cfg).items():
-        if weight:
-            values = CHANNELS[name](index, query)
-            if values is not None:
-                channels[name] = values
-    return FusedScores(total=combine(channels, cfg, len(index.packet_ids)), channels=channels)
+    dense = None
+    for name, weight in weights.items():
+        if not weight:
+            continue
+        values = CHANNELS[name](index, query)
+        if isinstance(values, DenseChannel):  # kept, so an explanation reads the cosines the sum read
+            dense, values = values, values.values
+        if values is not None:
+            channels[name] = values
+    return FusedScores(total=combine(channels, cfg, len(index.packet_ids)), channels=channels, weights=weights,
+                       dense=dense)
 
 
 def combine(channels: Mapping[str, np.ndarray], cfg: FusionConfig, n: int | None = None) -> np.ndarray:

@@ -1,8 +1,8 @@
 """What the fused index is computed from: packet documents, participant names, dated periods.
 
-- the lexical document of a packet: the turn, its image caption and its claims, with
-  ``neighbor_context`` the previous and next turn of the same session around it (an answer is
-  often the reply to the turn that matched, or the turn a reply refers to); with ``bursts``
+- the lexical document of a packet: the turn, its image caption and its claims, with the
+  previous and next turn of the same session around it (an answer is often the reply to the
+  turn that matched, or the turn a reply refers to); with ``bursts``
   "turn" means a burst, the run of consecutive messages one speaker sent in a row;
 - the dense context document: previous, own and next turn of the session, each with its speaker;
 - names as people write them in chat (lower case, shortened, one typo off);
@@ -54,23 +54,20 @@ def lexical_documents(
     packets: Sequence[SourcePacket],
     descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
     *,
-    neighbor_context: bool,
     group_bursts: bool = False,
 ) -> list[str]:
     """The lexical document of each packet (packets in dialogue order).
 
     Own text (turn, caption, claims), with ``group_bursts`` preceded and followed by the raw
-    text of the other messages of its burst; with ``neighbor_context`` the raw text of the
-    previous and next turn (burst) of the session around that. When every burst is one
-    message the two settings give the same documents.
+    text of the other messages of its burst; around that the raw text of the previous and next
+    turn (burst) of the session. When every burst is one message the two settings give the
+    same documents.
     """
     own = []
     for p in packets:
         parts = [p.content, p.image_caption or "", *(d.text for d in descriptors_by_packet.get(p.packet_id, ()))]
         own.append(" ".join(x for x in parts if x))
     if not group_bursts:
-        if not neighbor_context:
-            return own
         docs = []
         for i in range(len(packets)):
             near = session_neighbours(packets, i)
@@ -83,11 +80,10 @@ def lexical_documents(
     for g, members in enumerate(groups):
         before: list[str] = []
         after: list[str] = []
-        if neighbor_context:
-            if g > 0 and packets[groups[g - 1][0]].session_index == packets[members[0]].session_index:
-                before = [raw_text(packets[j]) for j in groups[g - 1]]
-            if g + 1 < len(groups) and packets[groups[g + 1][0]].session_index == packets[members[0]].session_index:
-                after = [raw_text(packets[j]) for j in groups[g + 1]]
+        if g > 0 and packets[groups[g - 1][0]].session_index == packets[members[0]].session_index:
+            before = [raw_text(packets[j]) for j in groups[g - 1]]
+        if g + 1 < len(groups) and packets[groups[g + 1][0]].session_index == packets[members[0]].session_index:
+            after = [raw_text(packets[j]) for j in groups[g + 1]]
         for i in members:
             mates_before = [raw_text(packets[j]) for j in members if j < i]
             mates_after = [raw_text(packets[j]) for j in members if j > i]

@@ -47,7 +47,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "lexical",  # the package's lexical channel (its name_term_weight and scope)
     "lexical_full",  # the same with the named participant's terms at full weight
     "lexical_unnamed",  # the same without them
-    "packet",  # the package's packet channel (z(p), the gated context vector, passages)
+    "packet",  # the package's packet channel (z(p) and the gated context vector)
     "cos_z",  # cosine with z(p) alone
     "cos_context",  # cosine with the context document (0 without context vectors)
     "speaker",  # the speaker channel, or the role channel where it fires (1 on that side's turns)
@@ -63,7 +63,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "q_log_words", "q_temporal", "q_names_one", "q_list",
     # Cosine with the turn's plain text alone (fused.documents.plain_turn_text: no speaker, no
     # claims), and that minus the question's best; 0 where the index holds no plain vectors.
-    # Added after ranker-v2, which reads the columns above only.
+    # Added after ranker-v2, which reads the columns above only; a model that reads them makes
+    # a build embed each turn's plain text (build.stages.dense_plan).
     "raw_cos", "raw_cos_gap",
 )
 
@@ -197,7 +198,7 @@ def query_features(index: FusionIndex, packets: Sequence[SourcePacket], question
         if query_vec is not None and index.raw_matrix is not None else zeros
     if query_vec is not None and index.packet_matrix is not None:
         cos_z, ctx = dense_cosines(index, query_vec)
-        packet = packet_scores(index, query_vec, cos_z, ctx)
+        packet = packet_scores(index, cos_z, ctx)
         cos_ctx = ctx if ctx is not None else zeros
     else:
         packet, cos_z, cos_ctx = zeros, zeros, zeros

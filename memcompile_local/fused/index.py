@@ -14,7 +14,6 @@ from ..address.lexical import LexicalIndex
 from ..address.lexical_growth import GrowingLexicalIndex
 from ..config import FusionConfig
 from ..language.answertype import names_entity
-from ..language.chatnorm import normalize_chat
 from ..language.stemming import stem_terms
 from ..types import Descriptor, SourcePacket
 from .documents import (
@@ -34,14 +33,10 @@ from .documents import (
 def lexical_texts(packets: Sequence[SourcePacket], descriptors_by_packet: Mapping[str, Sequence[Descriptor]],
                   cfg: FusionConfig, participants: Sequence[str]) -> list[str]:
     """The text of each packet's BM25 document: ``lexical_documents`` with, under
-    ``tolerant_names``, the names made canonical and, under ``chat_norm``, chat spellings,
-    elongations and emoji rewritten as words (language/chatnorm.py; names kept)."""
-    docs = lexical_documents(packets, descriptors_by_packet, neighbor_context=cfg.neighbor_context,
-                             group_bursts=cfg.bursts)
+    ``tolerant_names``, the names made canonical."""
+    docs = lexical_documents(packets, descriptors_by_packet, group_bursts=cfg.bursts)
     if cfg.tolerant_names:
         docs = [canonical_names(d, participants) for d in docs]
-    if cfg.chat_norm:
-        docs = [normalize_chat(d, participants) for d in docs]
     return docs
 
 
@@ -178,12 +173,6 @@ class FusionIndex:
     period_rows: Mapping[Period, np.ndarray]  # (year, month, day) -> rows of packets dated then
     expansion_terms: tuple[tuple[str, ...], ...]  # stemmed names/keywords of each packet's claims
     tolerant_names: bool = False
-    chat_norm: bool = False  # FusionConfig.chat_norm: documents and questions chat-normalized
-    # Long turns' passages (FusionConfig.passage_words): (P, d) l2-normalized vectors and the
-    # packet row of each; a packet with passages scores by their pooled cosine.
-    passage_matrix: np.ndarray | None = None
-    passage_owner: np.ndarray | None = None
-    passage_pool: str = "top2"
     # (N,) True where the context vector counts (FusionConfig.context_window_words); None: everywhere.
     context_rows: np.ndarray | None = None
     # Share of packets spoken by the same participant as the packet before them in their session
@@ -210,11 +199,10 @@ class FusionIndex:
         *,
         packet_matrix: np.ndarray | None = None,
         context_matrix: np.ndarray | None = None,
-        passages: "tuple[np.ndarray, np.ndarray] | None" = None,
         raw_matrix: np.ndarray | None = None,
     ) -> "FusionIndex":
         return cls.build_reusing(packets, descriptors_by_packet, cfg, packet_matrix=packet_matrix,
-                                 context_matrix=context_matrix, passages=passages, raw_matrix=raw_matrix)[0]
+                                 context_matrix=context_matrix, raw_matrix=raw_matrix)[0]
 
     @classmethod
     def build_reusing(
@@ -226,20 +214,16 @@ class FusionIndex:
         packet_matrix: np.ndarray | None = None,
         context_matrix: np.ndarray | None = None,
         previous: "FusionParts | None" = None,
-        passages: "tuple[np.ndarray, np.ndarray] | None" = None,
         raw_matrix: np.ndarray | None = None,
     ) -> "tuple[FusionIndex, FusionParts]":
         """``build``, taking each per-text result (stemmed document, dated periods, expansion
         terms) from ``previous`` where its input is unchanged; returns the index and the parts
         to hand to the next build (a view reload after an append recomputes only new turns).
-        ``passages``: (passage vectors, packet row of each) of the long turns, or None;
         ``raw_matrix``: the plain turn vectors (``FusionIndex.raw_matrix``), or None."""
         old = previous or FusionParts()
         participants = tuple(dict.fromkeys(p.speaker for p in packets))
         docs = lexical_texts(packets, descriptors_by_packet, cfg, participants)
         # Canonical names depend on the participants: tokens made against others are not reused.
-        # (Chat normalization keeps the participants' names, but its tokens are keyed by the
-        # normalized text, so they stay right to reuse.)
         old_tokens = old.tokens if old.participants == participants or not cfg.tolerant_names else {}
         parts = FusionParts(participants=participants)
         corpus = [_memo(parts.tokens, old_tokens, d, lambda d=d: stem_terms(d)) for d in docs]
@@ -251,8 +235,7 @@ class FusionIndex:
         dated: list[float] = []
         add_packet_rows(packets, 0, descriptors_by_packet, parts, old, rows, expansion, dated)
         index = cls.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
-                             period_rows=rows, expansion_terms=expansion, dated=dated, passages=passages,
-                             raw_matrix=raw_matrix)
+                             period_rows=rows, expansion_terms=expansion, dated=dated, raw_matrix=raw_matrix)
         return index, parts
 
     @classmethod
@@ -267,7 +250,6 @@ class FusionIndex:
         period_rows: Mapping[Period, Sequence[int]],
         expansion_terms: Sequence[tuple[str, ...]],
         dated: Sequence[float],
-        passages: "tuple[np.ndarray, np.ndarray] | None" = None,
         entity: np.ndarray | None = None,
         raw_matrix: np.ndarray | None = None,
         grown_from: "tuple[FusionIndex, int] | None" = None,
@@ -282,8 +264,6 @@ class FusionIndex:
                         ("raw_matrix", raw_matrix)):
             if m is not None and m.shape[0] != len(packets):
                 raise ValueError(f"{name} has {m.shape[0]} rows for {len(packets)} packets")
-        if passages is not None and len(passages[1]) and int(np.max(passages[1])) >= len(packets):
-            raise ValueError("a passage names a packet row past the packets")
         base, n_old = grown_from if grown_from is not None else (None, 0)
         if base is not None and len(base.packet_ids) == n_old:
             # An append in place: the old turns' ids, speakers and runs are the base's.
@@ -301,7 +281,7 @@ class FusionIndex:
         if raw_matrix is not None and packet_matrix is not None and cfg.context_window_words:
             raw_matrix = plain_turn_rows(base, packets, n_old, raw_matrix, packet_matrix, cfg.context_window_words)
         context_rows = None
-        if context_matrix is not None and cfg.dense_neighbor_context and cfg.context_window_words:
+        if context_matrix is not None and cfg.context_window_words:
             context_rows = grown_context_rows(base, packets, n_old, cfg.context_window_words)
         index = cls(
             packet_ids=packet_ids,
@@ -309,15 +289,11 @@ class FusionIndex:
             participants=participants,
             lexical=lexical,
             packet_matrix=packet_matrix,
-            context_matrix=context_matrix if cfg.dense_neighbor_context else None,
+            context_matrix=context_matrix,
             dated=np.asarray(dated, dtype=np.float64),
             period_rows={k: np.asarray(v, dtype=np.int64) for k, v in period_rows.items()},
             expansion_terms=tuple(expansion_terms),
             tolerant_names=cfg.tolerant_names,
-            chat_norm=cfg.chat_norm,
-            passage_matrix=passages[0] if passages is not None and len(passages[1]) else None,
-            passage_owner=np.asarray(passages[1], dtype=np.int64) if passages is not None and len(passages[1]) else None,
-            passage_pool=cfg.passage_pool,
             context_rows=context_rows,
             burst_share=runs / len(packets) if packets else 0.0,
             entity_rows=None if not cfg.answer_type_weight else
@@ -332,10 +308,8 @@ class FusionIndex:
         return index
 
     def query_terms(self, question: str) -> list[str]:
-        """The question's lexical terms, names made canonical when the index is tolerant and
-        chat spellings normalized when its documents are (``chat_norm``)."""
-        text = canonical_names(question, self.participants) if self.tolerant_names else question
-        return stem_terms(normalize_chat(text, self.participants) if self.chat_norm else text)
+        """The question's lexical terms, names made canonical when the index is tolerant."""
+        return stem_terms(canonical_names(question, self.participants) if self.tolerant_names else question)
 
     def time_match(self, question: str, anchor: dt.datetime | None = None) -> np.ndarray:
         """1.0 for packets dated in a period the question names, else 0 (all 0 when it names none).

@@ -2,24 +2,31 @@
 
 A model file (``models/ranker-v2.json``; written by ``scripts/train_ranker.py``) holds either
 gradient-boosted regression trees exported from LightGBM's LambdaRank or a linear model, the
-feature names it reads in order (``features.FEATURE_NAMES``), and how it was trained (command,
+feature names it reads in order (``features.FEATURE_NAMES``), how it was trained (command,
 sha256 of the development data, library and version, hyperparameters, cross-validated
-figures). This module loads and checks that file and evaluates it with numpy alone: the
-training library is never imported at query time.
+figures) and, optionally, its calibration. This module loads and checks that file and
+evaluates it with numpy alone: the training library is never imported at query time.
 
 At query time the ranker scores the ``pool`` best turns of the weighted sum
 (``features.query_features``) and reorders them; the other turns follow in weighted-sum order.
-The fused total it returns is an order, not a probability: the turn placed first gets N, the
-next N - 1, and so on (ties of the model's score break by the weighted-sum order), so
+The fused total that orders the selection is that order (the turn placed first gets N, the
+next N - 1, and so on; ties of the model's score break by the weighted-sum order), so
 ``retriever.select_rows`` keeps exactly the ranker's order; the model's own scores of the pool
 are in the ``learned`` channel.
+
+The score a search returns (``LearnedScores.relevance``) is the calibrated probability that the
+turn is gold evidence for the question: a logistic curve of the model's output, fit by the
+training script on the held-out (cross-validated) outputs of the development corpora's pools
+(``calibration`` in the model file). A turn outside the pool was not judged and scores 0. A
+model file without a calibration gives the logistic of its raw output, which keeps the order
+and has no meaning as a probability.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,8 +34,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from ..evidence.relevance import ChannelValue, Explanation
 from ..types import SourcePacket
-from .channels import FusedScores
+from .channels import EXPLAIN_NAMES, FusedScores
 from .features import FEATURE_NAMES, query_features
 from .index import FusionIndex
 
@@ -151,6 +159,8 @@ class RankerModel:
     # so the trees learn corrections to it); scale 0: none.
     init_feature: int = 0  # a column of the model's own features
     init_scale: float = 0.0
+    # Platt calibration (slope, intercept): P(gold) = 1 / (1 + exp(-(slope * score + intercept))).
+    calibration: tuple[float, float] | None = None
 
     @cached_property  # read by every question: looked up once per model
     def columns(self) -> list[int]:
@@ -162,6 +172,13 @@ class RankerModel:
         X = np.asarray(X, dtype=np.float64)
         out = self.scorer.predict(X)
         return out + self.init_scale * X[:, self.init_feature] if self.init_scale else out
+
+    def probability(self, scores: np.ndarray) -> np.ndarray:
+        """``predict``'s scores as probabilities in [0, 1], increasing with the score: the
+        calibration's logistic curve, or the plain logistic of the score without one."""
+        slope, intercept = self.calibration if self.calibration is not None else (1.0, 0.0)
+        z = slope * np.asarray(scores, dtype=np.float64) + intercept
+        return 0.5 * (1.0 + np.tanh(0.5 * z))  # the logistic, without overflow for large |z|
 
 
 def _need(path, doc: dict, field: str, kind, expected: str):
@@ -287,8 +304,8 @@ def parse_model(doc: Any, path: str | Path = "<model>") -> RankerModel:
     version = doc.get("format_version")
     if version != FORMAT_VERSION:
         raise RankerModelError(path, "format_version", f"{FORMAT_VERSION} (the version this package reads)", version)
-    # A model reads any of the package's features by name (ranker-v1 and -v2 the first 27,
-    # ranker-v3 all 29), so a model trained before a column was added keeps loading.
+    # A model reads any of the package's features by name (the shipped ranker-v2 the first 27),
+    # so a model trained before a column was added keeps loading.
     features = _need(path, doc, "features", list, "a list of feature names")
     unknown = [f for f in features if f not in FEATURE_NAMES]
     if not features or unknown or len(set(features)) != len(features):
@@ -324,7 +341,26 @@ def parse_model(doc: Any, path: str | Path = "<model>") -> RankerModel:
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not np.isfinite(scale):
         raise RankerModelError(path, "init_score.scale", "a finite number", scale)
     return RankerModel(str(path), kind, tuple(features), pool, scorer, training,
-                       features.index(init["feature"]), float(scale))
+                       features.index(init["feature"]), float(scale), _calibration(path, doc.get("calibration")))
+
+
+def _calibration(path, cal: Any) -> tuple[float, float] | None:
+    """(slope, intercept) of a model file's ``calibration`` object, or None when it has none."""
+    if cal is None:
+        return None
+    if not isinstance(cal, dict) or cal.get("method") != "platt":
+        raise RankerModelError(path, "calibration.method", '"platt"', cal.get("method") if isinstance(cal, dict)
+                               else cal)
+    out = []
+    for name in ("slope", "intercept"):
+        v = cal.get(name)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
+            raise RankerModelError(path, f"calibration.{name}", "a finite number", v)
+        out.append(float(v))
+    if out[0] <= 0:
+        raise RankerModelError(path, "calibration.slope", "a positive number (a higher score is more likely gold)",
+                               out[0])
+    return out[0], out[1]
 
 
 _CACHE: dict[str, RankerModel] = {}
@@ -368,13 +404,55 @@ def ordered_total(n: int, rows: np.ndarray, scores: np.ndarray, order: np.ndarra
     return total
 
 
+# The feature columns ``explain`` shows for a turn the ranker judged, by the name a client reads.
+EXPLAIN_FEATURES = (("bm25_turn", "raw_bm25"), (EXPLAIN_NAMES["lexical"], "lexical"), ("dense_turn", "cos_z"),
+                    ("dense_context", "cos_context"), ("speaker", "speaker"), ("temporal", "temporal"),
+                    ("time_match", "time_match"), ("weighted", "fused"))
+_EXPLAIN_COLUMNS = tuple((name, FEATURE_NAMES.index(col)) for name, col in EXPLAIN_FEATURES)
+
+
+@dataclass(frozen=True)
+class LearnedScores(FusedScores):
+    """``FusedScores`` of the learned ranker: ``total`` is its order; ``raw`` the model's score
+    of each pool turn (NaN outside the pool); ``matrix`` the feature rows it read, one per
+    pool turn (``pool_row``: the matrix row of each index row, -1 outside the pool)."""
+
+    raw: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    probability: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, len(FEATURE_NAMES))))
+    pool_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    selector = "learned"
+
+    @property
+    def relevance(self) -> np.ndarray:  # type: ignore[override]
+        """The calibrated probability of each pool turn (see the module docstring); 0 outside."""
+        return self.probability
+
+    def explanation(self, row: int) -> Explanation:
+        """The features the ranker read for packet ``row`` and its output (no contributions: the
+        trees are not a sum over channels); outside the pool, the weighted sum alone."""
+        at = int(self.pool_row[row])
+        weighted = float(self.channels["weighted"][row])
+        if at < 0:
+            return Explanation(self.selector, None, (ChannelValue("weighted", weighted, None),))
+        out = [ChannelValue(name, float(self.matrix[at, col]), None) for name, col in _EXPLAIN_COLUMNS]
+        out.append(ChannelValue("ranker", float(self.raw[row]), None))
+        return Explanation(self.selector, float(self.raw[row]), tuple(out))
+
+
 def learned_scores(index: FusionIndex, packets: Sequence[SourcePacket], question: str, query_vec: np.ndarray | None,
-                   cfg, model: RankerModel, *, anchor=None) -> FusedScores:
+                   cfg, model: RankerModel, *, anchor=None) -> LearnedScores:
     """The fused scores of every packet under the learned ranker (see the module docstring)."""
     qf = query_features(index, packets, question, query_vec, cfg, model.pool, anchor=anchor)
     learned = model.predict(qf.matrix[:, model.columns])
     n = len(index.packet_ids)
     full = np.full(n, np.nan)
     full[qf.rows] = learned
-    return FusedScores(total=ordered_total(n, qf.rows, learned, qf.order),
-                       channels={"weighted": qf.fused, "learned": full})
+    probability = np.zeros(n)
+    probability[qf.rows] = model.probability(learned)
+    pool_row = np.full(n, -1, dtype=np.int64)
+    pool_row[qf.rows] = np.arange(len(qf.rows))
+    return LearnedScores(total=ordered_total(n, qf.rows, learned, qf.order),
+                         channels={"weighted": qf.fused, "learned": full}, raw=full, probability=probability,
+                         matrix=qf.matrix, pool_row=pool_row)

@@ -7,57 +7,48 @@ weighted sum of the channels of ``channels.CHANNELS``) and returns the kept pack
 scores. Ties break by dialogue order.
 
 For questions that ask for several things (``is_list_question``), the K packets are composed
-from the fused top-P (``complement="pursuit"``) instead of taken in score order, so
-near-duplicates give way to evidence that adds something: the first ``complement_keep`` stay
-in score order and are MemPursuit's first selections, so each later pick is the pool packet
-that best explains what they leave of the query.
+from the fused top-P (``complement_pool``) instead of taken in score order, so near-duplicates
+give way to evidence that adds something: the first ``complement_keep`` stay in score order
+and are MemPursuit's first selections, so each later pick is the pool packet that best
+explains what they leave of the query.
 
-Which of these pay off, and by how much, is decided by leave-one-conversation-out
-cross-validation in ``scripts/ablate_model_free.py --cv`` (which also re-implements the
-variants measured there and dropped).
+Each kept packet has a score in [0, 1] (``Retrieval.relevance``: the weighted sum on its fixed
+scale, or the learned ranker's calibrated probability) and, on request, the per-channel
+explanation read from the arrays it was selected by (``Retrieval.explanation``).
+
+Which of these pay off, and by how much, was decided by leave-one-conversation-out
+cross-validation (research/ablate_model_free.py, which also re-implements the variants
+measured there and dropped).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..config import FusionConfig
 from ..errors import ConfigError
 from ..evidence.pursuit import mem_pursuit
-from ..language.framing import question_content
-from ..language.listcues import LIST_QUESTION, is_list_question  # noqa: F401  (importers read them here)
+from ..evidence.relevance import Explanation
+from ..language.listcues import is_list_question
 from ..protocols import Embedder
 from .channels import FusedScores, fused_scores, score_order
 from .documents import has_assistant
 from .index import FusionIndex
 from ..types import SourcePacket
 
-# A question that asks for several things ("What books has ...", "In what ways ...", "... both ...").
 # ----------------------------------------------------------------------------- query vector
 
 
-def dense_query_texts(question: str, intent_query: str, cfg: FusionConfig) -> list[str]:
-    """The texts the dense channel embeds for one question, in order.
-
-    ``intent_query`` is the rule intent's query text (``QueryIntent.lexical_query``). With
-    ``cfg.dense_query == "intent+question"`` the question as asked follows it, unless the
-    two are the same text: the intent text repeats the question's names and keywords, which
-    pulls its embedding towards them; the plain question keeps what it asks about.
-
-    With ``cfg.request_frame == "drop"`` a question that wraps its subject in a request frame
-    is embedded as its content alone (``language.framing.question_content``): the frame's
-    words ("list the order", "our conversations", "five items") match every request in a
-    user-assistant history, and the intent text built from the whole question repeats them.
-    """
-    if cfg.request_frame == "drop":
-        content = question_content(question)
-        if content != question:
-            return [content]
-    if cfg.dense_query == "intent" or not question or question == intent_query:
+def dense_query_texts(question: str, intent_query: str) -> list[str]:
+    """The texts the dense channel embeds for one question, in order: the rule intent's query
+    text (``QueryIntent.lexical_query``), then the question as asked unless the two are the
+    same text. The intent text repeats the question's names and keywords, which pulls its
+    embedding towards them; the plain question keeps what it asks about."""
+    if not question or question == intent_query:
         return [intent_query]
     return [intent_query, question]
 
@@ -74,16 +65,7 @@ def query_vector(rows: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- selection
 
-# The complementary selection over the fused order: (index, total, order, query vector, cfg, k) -> rows.
-Complement = Callable[[FusionIndex, np.ndarray, np.ndarray, "np.ndarray | None", FusionConfig, int], list[int]]
-
-
-def _score_order_rows(index: FusionIndex, total: np.ndarray, order: np.ndarray, query_vec: np.ndarray | None,
-                      cfg: FusionConfig, k: int) -> list[int]:
-    return [int(i) for i in order[:k]]
-
-
-def pursuit_complement(index: FusionIndex, total: np.ndarray, order: np.ndarray, query_vec: np.ndarray | None,
+def pursuit_complement(index: FusionIndex, order: np.ndarray, query_vec: np.ndarray | None,
                        cfg: FusionConfig, k: int) -> list[int]:
     """K rows composed from the fused top-P (``complement_pool``): the first ``complement_keep``
     in score order, the rest in the order MemPursuit picks them from the pool's packet
@@ -100,9 +82,6 @@ def pursuit_complement(index: FusionIndex, total: np.ndarray, order: np.ndarray,
     return (picked + [i for i in pool if i not in picked])[:k]
 
 
-COMPLEMENTS: dict[str, Complement] = {"none": _score_order_rows, "pursuit": pursuit_complement}
-
-
 def select_rows(index: FusionIndex, question: str, total: np.ndarray, query_vec: np.ndarray | None,
                 cfg: FusionConfig, k: int, allowed: np.ndarray | None = None) -> list[int]:
     """The ``k`` rows the fused selector keeps for fused scores ``total`` (see module docstring).
@@ -112,21 +91,31 @@ def select_rows(index: FusionIndex, question: str, total: np.ndarray, query_vec:
     order = score_order(total)
     if allowed is not None:
         order = order[allowed[order]]
-    mode = cfg.complement if is_list_question(question) else "none"
-    return COMPLEMENTS[mode](index, total, order, query_vec, cfg, k)
+    if is_list_question(question):
+        return pursuit_complement(index, order, query_vec, cfg, k)
+    return [int(i) for i in order[:k]]
 
 
 @dataclass(frozen=True)
 class Retrieval:
     """What one ``FusedRetriever.retrieve`` found: the kept packets, best first, and the fused
-    scores of every packet (``score`` reads one)."""
+    scores of every packet (``score``, ``relevance`` and ``explanation`` read one packet's)."""
 
     packet_ids: tuple[str, ...]
     scores: FusedScores
     row_of: dict[str, int]
 
     def score(self, packet_id: str) -> float:
+        """The packet's entry of the total the selection is ordered by."""
         return float(self.scores.total[self.row_of[packet_id]])
+
+    def relevance(self, packet_id: str) -> float:
+        """The packet's score in [0, 1] (``FusedScores.relevance``)."""
+        return float(self.scores.relevance[self.row_of[packet_id]])
+
+    def explanation(self, packet_id: str) -> Explanation:
+        """The channels the packet was scored by (``FusedScores.explanation``)."""
+        return self.scores.explanation(self.row_of[packet_id])
 
 
 # ``ranker: auto`` takes the learned ranker on a history where at least this share of turns
@@ -159,7 +148,7 @@ class FusedRetriever:
         self.learned = uses_learned_ranker(index, cfg)
 
     def query_texts(self, question: str, intent_query: str) -> list[str]:
-        return dense_query_texts(question, intent_query, self.cfg)
+        return dense_query_texts(question, intent_query)
 
     def query_vector(self, embedder: Embedder | None, question: str, intent_query: str) -> np.ndarray | None:
         """The query vector of ``question`` (None without an embedder), in one embed call."""
@@ -200,15 +189,3 @@ class FusedRetriever:
         if allowed is not None:
             order = order[allowed[order]]
         return [self.index.packet_ids[i] for i in order[:n]]
-
-
-def select_fused(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
-                 k: int, *, anchor: dt.datetime | None = None) -> list[str]:
-    """The ``k`` packets the fused selector keeps, best first (``anchor``: see ``FusedRetriever.scores``)."""
-    return list(FusedRetriever(index, cfg).retrieve(question, query_vec, k, anchor=anchor).packet_ids)
-
-
-def fused_ranking(index: FusionIndex, question: str, query_vec: np.ndarray | None, cfg: FusionConfig,
-                  n: int, *, anchor: dt.datetime | None = None) -> list[str]:
-    """The first ``n`` packets by fused score alone (the pool handed to an LLM scheduler)."""
-    return FusedRetriever(index, cfg).ranking(question, query_vec, n, anchor=anchor)

@@ -13,6 +13,10 @@ The model-free ``fused`` selector (``fused/``) is a retriever of its own beside 
 Plane: on that path K_q, U_q and D_q feed nothing but the trace, so they are skipped unless
 ``address_trace=True`` asks for them (the benchmark's aliasing audit does), the
 representative-claim view needs U_q, or a frontier needs D_q.
+
+Every selector also says what each packet it chose is worth (``Scorer``, ``evidence.relevance``):
+the final list's scores, monotone and in [0, 1], are ``Context.scores``; with ``explain=True``
+``Context.explanations`` holds, per packet, the numbers its selector chose it by.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from ..config import PipelineConfig
 from ..errors import ConfigError
 from ..evidence.frontier import bounded_frontier, frontier_pool
 from ..evidence.pursuit import mem_pursuit
+from ..evidence.relevance import (Explanation, Relevance, address_relevance, cosine_relevance, monotone_scores,
+                                  rank_relevance)
 from ..evidence.scheduler import schedule_packets
 from ..evidence.views import render_view
 from ..fused.retriever import FusedRetriever, Retrieval, query_vector
@@ -52,8 +58,10 @@ class Context:
     ``address`` is K_q (``AddressResult.skipped`` when the path did not run the Address
     Plane), ``pool`` the normalized packet pool U_q and ``dense`` the dense proposals D_q (both
     empty when not computed). ``timings_ms`` has one entry per step that ran, in run order;
-    ``trace["stages"]`` lists those steps. ``scores``: the fused score of each packet of
-    ``packet_ids`` on the fused path (empty on the others).
+    ``trace["stages"]`` lists those steps. ``scores``: each packet of ``packet_ids`` scored in
+    [0, 1], never rising down the list (``evidence.relevance``: what the score means per
+    selector). ``explanations``: with ``compile_context(..., explain=True)``, why each packet
+    was chosen (empty otherwise).
     """
 
     namespace: str
@@ -69,6 +77,7 @@ class Context:
     timings_ms: dict[str, float] = field(default_factory=dict)
     trace: dict[str, Any] = field(default_factory=dict)
     scores: Mapping[str, float] = field(default_factory=dict)
+    explanations: Mapping[str, Explanation] = field(default_factory=dict)
 
 
 def query_intent(question: str, cfg: PipelineConfig, client: ModelClient | None, view: MemoryView) -> QueryIntent:
@@ -131,22 +140,56 @@ class AnchorQuery:
     allowed_rows: np.ndarray | None = None  # the fused index rows a caller's filter lets through
 
 
-# An anchor selector: query -> (A0, trace info, the fused retrieval when it ran).
-AnchorSelector = Callable[[AnchorQuery], "tuple[tuple[str, ...], dict[str, Any], Retrieval | None]"]
+# What a selector's selection is worth: (packet id, 1-based rank in the final list, explain)
+# -> the packet's ``Relevance``, or None for a packet the selector did not score.
+Scorer = Callable[[str, int, bool], "Relevance | None"]
+
+# An anchor selector: query -> (A0, trace info, its scorer).
+AnchorSelector = Callable[[AnchorQuery], "tuple[tuple[str, ...], dict[str, Any], Scorer]"]
+
+
+def _pool_scorer(q: AnchorQuery, selector: str) -> Scorer:
+    """Packets of U_q scored by their address score r_i (``evidence.relevance``)."""
+    score_of = {pc.packet_id: pc.score for pc in q.pool}
+
+    def scorer(pid: str, rank: int, explain: bool) -> Relevance | None:
+        r = score_of.get(pid)
+        return None if r is None else address_relevance(r, q.cfg.routing, selector, explain)
+    return scorer
+
+
+def _cosine_scorer(cosines: Mapping[str, float], selector: str) -> Scorer:
+    def scorer(pid: str, rank: int, explain: bool) -> Relevance | None:
+        c = cosines.get(pid)
+        return None if c is None else cosine_relevance(c, selector, explain)
+    return scorer
+
+
+def _rank_scorer(selector: str) -> Scorer:
+    return lambda pid, rank, explain: rank_relevance(rank, selector, explain)
+
+
+def _retrieval_scorer(found: Retrieval) -> Scorer:
+    """The fused retrieval's packets: every packet of the index has its scores there."""
+    def scorer(pid: str, rank: int, explain: bool) -> Relevance | None:
+        if pid not in found.row_of:
+            return None
+        return Relevance(found.relevance(pid), found.explanation(pid) if explain else None)
+    return scorer
 
 
 def _normalized_anchors(q: AnchorQuery):
-    return tuple(pc.packet_id for pc in q.pool)[: q.cfg.evidence.k0], {}, None
+    return tuple(pc.packet_id for pc in q.pool)[: q.cfg.evidence.k0], {}, _pool_scorer(q, "normalized")
 
 
 def _dense_anchors(q: AnchorQuery):
-    return tuple(pid for pid, _ in q.dense[: q.cfg.evidence.k0]), {}, None
+    return tuple(pid for pid, _ in q.dense[: q.cfg.evidence.k0]), {}, _cosine_scorer(dict(q.dense), "dense")
 
 
 def _mmr_anchors(q: AnchorQuery):
     ids = mmr_anchors(q.pool, q.address.candidates, q.view.index.descriptor_by_id,
                       q.view.index.cell_of_descriptor, q.cfg.routing, k=q.cfg.evidence.k0)
-    return tuple(ids), {}, None
+    return tuple(ids), {}, _pool_scorer(q, "mmr")
 
 
 def _llm_anchors(q: AnchorQuery):
@@ -157,7 +200,7 @@ def _llm_anchors(q: AnchorQuery):
         pool_ids = q.retriever.ranking(q.question, q.query_vec, q.cfg.fusion.schedule_pool_size, anchor=q.anchor,
                                        allowed=q.allowed_rows)
     ids, info = _llm_ordering(q.question, pool_ids, q.cfg.evidence.k0, "schedule", q.view, q.cfg, q.client)
-    return tuple(ids), info, None
+    return tuple(ids), info, _rank_scorer("llm")
 
 
 def _fused_anchors(q: AnchorQuery):
@@ -165,13 +208,13 @@ def _fused_anchors(q: AnchorQuery):
         raise ConfigError("the fused selector needs its index; build the memory with anchor_selector='fused'")
     found = q.retriever.retrieve(q.question, q.query_vec, q.cfg.evidence.k0, anchor=q.anchor,
                                  allowed=q.allowed_rows)
-    return found.packet_ids, {}, found
+    return found.packet_ids, {}, _retrieval_scorer(found)
 
 
 def _pursuit_anchors(q: AnchorQuery):
-    ids = _pursuit_order([pc.packet_id for pc in q.pool] + [p for p, _ in q.dense], q.query_vec, q.view,
-                         q.cfg.evidence.k0, q.cfg.evidence.pursuit_tau, limit=q.cfg.evidence.pursuit_pool)
-    return tuple(ids), {}, None
+    ids, cosines = _pursuit_order([pc.packet_id for pc in q.pool] + [p for p, _ in q.dense], q.query_vec, q.view,
+                                  q.cfg.evidence.k0, q.cfg.evidence.pursuit_tau, limit=q.cfg.evidence.pursuit_pool)
+    return tuple(ids), {}, _cosine_scorer(cosines, "pursuit")
 
 
 ANCHOR_SELECTORS: dict[str, AnchorSelector] = {
@@ -198,9 +241,9 @@ def select_anchors(
     retriever: FusedRetriever | None = None,
     anchor: dt.datetime | None = None,
     allowed: AbstractSet[str] | None = None,
-) -> tuple[tuple[str, ...], dict[str, Any], Retrieval | None]:
-    """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14);
-    with the fused retrieval (ids and every packet's scores) when the fused selector chose.
+) -> tuple[tuple[str, ...], dict[str, Any], Scorer]:
+    """A0: the first K0 packets, chosen by the configured selector (Algorithm 1, line 14),
+    the trace info, and the selector's ``Scorer`` of the packets it chose.
 
     ``anchor``: the date the question is asked, for the fused scores' time match. ``allowed``:
     the packets a caller's filter lets through; the fused selector chooses among them (the
@@ -232,8 +275,9 @@ def _llm_ordering(question: str, packet_ids: Sequence[str], k: int, stage: str, 
 
 
 def _pursuit_order(candidate_ids: Sequence[str], query_vec: np.ndarray | None, view: MemoryView, k: int,
-                   tau: float, limit: int | None = None) -> list[str]:
-    """MemPursuit over the first ``limit`` distinct candidates (P), in the given order."""
+                   tau: float, limit: int | None = None) -> tuple[list[str], dict[str, float]]:
+    """MemPursuit over the first ``limit`` distinct candidates (P), in the given order; with
+    each candidate's cosine with the query (the correlations pursuit starts from)."""
     if query_vec is None or view.packet_matrix is None:
         raise ConfigError("MemPursuit needs packet embeddings and an embedder")
     seen: dict[str, None] = {}
@@ -241,10 +285,11 @@ def _pursuit_order(candidate_ids: Sequence[str], query_vec: np.ndarray | None, v
         seen.setdefault(pid, None)
     ids = list(seen)[:limit]
     if not ids:
-        return []
+        return [], {}
     X = view.packet_matrix[[view.row_of[i] for i in ids]]
     res = mem_pursuit(query_vec, X, k=min(k, len(ids)), tau=tau)
-    return [ids[i] for i in res.indices]
+    cosines = (X @ query_vec).astype(np.float64)
+    return [ids[i] for i in res.indices], {pid: float(c) for pid, c in zip(ids, cosines)}
 
 
 def _llm_frontier(question: str, pool: list[str], view: MemoryView, cfg: PipelineConfig,
@@ -255,7 +300,7 @@ def _llm_frontier(question: str, pool: list[str], view: MemoryView, cfg: Pipelin
 
 def _pursuit_frontier(question: str, pool: list[str], view: MemoryView, cfg: PipelineConfig,
                       client: ModelClient | None, query_vec: np.ndarray | None) -> tuple[list[str], dict[str, Any]]:
-    return _pursuit_order(pool, query_vec, view, cfg.evidence.k_rank, cfg.evidence.pursuit_tau), {}
+    return _pursuit_order(pool, query_vec, view, cfg.evidence.k_rank, cfg.evidence.pursuit_tau)[0], {}
 
 
 # A frontier mode orders W_q = A0 u D_q: (question, W_q, view, cfg, client, query vector) -> (ordering, info).
@@ -322,6 +367,7 @@ def compile_context(
     address_trace: bool = False,
     question_date: str | None = None,
     allowed: AbstractSet[str] | None = None,
+    explain: bool = False,
 ) -> Context:
     """Compile the reader context for one question over one built memory.
 
@@ -338,6 +384,8 @@ def compile_context(
     ``address_trace=True`` runs the Address Plane (K_q, U_q) and the dense proposals even on
     the fused path, where they only fill ``Context.address``/``pool``/``dense`` for a trace
     or the source-aliasing audit; the other paths always run them.
+
+    ``explain=True`` fills ``Context.explanations`` from the numbers the selector ranked by.
     """
     run_address, run_dense = planned_steps(cfg, address_trace=address_trace)
     timings: dict[str, float] = {}
@@ -373,7 +421,7 @@ def compile_context(
     if run_dense:
         dense = dense_candidates(query_vec, view, cfg, allowed)
         lap("dense")
-    anchors, a_info, retrieval = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool,
+    anchors, a_info, scorer = select_anchors(cfg.evidence.anchor_selector, question=question, pool=pool,
                                                 address=address, dense=dense, view=view, cfg=cfg, client=client,
                                                 query_vec=query_vec, retriever=retriever,
                                                 anchor=parse_session_time(question_date) if question_date else None,
@@ -393,10 +441,16 @@ def compile_context(
     final = tuple(anchors) + tuple(added)
     text = render(cfg.evidence.view, final, view, pool, cfg.evidence.max_block_chars)
     lap("render")
+    scored = [scorer(pid, rank, explain) for rank, pid in enumerate(final, start=1)]
+    scores = monotone_scores([None if r is None else r.score for r in scored])
     return Context(
         namespace=view.namespace, question=question, packet_ids=final, anchors=tuple(anchors),
         frontier_added=tuple(added), text=text, view=cfg.evidence.view, address=address, pool=pool,
         dense=dense, timings_ms=timings,
         trace={"stages": list(timings), "anchors": a_info, "frontier": f_info, "address": address.timings_ms},
-        scores={pid: retrieval.score(pid) for pid in final} if retrieval is not None else {},
+        scores=dict(zip(final, scores)),
+        explanations={pid: (r.explanation if r is not None and r.explanation is not None
+                            else Explanation(cfg.evidence.frontier if pid in added else cfg.evidence.anchor_selector,
+                                             None))
+                      for pid, r in zip(final, scored)} if explain else {},
     )

@@ -320,7 +320,7 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         return body
 
     filter_fields = {"speaker", "session_id", "agent_id", "metadata", "from", "to"}
-    query_fields = {"query", "k", "preset", "question_date"} | filter_fields
+    query_fields = {"query", "k", "preset", "question_date", "explain"} | filter_fields
 
     def body_filters(body: dict):
         return service.filters(speaker=body.get("speaker"), session_id=body.get("session_id"),
@@ -334,7 +334,7 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         body = await query_body(request, query_fields)
         return await run(service.search, p.tenant, user_id, body["query"], k=body.get("k"),
                          preset=body.get("preset"), question_date=body.get("question_date"),
-                         filters=body_filters(body))
+                         filters=body_filters(body), explain=body.get("explain", False))
 
     @app.post("/v1/memories/{user_id}/answer", openapi_extra=body_doc("Query"), tags=["memories"],
               operation_id="answer", summary="Compile the evidence and answer with the configured model")
@@ -343,7 +343,7 @@ def create_app(service: MemoryService, keyring: KeyRing | None = None, *, host: 
         body = await query_body(request, query_fields)
         return await run(service.answer, p.tenant, user_id, body["query"], k=body.get("k"),
                          preset=body.get("preset"), question_date=body.get("question_date"),
-                         filters=body_filters(body))
+                         filters=body_filters(body), explain=body.get("explain", False))
 
     def _int_param(request: Request, name: str, default: int) -> int:
         value = request.query_params.get(name)

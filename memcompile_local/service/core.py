@@ -48,6 +48,13 @@ from ..views.filters import TurnFilter, time_bound
 from .validate import (TurnInput, check_id, check_k, check_label, check_metadata, check_text, check_time,
                        parse_append)
 
+def _check_explain(value: Any) -> bool:
+    """A request's ``explain`` flag: true or false (400 naming the field otherwise)."""
+    if not isinstance(value, bool):
+        raise ServiceError(400, "bad_request", "explain must be true or false", field="explain")
+    return value
+
+
 # Tries at picking a user's next turn ids when other server processes append to the same user.
 _ID_ATTEMPTS = 6
 
@@ -437,14 +444,16 @@ class MemoryService:
         return None if f.empty else f
 
     def search(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
-               question_date: Any = None, filters: TurnFilter | None = None) -> dict:
+               question_date: Any = None, filters: TurnFilter | None = None, explain: Any = False) -> dict:
         """The compiled evidence for ``query`` (Memory.compile over built + pending turns), each
         packet with its ``rank`` and ``score`` as ``Memory.search`` gives them.
 
         ``question_date``: when the question is asked; relative times in it ("last month")
         are matched against the turns' dates from that day (as ``Memory.search`` does).
-        ``filters`` (see ``filters``): evidence only from matching turns, k of them when k match."""
+        ``filters`` (see ``filters``): evidence only from matching turns, k of them when k match.
+        ``explain``: each packet also carries ``explain`` (``SearchHit.explain``)."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
+        explain = _check_explain(explain)
         ns = self.namespace(tenant, user_id)
         # One store read per search while this process holds a current view of the user: the
         # generation, since a held view with turns in it says that the user exists. Without a
@@ -458,8 +467,8 @@ class MemoryService:
         else:
             self._existing(tenant, user_id)
         selected, behind, _mem = self._compile(ns, query, k=k, preset=preset, question_date=question_date,
-                                               filters=filters, generation=generation)
-        return self._context_json(user_id, selected, behind)
+                                               filters=filters, generation=generation, explain=explain)
+        return self._context_json(user_id, selected, behind, explain=explain)
 
     def _held(self, ns: str, preset: str | None) -> tuple[MemoryView, int] | None:
         """The view of ``ns`` (with turns) and its generation that the Memory of ``preset`` (one
@@ -469,7 +478,7 @@ class MemoryService:
         return held if held is not None and held[0].packets else None
 
     def _compile(self, ns: str, query: str, *, k: int | None, preset: str | None, question_date: str | None = None,
-                 filters: TurnFilter | None = None, generation: int | None = None):
+                 filters: TurnFilter | None = None, generation: int | None = None, explain: bool = False):
         mem = self.memory_for(preset)
         # A view held for the store's current generation is complete (only built namespaces
         # are cached there): serve it without the build checks below.
@@ -485,7 +494,7 @@ class MemoryService:
                 view, behind = current_view(mem, self.pending if mem is self.memory else mem.partial_views(), ns,
                                             allow_build=self.inline_build)
         try:
-            ctx = mem.compile_view(view, query, k=k, question_date=question_date, filters=filters)
+            ctx = mem.compile_view(view, query, k=k, question_date=question_date, filters=filters, explain=explain)
         except TransportError:
             self.backend_down_since = self.backend_down_since or time.time()
             raise
@@ -496,13 +505,14 @@ class MemoryService:
         scores = selection_scores(ctx, ctx.packet_ids)
         return (ctx, packets, scores), behind, mem
 
-    def _context_json(self, user_id: str, selected, behind: int) -> dict:
+    def _context_json(self, user_id: str, selected, behind: int, *, explain: bool = False) -> dict:
         ctx, packets, scores = selected
         return {
             "user_id": user_id,
             "query": ctx.question,
             "packets": [
-                {"id": p.packet_id, "rank": rank, "score": scores.get(p.packet_id), **turn_fields(p)}
+                {"id": p.packet_id, "rank": rank, "score": scores.get(p.packet_id), **turn_fields(p),
+                 **({"explain": ctx.explanations[p.packet_id].to_dict()} if explain else {})}
                 for rank, p in enumerate(packets, start=1)
             ],
             "packet_ids": list(ctx.packet_ids),
@@ -512,13 +522,15 @@ class MemoryService:
         }
 
     def answer(self, tenant: str, user_id: str, query: Any, *, k: Any = None, preset: Any = None,
-               question_date: Any = None, filters: TurnFilter | None = None) -> dict:
-        """Compile (as ``search``, ``filters`` included), then answer with the configured model
-        (503 when it is unavailable)."""
+               question_date: Any = None, filters: TurnFilter | None = None, explain: Any = False) -> dict:
+        """Compile (as ``search``, ``filters`` and ``explain`` included), then answer with the
+        configured model (503 when it is unavailable)."""
         query, k, preset, question_date = self._query_args(query, k, preset, question_date)
+        explain = _check_explain(explain)
         ns = self._existing(tenant, user_id)
         (ctx, packets, scores), behind, mem = self._compile(ns, query, k=k, preset=preset,
-                                                            question_date=question_date, filters=filters)
+                                                            question_date=question_date, filters=filters,
+                                                            explain=explain)
         try:
             client = mem.client  # loads the answer backend on first use
         except Exception as exc:  # a missing extra, model file or server: no answer model to use
@@ -531,7 +543,7 @@ class MemoryService:
             raise ServiceError(503, "backend_unavailable", f"the answer model is unavailable: {exc}",
                                headers={"Retry-After": "5"}) from exc
         self.backend_down_since = None
-        out = self._context_json(user_id, (ctx, packets, scores), behind)
+        out = self._context_json(user_id, (ctx, packets, scores), behind, explain=explain)
         out["answer"] = res.text
         out["answer_model"] = res.model
         return out

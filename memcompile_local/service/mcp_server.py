@@ -216,6 +216,8 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
     TimeFrom = Annotated[str | None, Field(description="only turns said at or after this time, e.g. '2024-05-01'")]
     TimeTo = Annotated[str | None, Field(description="only turns said at or before this time (a bare date: until "
                                                      "its end)")]
+    Explain = Annotated[bool, Field(description="also return, for each turn, why it was chosen: the selector, its "
+                                                "raw score and each channel's value and contribution")]
     Offset = Annotated[int, Field(description="items to skip", ge=0)]
     Limit = Annotated[int, Field(description=f"items per page (1-{page_max})", ge=1, le=page_max)]
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
@@ -249,13 +251,14 @@ def build_mcp(service: MemoryService, *, keyring: KeyRing | None, host: str = "1
     async def search(user_id: UserId, query: Query, ctx: Context, k: K = None,
                      question_date: QuestionDate = None, speaker: Speaker = None, session_id: SessionId = None,
                      agent_id: AgentId = None, metadata: Metadata = None, time_from: TimeFrom = None,
-                     time_to: TimeTo = None) -> dict[str, Any]:
-        """The evidence in a user's memory for a question: ranked, scored turns and a rendered context.
+                     time_to: TimeTo = None, explain: Explain = False) -> dict[str, Any]:
+        """The evidence in a user's memory for a question: ranked turns, each with a score in [0, 1]
+        (never rising down the list), and a rendered context.
 
         The filters restrict the turns searched (k come back when k match)."""
         fn = filtered(service.search, speaker=speaker, session_id=session_id, agent_id=agent_id,
                       metadata=metadata, time_from=time_from, time_to=time_to)
-        return await call(ctx, fn, user_id, query, k=k, question_date=question_date)
+        return await call(ctx, fn, user_id, query, k=k, question_date=question_date, explain=explain)
 
     @mcp.tool(annotations=ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=False,
                                           openWorldHint=True))

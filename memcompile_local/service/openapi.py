@@ -43,6 +43,12 @@ _TURN_ID = {"type": "string", "pattern": f"^[{TURN_ID_CHARS}]{{1,128}}$"}
 
 _LIMITS = Limits()
 
+SCORE_DOC = ("relevance in [0, 1], never rising down the list (a threshold keeps a prefix of it). Model-free "
+             "default: the weighted channel sum divided by the largest sum its channels can reach (alternating "
+             "dialogue), or the learned ranker's calibrated probability that the turn is gold evidence "
+             "(user-assistant and bursty histories); an LLM ordering gives 1/rank; the address pool r_i over its "
+             "largest value; dense and MemPursuit selectors the cosine (below 0 read as 0)")
+
 
 def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
     """The ``components.schemas`` of the document (``limits`` gives the bounds)."""
@@ -71,9 +77,31 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
         "type": "object",
         "required": ["id", "rank", "score", "speaker", "time", "session_id", "text", "agent_id", "metadata"],
         "properties": {"id": _STR, "rank": {"type": "integer", "minimum": 1},
-                       "score": {"type": ["number", "null"],
-                                 "description": "the selector's score (orders packets within one search)"},
-                       **stored_fields},
+                       "score": {"type": "number", "minimum": 0, "maximum": 1, "description": SCORE_DOC},
+                       **stored_fields,
+                       "explain": {**ref("Explanation"), "description": "why the turn was chosen (only when the "
+                                   "request sets explain: true)"}},
+    }
+    explanation = {
+        "type": "object", "required": ["selector", "raw", "channels"],
+        "properties": {
+            "selector": {**_STR, "description": "the selector that ranked the turn: fused (the weighted channel "
+                         "sum), learned (the learned ranker), llm, normalized, mmr, dense or pursuit"},
+            "raw": {"type": ["number", "null"], "description": "the selector's own score before the mapping to "
+                    "[0, 1] (the weighted sum, the ranker's output, r_i, a cosine), or null when it has none"},
+            "channels": {"type": "array", "description": "what the selector read, e.g. bm25_turn, bm25_context, "
+                         "dense_turn, dense_context, time_match, speaker, role, ranker; the list depends on the "
+                         "selector",
+                         "items": {"type": "object", "required": ["name", "value", "contribution"],
+                                   "properties": {"name": _STR,
+                                                  "value": {"type": "number",
+                                                            "description": "the channel's value for the turn"},
+                                                  "contribution": {"type": ["number", "null"],
+                                                                   "description": "what it added to raw (a "
+                                                                   "weighted sum's contributions add up to raw), "
+                                                                   "null when the selector is not a weighted "
+                                                                   "sum"}}}},
+        },
     }
     filters = {
         "speaker": {**label, "description": "only turns of this speaker"},
@@ -136,9 +164,12 @@ def schemas(limits: Limits = _LIMITS) -> dict[str, Any]:
                            "preset": {**_STR, "description": "a model-free preset such as 'view-raw'"},
                            "question_date": {**_TIME, "description": "when the question is asked: relative times "
                                              "in it ('last month') are resolved from this date"},
+                           "explain": {"type": "boolean", "default": False,
+                                       "description": "also return, for each packet, why it was chosen (explain)"},
                            **filters},
         },
         "Packet": packet,
+        "Explanation": explanation,
         "SearchResult": search,
         "AnswerResult": answer,
         "Stats": {

@@ -44,8 +44,7 @@ from ..address.layouts import build_layout
 # missing" step must be exactly the build's, so they are shared rather than copied.
 from ..build.spec import BuildSpec
 from ..build.stages import (_embed_missing, _keyed, composed_contexts, context_document_keys, context_model_id,
-                            embedding_model_id, is_unread_key, passage_document_keys, passage_model_id,
-                            raw_document_keys, raw_model_id, text_address)
+                            embedding_model_id, is_unread_key, raw_document_keys, raw_model_id, text_address)
 from ..config import FusionConfig
 from ..fused.features import grow_turn_table
 from ..fused.index import (FusionIndex, FusionParts, add_packet_rows, grown_entity_rows, grown_participants,
@@ -234,7 +233,7 @@ class ViewLoader:
             for d in descriptors:
                 by_packet.setdefault(d.packet_id, []).append(d)
             embedded = 0
-            matrix = context = passages = raw = None
+            matrix = context = raw = None
             if embedder is not None:
                 model_id = embedding_model_id(embedder)
                 pdocs, documents = _packet_documents(packets, by_packet, documents, dense.document)
@@ -251,13 +250,6 @@ class ViewLoader:
                     rows[cid], n = _matrix(store, namespace, cid, embedder, ckeys, cdocs, rows.get(cid), "context")
                     embedded += n
                     context = rows[cid].matrix
-                if dense.passage_words:  # long turns' passages (their keys name their packet and text)
-                    pmid = passage_model_id(embedder)
-                    pkeys, pdocs, owner = passage_document_keys(packets, dense.passage_words,
-                                                                dense.passage_overlap_words)
-                    rows[pmid], n = _matrix(store, namespace, pmid, embedder, pkeys, pdocs, rows.get(pmid), "passage")
-                    embedded += n
-                    passages = (rows[pmid].matrix, np.asarray(owner, dtype=np.int64))
                 if dense.raw_turns:  # each turn's plain text (the learned ranker's raw_cos columns)
                     rid = raw_model_id(embedder)
                     rkeys, rdocs = raw_document_keys(packets, dense.raw_window_words)
@@ -277,7 +269,7 @@ class ViewLoader:
                     donor = dataclasses.replace(memo, fusion=shared)
             fusion, parts = FusionIndex.build_reusing(packets, descriptors_by_packet, cfg.fusion,
                                                       packet_matrix=matrix, context_matrix=context,
-                                                      previous=donor.fusion, passages=passages, raw_matrix=raw)
+                                                      previous=donor.fusion, raw_matrix=raw)
         flat = cfg.placement.layout == "flat"
         index = LazyAddressIndex(lambda: AddressIndex.build(
             packets, descriptors, [] if flat else cells, matrix, layout=cfg.placement.layout,
@@ -331,7 +323,7 @@ class ViewLoader:
         rows = dict(memo.rows)
         documents = dict(memo.documents)
         saves: list[tuple[str, list[str], np.ndarray, list[str], str]] = []
-        matrix = context = passages = raw = None
+        matrix = context = raw = None
         if embedder is not None:
             model_id = embedding_model_id(embedder)
             new_docs, memo_docs = _packet_documents(packets, by_packet, {}, dense.document)
@@ -354,18 +346,7 @@ class ViewLoader:
                 changed = {start + j: (k, d) for j, (k, d) in enumerate(zip(ckeys, cdocs))
                            if start + j < n_old and k != old_ckeys[start + j]}
                 ckeys, cdocs = ckeys[n_old - start:], cdocs[n_old - start:]
-            # A passage reads its own turn only: the old turns' passages stay as they are.
-            pkeys: list[str] = []
-            pdocs: list[str] = []
-            powner: list[int] = []
-            if dense.passage_words:
-                pmid = passage_model_id(embedder)
-                old_owner = base.fusion.passage_owner if base.fusion is not None else None
-                n_old_passages = 0 if old_owner is None else len(old_owner)
-                if pmid not in rows or len(rows[pmid].row_of) != n_old_passages:
-                    return None
-                pkeys, pdocs, powner = passage_document_keys(packets, dense.passage_words, dense.passage_overlap_words)
-            # A plain turn reads its own turn only, as a passage does.
+            # A plain turn reads its own turn only: the old turns' rows stay as they are.
             rkeys: list[str] = []
             rdocs: list[str] = []
             if dense.raw_turns:
@@ -374,8 +355,7 @@ class ViewLoader:
                     return None
                 rkeys, rdocs = raw_document_keys(packets, dense.raw_window_words)
             # Every new text of all kinds in one embed call (a model's per-call cost is most of it).
-            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs, *pdocs,
-                                                        *rdocs])
+            vectors_of = _vectors_for(store, embedder, [*docs, *(d for _, d in changed.values()), *cdocs, *rdocs])
             rows[model_id], save = _grown_rows(vectors_of, embedder, model_id, rows.get(model_id), n_old, {},
                                                keys, docs)
             saves.extend(save)
@@ -386,12 +366,6 @@ class ViewLoader:
                 rows[cid], save = _grown_rows(vectors_of, embedder, cid, rows[cid], n_old, changed, ckeys, cdocs)
                 saves.extend(save)
                 context = rows[cid].matrix
-            if dense.passage_words:
-                rows[pmid], save = _grown_rows(vectors_of, embedder, pmid, rows[pmid], n_old_passages, {}, pkeys, pdocs)
-                saves.extend(save)
-                owner = np.concatenate([old_owner if old_owner is not None else np.zeros(0, np.int64),
-                                        np.asarray(powner, dtype=np.int64) + n_old])
-                passages = (rows[pmid].matrix, owner)
             if dense.raw_turns:
                 rows[rid], save = _grown_rows(vectors_of, embedder, rid, rows[rid], n_old, {}, rkeys, rdocs)
                 saves.extend(save)
@@ -399,11 +373,11 @@ class ViewLoader:
         parts, fusion, lexical_docs = memo.fusion, None, memo.lexical_docs
         if use_fusion:
             grown = _grown_fusion(base.fusion, memo, allp, n_old, by_packet, cfg.fusion,
-                                  packet_matrix=matrix, context_matrix=context, passages=passages, raw_matrix=raw)
+                                  packet_matrix=matrix, context_matrix=context, raw_matrix=raw)
             if grown is None:
                 fusion, parts = FusionIndex.build_reusing(allp, by_packet, cfg.fusion, packet_matrix=matrix,
                                                           context_matrix=context, previous=memo.fusion,
-                                                          passages=passages, raw_matrix=raw)
+                                                          raw_matrix=raw)
                 lexical_docs = None
             else:
                 fusion, parts, lexical_docs = grown
@@ -569,7 +543,6 @@ def _lexical_tail(packets: Sequence[SourcePacket], n_old: int, bursts: bool) -> 
 def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[SourcePacket], n_old: int,
                   by_packet: Mapping[str, Sequence[Descriptor]], cfg: FusionConfig, *,
                   packet_matrix: np.ndarray | None, context_matrix: np.ndarray | None,
-                  passages: "tuple[np.ndarray, np.ndarray] | None" = None,
                   raw_matrix: np.ndarray | None = None,
                   ) -> tuple[FusionIndex, FusionParts, tuple[str, ...]] | None:
     """The fused index of ``packets`` from ``base`` (the index of the first ``n_old``), or None
@@ -579,8 +552,8 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     if base is None or not isinstance(base.lexical, GrowingLexicalIndex):
         return None
     participants = grown_participants(base, packets, n_old)
-    if (cfg.tolerant_names or cfg.chat_norm) and participants != base.participants:
-        return None  # every document's canonical (or kept) names may change
+    if cfg.tolerant_names and participants != base.participants:
+        return None  # every document's canonical names may change
     old_docs = memo.lexical_docs
     if old_docs is None or len(old_docs) != n_old:
         old_docs = tuple(lexical_texts(packets[:n_old], by_packet, cfg, participants))
@@ -618,7 +591,7 @@ def _grown_fusion(base: FusionIndex | None, memo: _Memo, packets: Sequence[Sourc
     index = FusionIndex.assemble(packets, lexical, cfg, packet_matrix=packet_matrix, context_matrix=context_matrix,
                                  period_rows=rows, expansion_terms=base.expansion_terms + tuple(new_terms),
                                  dated=np.concatenate([base.dated, np.asarray(new_dated, dtype=np.float64)]),
-                                 passages=passages, entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
+                                 entity=entity, raw_matrix=raw_matrix, grown_from=(base, n_old))
     grow_turn_table(base, index, packets, n_old)  # the learned ranker's per-turn columns, when made
     return index, parts, docs
 

@@ -18,8 +18,8 @@ import threading
 
 from ..address.index import AddressIndex
 from ..build.spec import BuildSpec
-from ..build.stages import (embed_contexts, embed_packets, embed_passages, embed_raw_turns, load_context_matrix,
-                            load_packet_matrix, load_passage_matrix, load_raw_matrix)
+from ..build.stages import (embed_contexts, embed_packets, embed_raw_turns, load_context_matrix, load_packet_matrix,
+                            load_raw_matrix)
 from ..errors import ConfigError
 from ..fused.index import FusionIndex
 from ..protocols import Embedder
@@ -62,9 +62,6 @@ class PartialViews:
             embed_packets(store, namespace, dset, embedder, document=dense.document)
             if dense.context == "embedded":
                 embed_contexts(store, namespace, embedder, packets=packets, window=dense.context_window_words)
-            if dense.passage_words:
-                embed_passages(store, namespace, embedder, dense.passage_words, dense.passage_overlap_words,
-                               packets=packets)
             if dense.raw_turns:
                 embed_raw_turns(store, namespace, embedder, window=dense.raw_window_words, packets=packets)
         generation = store.generation(namespace)
@@ -88,14 +85,10 @@ class PartialViews:
                                            composed_from=matrix if dense.context == "composed" else None,
                                            window=dense.context_window_words)
                        if dense.context != "none" else None)
-            passages = (load_passage_matrix(store, namespace, embedder, dense.passage_words,
-                                            dense.passage_overlap_words, packets)
-                        if embedder is not None and dense.passage_words else None)
             raw = (load_raw_matrix(store, namespace, embedder, packets, window=dense.raw_window_words)
                    if embedder is not None and dense.raw_turns else None)
             fusion = FusionIndex.build(packets, {k: tuple(v) for k, v in by_packet.items()}, cfg.fusion,
-                                       packet_matrix=matrix, context_matrix=context, passages=passages,
-                                       raw_matrix=raw)
+                                       packet_matrix=matrix, context_matrix=context, raw_matrix=raw)
         index = AddressIndex.build(packets, descriptors, cells, matrix, layout=cfg.placement.layout,
                                    placement=cfg.placement, routing=cfg.routing)
         view = MemoryView(

@@ -4,16 +4,16 @@
 A constant that changes what a build stores (``extraction.max_rule_claims``, the embedder)
 cannot be a grid of ``ablate_model_free.cv_rows``: every value is its own set of builds. Run
 the three-corpus study once per value, each with ``--cv-json``, then read the runs here as the
-grid points of one row: the same protocols as ``scripts/cv_corpora.py`` (in-sample; leave one
+grid points of one row: the same protocols as ``research/cv_corpora.py`` (in-sample; leave one
 conversation out within each corpus, the value picked on the corpus's other conversations;
 leave one corpus out), the per-category and per-fold tables, and the shipping rule against the
 first run (the shipped value, first so that it wins ties).
 
-    python scripts/ablate_model_free.py --cv --corpora locomo,realtalk,beam --rows "package defaults" \\
+    python research/ablate_model_free.py --cv --corpora locomo,realtalk,beam --rows "package defaults" \\
         --cv-json /tmp/cv_none.json
-    python scripts/ablate_model_free.py --cv --corpora locomo,realtalk,beam --rows "package defaults" \\
+    python research/ablate_model_free.py --cv --corpora locomo,realtalk,beam --rows "package defaults" \\
         --set extraction.max_rule_claims=8 --cv-json /tmp/cv_c8.json
-    python scripts/cv_builds.py unbounded=/tmp/cv_none.json c8=/tmp/cv_c8.json
+    python research/cv_builds.py unbounded=/tmp/cv_none.json c8=/tmp/cv_c8.json
 
 Each run's row (``--row``, default the shipped "package defaults" row) must hold one grid
 point; the runs must have scored the same questions in the same order.

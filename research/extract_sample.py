@@ -3,7 +3,7 @@
 
 Usage::
 
-    python scripts/extract_sample.py [--data PATH] [--conv conv-26] [--start 0] [--n 12]
+    python research/extract_sample.py [--data PATH] [--conv conv-26] [--start 0] [--n 12]
                                      [--timing]
 
 Reads a LoCoMo-layout file, turns the selected conversation into SourcePackets in dialogue

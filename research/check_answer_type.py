@@ -1,7 +1,7 @@
 """Recall@10 of Memory.compile (the package's own path) on the three development corpora with
 ``fusion.answer_type_weight`` set, beside the weighted default; per category.
 
-    PYTHONPATH=. python scripts/check_answer_type.py [--weight 0.75] [--ranker weighted]
+    PYTHONPATH=. python research/check_answer_type.py [--weight 0.75] [--ranker weighted]
 """
 import argparse
 import sys
@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import ablate_model_free as amf  # noqa: E402
 import cv_corpora as cc  # noqa: E402
 from memcompile_local import PipelineConfig  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
@@ -23,8 +22,7 @@ a = ap.parse_args()
 for w in (0.0, a.weight):
     cfg = apply_preset("model-free", PipelineConfig()).replace(fusion={"ranker": a.ranker, "answer_type_weight": w})
     corpora = [cc.load_corpus(n, cc.DEFAULT_DATA[n]) for n in ("locomo", "realtalk", "beam")]
-    mems, built = cc.open_memories(corpora, cfg, Path("~/.cache/memcompile-local/ablate").expanduser(), False,
-                                   amf.AblationFusion.of(cfg.fusion))
+    mems, built = cc.open_memories(corpora, cfg, Path("~/.cache/memcompile-local/ablate").expanduser(), False)
     if built:  # the figures are meant for the study's cached builds (ablate_model_free.py --cv --corpora ...)
         print(f"built {len(built)} conversations now (no cached build under this config)", flush=True)
     for corpus in corpora:

@@ -1,9 +1,10 @@
 """Cross-validation of the model-free path over the three development corpora.
 
-Run through ``scripts/ablate_model_free.py --cv --corpora locomo,realtalk,beam`` (see its
+Run through ``research/ablate_model_free.py --cv --corpora locomo,realtalk,beam`` (see its
 ``--help``). LoCoMo dev4 (four conversations), REALTALK (four chats) and BEAM 100K (ten
 chats) are each built once with the ``model-free`` preset into one store per (corpus,
-conversation, configuration) under a cache folder, so a second run only loads them. Every
+conversation, configuration) under a cache folder (``scripts/dev_corpora.py``), so a second
+run only loads them. Every
 question with gold evidence is scored (REALTALK: reachable gold only; BEAM: abstention and
 questions without source ids left out). For each row of ``ablate_model_free.cv_rows`` (a grid
 over the constants the row introduces) and two baselines, it prints per corpus:
@@ -27,224 +28,85 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 from tqdm import tqdm
 
-from memcompile_local import __version__
-from memcompile_local.address import extract_rule
-from memcompile_local.address.lexical import LexicalIndex
-from memcompile_local.bench.baselines import _raw_matrix
-from memcompile_local.bench.corpora import split_reachable
-from memcompile_local.bench.coverage import gold_recall
-from memcompile_local.data import (BEAM_CATEGORIES, LOCOMO_CATEGORY_NAMES, REALTALK_CATEGORY_NAMES, load_beam,
-                                   load_locomo, load_longmemeval, load_realtalk)
-from memcompile_local.fused.documents import plain_turn_text
-from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, name_weighted, packet_channel
-from memcompile_local.fused.index import FusionIndex, lexical_texts
-from memcompile_local.fused.retriever import FusedRetriever, select_rows
-from memcompile_local.language.stemming import stem_terms
-from memcompile_local.llm.client import LLMClient, NoModelBackend
-from memcompile_local.llm.interface import stable_hash
-from memcompile_local.memory import Memory
-from memcompile_local.pipeline.compile import query_intent
-from memcompile_local.store import MemoryStore
-from memcompile_local.types import Conversation
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the research modules beside this one
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # dev_corpora
 
-CORPUS_NAMES = ("locomo", "realtalk", "beam", "longmemeval")
-TITLES = {"locomo": "LoCoMo dev4", "realtalk": "REALTALK", "beam": "BEAM 100K", "longmemeval": "LongMemEval S"}
-DEFAULT_DATA = {"locomo": "../shared/data/locomo/locomo_dev4.json", "realtalk": "../shared/data/realtalk",
-                "beam": "../shared/data/beam/100K",
-                "longmemeval": "../shared/data/longmemeval/longmemeval_s_single.json"}
+from dev_corpora import (CORPUS_NAMES, DEFAULT_DATA, TITLES, Corpus, build_key, config_changes,  # noqa: E402,F401
+                         load_corpus, open_memories, scored_categories, scored_questions)
+from dropped import (chat_norm_index, own_documents, packet_channel_with_passages, passage_vectors,  # noqa: E402,F401
+                     intent_only_texts)
+from memcompile_local.address.lexical import LexicalIndex  # noqa: E402
+from memcompile_local.bench.baselines import raw_turn_matrix  # noqa: E402
+from memcompile_local.bench.coverage import gold_recall  # noqa: E402
+from memcompile_local.build.stages import (embed_contexts, embed_packets, load_context_matrix,  # noqa: E402
+                                           load_packet_matrix)
+from memcompile_local.fused.documents import context_fits, plain_turn_text  # noqa: E402
+from memcompile_local.fused.channels import FusedQuery, combine, lexical_channel, name_weighted  # noqa: E402
+from memcompile_local.fused.index import FusionIndex  # noqa: E402
+from memcompile_local.fused.retriever import FusedRetriever, query_vector, select_rows  # noqa: E402
+from memcompile_local.language.stemming import stem_terms  # noqa: E402
+from memcompile_local.memory import Memory  # noqa: E402
+from memcompile_local.pipeline.compile import query_intent  # noqa: E402
+from memcompile_local.types import Conversation  # noqa: E402
+
 BASELINES = ("baseline: MiniLM cosine, raw turns (top 10)", "baseline: BM25, raw turns (top 10)")
 REFERENCE_PREFIX = "package defaults"  # the shipped row: the bar of the shipping rule
-
-
-@dataclass
-class Corpus:
-    name: str
-    convs: list[Conversation]
-    categories: dict[Any, str]  # the scored categories, in report order
-
-
-def scored_categories(name: str) -> dict[Any, str]:
-    """The scored categories of a corpus (not LongMemEval's: its file names them), in report order."""
-    if name == "locomo":
-        return {c: LOCOMO_CATEGORY_NAMES[c] for c in (1, 2, 3, 4)}
-    if name == "realtalk":
-        return dict(REALTALK_CATEGORY_NAMES)
-    if name == "beam":
-        return {c: c.replace("_", " ") for c in BEAM_CATEGORIES if c != "abstention"}
-    raise ValueError(f"unknown corpus {name!r}; expected one of {', '.join(CORPUS_NAMES)}")
-
-
-def load_corpus(name: str, data: str) -> Corpus:
-    if name == "locomo":
-        return Corpus(name, load_locomo(data), scored_categories(name))
-    if name == "realtalk":
-        return Corpus(name, load_realtalk(data), scored_categories(name))
-    if name == "longmemeval":  # one haystack per question: a measurement, not a cross-validation
-        convs = load_longmemeval(data)
-        return Corpus(name, convs, {c: c for c in dict.fromkeys(q.category for cv in convs for q in cv.questions)})
-    if name == "beam":
-        # The released chats hold one 348,853-character reply: the study reads every turn.
-        return Corpus(name, load_beam(data, max_turn_chars=None), scored_categories(name))
-    raise ValueError(f"unknown corpus {name!r}; expected one of {', '.join(CORPUS_NAMES)}")
-
-
-def scored_questions(corpus: Corpus, conv: Conversation):
-    """The questions of ``conv`` that recall is scored on, with reachable gold as evidence."""
-    known = {t.packet_id for _, t in conv.iter_turns()}
-    out = []
-    for q in conv.questions:
-        if q.category not in corpus.categories or q.is_abstention:
-            continue
-        kept, _ = split_reachable(q.evidence, known)
-        if kept:
-            out.append(dataclasses.replace(q, evidence=tuple(kept)))
-    return out
-
-
-# Query-side FusionConfig fields added after the cached stores were first built: they change
-# no build, so they stay out of the key and the stores already built are reused.
-# (chat_norm changes the BM25 index a view builds when it loads, not what a build stores.)
-QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model",
-                            "chat_norm", "answer_type_weight", "role_weight", "request_frame")
-# Passage fields change a build only when passages are on (passage_words > 0).
-PASSAGE_FUSION_FIELDS = ("passage_words", "passage_overlap_words", "passage_pool")
-
-
-def _value(text: str) -> float | int | str:
-    """A --set value: an int for a whole number (integer fields validate), else a float, else
-    the text itself (a Literal field such as request_frame=drop)."""
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def config_changes(pairs: list[str]) -> dict[str, dict[str, float | int | str]]:
-    """``--set`` pairs of train_ranker.py and ablate_model_free.py as ``PipelineConfig.replace``
-    sections: "SECTION.FIELD=VALUE", or "FIELD=VALUE" for a fusion field; values as ``_value``
-    reads them (whole numbers stay ints, so integer fields validate; text stays text)."""
-    out: dict[str, dict[str, float | int | str]] = {}
-    for kv in pairs:
-        key, sep, value = kv.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {kv!r}: expected FIELD=VALUE")
-        section, _, name = key.rpartition(".")
-        out.setdefault(section or "fusion", {})[name] = _value(value)
-    return out
-
-
-def build_key(cfg, fusion=None) -> str:
-    """What a cached build depends on besides the conversation: config, code versions.
-
-    ``fusion`` (default ``cfg.fusion``) is the fused config the key reads; the ablation passes
-    its ``AblationFusion``, whose dropped knobs were FusionConfig fields when the cache was first
-    built, so the key of an unchanged build stays the same."""
-    config = cfg.to_dict()
-    fused = dataclasses.asdict(fusion if fusion is not None else cfg.fusion)
-    config["fusion"] = {k: v for k, v in fused.items() if k not in QUERY_ONLY_FUSION_FIELDS
-                        and (fused.get("passage_words") or k not in PASSAGE_FUSION_FIELDS)}
-    return stable_hash({"config": config, "package": __version__,
-                        "rule_extractor": extract_rule.RULE_EXTRACTOR_VERSION})[:12]
-
-
-def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool, fusion=None) -> tuple[dict, dict]:
-    """One built Memory per (corpus, conversation), each in its own store under ``cache``;
-    returns the memories and the build seconds of those built now (cached ones: absent)."""
-    key = build_key(cfg, fusion)
-    memories: dict[tuple[str, str], Memory] = {}
-    built_s: dict[tuple[str, str], float] = {}
-    embedder = None
-    todo = [(c, conv) for c in corpora for conv in c.convs]
-    for corpus, conv in tqdm(todo, desc="build", unit="conv", disable=not progress):
-        path = cache / corpus.name / f"{conv.namespace}-{key}.sqlite"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = MemoryStore(path)
-        mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
-        mem.add(conv.namespace, conv)
-        if not mem.is_built(conv.namespace):
-            t0 = time.perf_counter()
-            mem.build(conv.namespace)
-            built_s[(corpus.name, conv.namespace)] = time.perf_counter() - t0
-        embedder = mem.embedder
-        memories[(corpus.name, conv.namespace)] = mem
-    return memories, built_s
 
 
 # ---------------------------------------------------------------------------- dense variants
 # Issue 25 item 3: what the dense channel embeds per turn, measured as index variants over the
 # same build. Each is the package view's fused index with another packet matrix (the raw turn
 # instead of z(p)), the context vector gated by the context document's length
-# (context_window_words) and/or long turns' passages; their vectors are embedded into the
-# cached store once (content-addressed, as a build embeds them), so a rerun only reads them.
+# (context_window_words) and/or long turns' passages (research/dropped.py; passages were a
+# package option until issue 49); their vectors are embedded into the cached store once
+# (content-addressed, as a build embeds them), so a rerun only reads them.
 
 NO_DENSE_VARIANTS = False  # set by run() from --no-dense-variants
 CONTEXT_WINDOWS = (150, 200, 300)  # context_window_words grid (words)
 PASSAGES = ((150, 30), (100, 20))  # (passage_words, passage_overlap_words) grid
 
 
-def _stored_matrix(store, ns, model_id, embedder, keys, docs):
-    from memcompile_local.build.stages import _embed_missing, _load_matrix
-    _embed_missing(store, ns, model_id, embedder, keys, docs, batch_size=256, on_progress=None)
-    return _load_matrix(store, ns, model_id, embedder, keys, "variant")
-
-
-def dense_variants(mem: Memory, view, cfg) -> dict[str, FusionIndex]:
-    """Index variants "plain+q+<doc>+cw<W>+p<words>/<pool>" (see above); "<doc>" is "z" (the
-    build's z(p)) or "turn" (the raw turn with its speaker), cw0 = context everywhere."""
-    from memcompile_local.build.stages import (context_document_keys, context_model_id, embedding_model_id,
-                                               packet_document_keys, passage_document_keys, passage_model_id)
-    from memcompile_local.fused.documents import context_documents
+def dense_variants(mem: Memory, view, cfg) -> dict[str, tuple[FusionIndex, Any, str]]:
+    """Index variants "plain+q+<doc>+cw<W>+p<words>/<pool>" (see above): (index, passages or
+    None, passage pooling); "<doc>" is "z" (the build's z(p)) or "turn" (the raw turn with its
+    speaker), cw0 = context everywhere."""
     store, ns, emb = mem.store, view.namespace, mem.embedder
     packets = list(view.packets)
     base = view.fusion
-    keys, docs = packet_document_keys(store, ns, "", packets=packets, document="turn")
-    matrices = {"z": view.packet_matrix, "turn": _stored_matrix(store, ns, embedding_model_id(emb), emb, keys, docs)}
-    words = np.asarray([len(d.split()) for d in context_documents(packets)])
-    gates = {0: None, **{w: words <= w for w in CONTEXT_WINDOWS}}
+    embed_packets(store, ns, "", emb, packets=packets, document="turn")
+    matrices = {"z": view.packet_matrix, "turn": load_packet_matrix(store, ns, "", emb, document="turn")}
     # The build embeds only the context documents its gate reads (the others load as zero rows),
     # so the ungated variants (cw0) embed the rest here, once, into the cached store.
-    ckeys, cdocs = context_document_keys(store, ns, packets)
-    every_context = _stored_matrix(store, ns, context_model_id(emb), emb, ckeys, cdocs)
-    passages = {None: (None, None)}
-    for pw, ov in PASSAGES:
-        pkeys, pdocs, owner = passage_document_keys(packets, pw, ov)
-        pm = _stored_matrix(store, ns, passage_model_id(emb), emb, pkeys, pdocs) if pkeys else None
-        passages[(pw, ov)] = (pm, np.asarray(owner, dtype=np.int64) if pkeys else None)
+    embed_contexts(store, ns, emb, packets=packets, window=0)
+    every_context = load_context_matrix(store, ns, emb, packets, window=0)
+    gates = {0: None, **{w: np.asarray(context_fits(packets, w), dtype=bool) for w in CONTEXT_WINDOWS}}
+    passages = {None: None, **{(pw, ov): passage_vectors(store, ns, emb, packets, pw, ov) for pw, ov in PASSAGES}}
     out = {}
     for doc, m in matrices.items():
         for w, gate in gates.items():
-            for pk, (pm, owner) in passages.items():
+            for pk, pv in passages.items():
                 pools = ("max", "top2") if pk is not None else ("top2",)
                 for pool in pools:
                     tag = f"plain+q+{doc}+cw{w}" + (f"+p{pk[0]}/{pool}" if pk is not None else "")
-                    out[tag] = dataclasses.replace(base, packet_matrix=m, context_rows=gate, passage_matrix=pm,
-                                                   passage_owner=owner, passage_pool=pool,
-                                                   context_matrix=every_context if gate is None else base.context_matrix)
+                    index = dataclasses.replace(base, packet_matrix=m, context_rows=gate,
+                                                context_matrix=every_context if gate is None else base.context_matrix)
+                    out[tag] = (index, pv, pool)
     return out
 
 
 # ---------------------------------------------------------------------------- chat normalization
-# Issue 25 item 7: the package view's fused index with its BM25 documents (and, through the
-# index's flag, its questions) chat-normalized (FusionConfig.chat_norm); only the lexical
+# Issue 25 item 7: the package view's fused index with its BM25 documents (and questions)
+# chat-normalized (research/dropped.py; a package option until issue 49); only the lexical
 # channel differs from "plain+q+names".
 CHAT_VARIANT = "plain+q+names+chat"
-
-
-def chat_variant(view, cfg) -> FusionIndex:
-    fusion = dataclasses.replace(cfg.fusion, chat_norm=True)
-    docs = lexical_texts(view.packets, view.descriptors_by_packet, fusion, view.fusion.participants)
-    lexical = LexicalIndex([stem_terms(d) for d in docs], k1=fusion.bm25_k1, b=fusion.bm25_b)
-    return dataclasses.replace(view.fusion, lexical=lexical, chat_norm=True)
 
 
 class CorpusQuestion:
@@ -283,12 +145,12 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                                           packet_matrix=view.packet_matrix, context_matrix=view.fusion.context_matrix)}
     indexes["plain+q"] = indexes["plain+q+names"] = indexes["plain"]
     variants = {} if NO_DENSE_VARIANTS else dense_variants(mem, view, cfg)
-    indexes.update(variants)
-    chat = chat_variant(view, cfg)
+    indexes.update({tag: v[0] for tag, v in variants.items()})
+    chat = chat_norm_index(view.fusion, view.packets, view.descriptors_by_packet, cfg.fusion)
     indexes[CHAT_VARIANT] = chat
     retriever = FusedRetriever(view.fusion, cfg.fusion)  # the package's: Memory.compile's query vector
     packets = mem.store.packets(ns)
-    raw_dense = _raw_matrix(mem.store, mem.embedder, ns, packets)
+    raw_dense = raw_turn_matrix(mem.store, mem.embedder, ns, packets)
     raw_bm25 = LexicalIndex([stem_terms(plain_turn_text(p)) for p in packets], k1=cfg.routing.bm25_k1, b=cfg.routing.bm25_b)
     out, same = [], 0
     for q in scored_questions(corpus, conv):
@@ -298,10 +160,15 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
         retriever.scores(q.question, qvec)
         channel_ms = (time.perf_counter() - t0) * 1000
         qvecs = {}
+        intent_vec = None
         for name, mode in dense_query.items():
-            qvecs[name] = qvec if mode == cfg.fusion.dense_query else FusedRetriever(
-                view.fusion, dataclasses.replace(cfg.fusion, dense_query=mode)).query_vector(
-                mem.embedder, q.question, intent.lexical_query())
+            if mode == "intent+question":  # the package's query vector
+                qvecs[name] = qvec
+                continue
+            if intent_vec is None:  # dense_query "intent", dropped: the intent text alone
+                intent_vec = query_vector(np.asarray(mem.embedder.embed(
+                    intent_only_texts(q.question, intent.lexical_query())), dtype=np.float32))
+            qvecs[name] = intent_vec
         channels = {name: FusedRetriever(ix, channel_cfg).scores(q.question, qvecs[name]).channels
                     for name, ix in indexes.items() if name not in variants and name != CHAT_VARIANT}
         # The lexical channel without the named participant's terms (name_term_weight 0) beside
@@ -313,9 +180,10 @@ def question_channels(corpus: Corpus, mem: Memory, conv: Conversation, cfg, defa
                 if id(ix) not in unnamed:
                     unnamed[id(ix)] = lexical_channel(ix, FusedQuery(q.question, None, name_term_weight=0.0))
                 channels[name]["lexical_unnamed"] = unnamed[id(ix)]
-        for name, ix in variants.items():  # only the dense channel differs from "plain+q"
+        for name, (ix, passages, pool) in variants.items():  # only the dense channel differs from "plain+q"
             qvecs[name] = qvecs["plain+q"]
-            channels[name] = dict(channels["plain+q"], packet=packet_channel(ix, FusedQuery(q.question, qvecs[name])))
+            channels[name] = dict(channels["plain+q"],
+                                  packet=packet_channel_with_passages(ix, qvecs[name], passages, pool))
         qvecs[CHAT_VARIANT] = qvecs["plain+q+names"]
         channels[CHAT_VARIANT] = dict(channels["plain+q+names"],
                                       lexical=lexical_channel(chat, FusedQuery(q.question, None)),
@@ -373,7 +241,7 @@ def score_row(name: str, points: list, per_corpus: dict[str, tuple[np.ndarray, n
             "folds": {ns: 100 * cv10[ns_of == ns].mean() for ns in dict.fromkeys(ns_of)},
             "picks": picks,
             # Per question (the CV point's recall), so that runs of several builds can be
-            # cross-validated as one grid afterwards (scripts/cv_builds.py).
+            # cross-validated as one grid afterwards (research/cv_builds.py).
             "questions": {"ns": ns_of.tolist(), "category": cat_of.tolist(),
                           "r10": cv10.tolist(), "r12": cv12.tolist()},
         }
@@ -450,7 +318,7 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
 
     The rows vary the weighted channel sum, so the study runs with ``fusion.ranker: weighted``
     (the learned ranker, which the default "auto" uses on user-assistant and bursty histories, is trained
-    and cross-validated by ``scripts/train_ranker.py``)."""
+    and cross-validated by ``scripts/train_ranker.py`` and ``research/train_ranker_variants.py``)."""
     cfg = cfg.replace(fusion={"ranker": "weighted"})
     if fusion_base is None:
         fusion_base = cfg.fusion
@@ -467,7 +335,7 @@ def run(args, *, cfg, cv_rows: Callable[[], list], eval_setting: Callable, defau
     cache = Path(args.cache).expanduser()
     progress = not args.quiet
     t0 = time.perf_counter()
-    memories, built_s = open_memories(corpora, cfg, cache, progress, fusion_base)
+    memories, built_s = open_memories(corpora, cfg, cache, progress)
     for corpus in corpora:
         secs = [s for (c, _), s in built_s.items() if c == corpus.name]
         turns = sum(len(s.turns) for conv in corpus.convs for s in conv.sessions)

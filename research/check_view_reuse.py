@@ -9,7 +9,7 @@ are compared: selected ids, rendered text, and the address trace (K_q and U_q, w
 also builds the lazily built AddressIndex). Prints the count of identical questions; exits
 1 on any difference.
 
-    .venv/bin/python scripts/check_view_reuse.py --data ../shared/data/locomo/locomo_dev.json
+    .venv/bin/python research/check_view_reuse.py --data ../shared/data/locomo/locomo_dev.json
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ rule-based query intent:
 * the source-aliasing audit of Appendix A.4 on the candidate list before normalization;
 * per-query latency (p50/p95) of each non-model stage on the first conversation.
 
-    python scripts/address_report.py --data ../shared/data/locomo/locomo_dev.json
+    python research/address_report.py --data ../shared/data/locomo/locomo_dev.json
 """
 
 from __future__ import annotations

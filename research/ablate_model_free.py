@@ -18,14 +18,14 @@ gold evidence) and scores rows on top of them.
 * ``--pool-recall``: recall of the closed pool an LLM scheduler is handed, at its first 20,
   40 and all positions, for the paper's normalized pool and for the fused ranking.
 
-    python scripts/ablate_model_free.py --data ../shared/data/locomo/locomo_dev4.json --cv
+    python research/ablate_model_free.py --data ../shared/data/locomo/locomo_dev4.json --cv
 
 * ``--cv --corpora locomo,realtalk,beam``: the same rows over the three development corpora
   (``--data`` is then the LoCoMo file; ``--realtalk``, ``--beam`` the other two), built once
   into ``--cache``; per corpus in-sample, leave-one-conversation-out and leave-one-corpus-out
-  recall@10, two raw-turn baselines, and the shipping rule (``scripts/cv_corpora.py``).
+  recall@10, two raw-turn baselines, and the shipping rule (``research/cv_corpora.py``).
 
-    python scripts/ablate_model_free.py --cv --corpora locomo,realtalk,beam
+    python research/ablate_model_free.py --cv --corpora locomo,realtalk,beam
 """
 
 from __future__ import annotations
@@ -44,29 +44,27 @@ from pathlib import Path
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the research modules beside this one
 
 from memcompile_local.address.lexical import LexicalIndex  # noqa: E402
 from memcompile_local.language.stemming import stem_terms  # noqa: E402
 from memcompile_local.language.tokens import terms  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
 from memcompile_local.bench.metrics import LOCOMO_CATEGORY_NAMES  # noqa: E402
-from memcompile_local.bench.plots import ablation_plot  # noqa: E402
+from plots import ablation_plot  # noqa: E402
+from dropped import intent_only_texts, own_documents  # noqa: E402
 from memcompile_local.address.intent import rule_intent  # noqa: E402
 from memcompile_local.address.query import address_query  # noqa: E402
 from memcompile_local.pipeline.normalize import normalize_to_packets  # noqa: E402
-from memcompile_local.pipeline.compile import _embed_query, query_intent  # noqa: E402
+from memcompile_local.pipeline.compile import query_intent  # noqa: E402
 from memcompile_local.config import FusionConfig, PipelineConfig  # noqa: E402
 from memcompile_local.data import load_locomo  # noqa: E402
 from memcompile_local.fused.channels import (  # noqa: E402
     FusedQuery, channel_weights, fused_scores, lexical_channel, name_weighted, score_order)
 from memcompile_local.fused.documents import lexical_documents, raw_text as _raw, session_neighbours  # noqa: E402
 from memcompile_local.fused.index import FusionIndex  # noqa: E402
-from memcompile_local.fused.retriever import (  # noqa: E402
-    LIST_QUESTION,
-    dense_query_texts,
-    is_list_question,
-    query_vector,
-)
+from memcompile_local.fused.retriever import dense_query_texts, query_vector  # noqa: E402
+from memcompile_local.language.listcues import LIST_QUESTION, is_list_question  # noqa: E402
 from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 from memcompile_local.evidence.pursuit import mem_pursuit  # noqa: E402
 from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
@@ -85,12 +83,22 @@ CATS = (1, 2, 3, 4)
 # the evidence-conditioned second round (second_round_*). Their knobs live on
 # ``AblationFusion``; the selection below is the package's plus these knobs, so at their
 # defaults it selects exactly what the package selects (load_questions checks that).
+# The FusionConfig fields issue 49 removed (dropped.py re-implements them) are knobs here too,
+# at the package's behaviour, so a row's grid can still name them.
 
 @dataclasses.dataclass(frozen=True)
 class AblationFusion(FusionConfig):
     """FusionConfig plus the knobs of the dropped variants (defaults: the package's behaviour)."""
 
-    complement: str = "pursuit"  # also "mmr" here
+    complement: str = "pursuit"  # also "mmr" or "none" here
+    dense_query: str = "intent+question"  # or "intent": the intent text alone (index variant "plain")
+    neighbor_context: bool = True
+    dense_neighbor_context: bool = True
+    chat_norm: bool = False  # index variant "plain+q+names+chat"
+    request_frame: str = "keep"
+    passage_words: int = 0  # index variants "...+p<words>/<pool>"
+    passage_overlap_words: int = 30
+    passage_pool: str = "top2"
     complement_scope: str = "list"  # "list" questions only, or "all"
     packet_scale: str = "cosine"  # "max": cosines divided by the query's best
     pursuit_start: str = "kept"  # or "empty": MemPursuit over the whole pool from nothing
@@ -144,7 +152,7 @@ def complementary(index, total, order, query_vec, cfg, k) -> list[int]:
     E = index.packet_matrix
     if E is None or not rest or k <= keep:
         return [int(i) for i in order[:k]]
-    if cfg.complement == "pursuit":
+    if _knob(cfg, "complement") == "pursuit":
         if query_vec is None:
             return [int(i) for i in order[:k]]
         start = range(keep) if _knob(cfg, "pursuit_start") == "kept" else ()
@@ -192,7 +200,7 @@ def second_round(index, question, total, first, cfg, k) -> list[int]:
 def select_rows(index, question, total, query_vec, cfg, k) -> list[int]:
     """The package's selection (``fused.retriever.select_rows``) with the dropped knobs."""
     order = score_order(total)
-    if cfg.complement != "none" and (_knob(cfg, "complement_scope") == "all" or is_list_question(question)):
+    if _knob(cfg, "complement") != "none" and (_knob(cfg, "complement_scope") == "all" or is_list_question(question)):
         rows = complementary(index, total, order, query_vec, cfg, k)
     else:
         rows = [int(i) for i in order[:k]]
@@ -591,7 +599,13 @@ def cv_rows(winner_base: dict | None = None) -> list[tuple[str, str, list[dict]]
 
 def default_variant(fusion: FusionConfig) -> str:
     """The channel variant the package's fused settings read (which query vector)."""
-    return "plain+q" if fusion.dense_query == "intent+question" else "plain"
+    return "plain+q" if getattr(fusion, "dense_query", "intent+question") == "intent+question" else "plain"
+
+
+def embed_query(embedder, texts: list[str]) -> np.ndarray:
+    """The query vector of ``texts`` as the package makes it (their embeddings' mean)."""
+    embed = getattr(embedder, "embed_query", None) or embedder.embed
+    return query_vector(np.asarray(embed(texts), dtype=np.float32))
 
 
 # Ideas measured with --cv and dropped: selections over the fused total, (Q, variant, total,
@@ -931,7 +945,7 @@ def load_questions(mem, convs, cfg) -> list[CVQuestion]:
                                       name_term_weight=1.0, name_term_scope="always")
     burst_cfg = dataclasses.replace(channel_cfg, bursts=True, tolerant_names=True)
     # Which query vector each variant's dense channel uses: the intent text alone, or its
-    # mean with the question's (FusionConfig.dense_query); the package default's is the one
+    # mean with the question's (the package's; "intent" was FusionConfig.dense_query); the package default's is the one
     # compile_context computes, so the check against Memory.compile below is exact.
     dense_query = {"plain": "intent", "burst": "intent", "plain+q": "intent+question"}
     out = []
@@ -950,15 +964,13 @@ def load_questions(mem, convs, cfg) -> list[CVQuestion]:
             for _ in range(1 if out else 2):  # one warm-up pass before the first timed question
                 t0 = time.perf_counter()
                 intent = query_intent(q.question, cfg, None, view)
-                qvec = _embed_query(mem.embedder, intent, dense_query_texts(q.question, intent.lexical_query(),
-                                                                            cfg.fusion))
+                qvec = embed_query(mem.embedder, dense_query_texts(q.question, intent.lexical_query()))
                 fused_scores(view.fusion, q.question, qvec, cfg.fusion)
                 channel_ms = (time.perf_counter() - t0) * 1000
             qvecs = {}
             for name, mode in dense_query.items():
-                texts = dense_query_texts(q.question, intent.lexical_query(),
-                                          dataclasses.replace(cfg.fusion, dense_query=mode))
-                qvecs[name] = qvec if mode == cfg.fusion.dense_query else _embed_query(mem.embedder, intent, texts)
+                qvecs[name] = qvec if mode == "intent+question" else embed_query(
+                    mem.embedder, intent_only_texts(q.question, intent.lexical_query()))
             channels = {name: fused_scores(ix, q.question, qvecs[name], channel_cfg).channels
                         for name, ix in indexes.items()}
             # Beside each lexical channel, the same without the named participant's terms, which
@@ -1016,7 +1028,7 @@ def main() -> int:
     ap.add_argument("--plot", default=None, metavar="PNG", help="also draw the rows as a bar chart")
     ap.add_argument("--rows", default=None, metavar="TEXT", help="--cv: only the rows whose name contains TEXT "
                                                                    "(and the two reference rows)")
-    g = ap.add_argument_group("several corpora (--cv --corpora; scripts/cv_corpora.py)")
+    g = ap.add_argument_group("several corpora (--cv --corpora; research/cv_corpora.py)")
     g.add_argument("--corpora", default=None, metavar="NAMES",
                    help="comma-separated corpora to cross-validate over: locomo, realtalk, beam, longmemeval (a measurement: one haystack)")
     g.add_argument("--realtalk", default=None, help="REALTALK chat folder (default ../shared/data/realtalk)")
@@ -1037,7 +1049,7 @@ def main() -> int:
     if args.corpora:
         if not args.cv:
             ap.error("--corpora needs --cv")
-        import cv_corpora  # scripts/ is on sys.path when this file runs as a script
+        import cv_corpora  # research/, beside this file
 
         # The rows here vary the weighted channel sum; the learned ranker (which "auto", the
         # default, uses on user-assistant and bursty histories) is trained and scored by train_ranker.py.
@@ -1083,9 +1095,10 @@ def legacy_rows(mem, store, convs, cfg, args) -> int:
     mismatches = 0
     for conv in convs:
         view = mem.view(conv.namespace)
-        plain = FusionIndex.build(view.packets, view.descriptors_by_packet, cfg.fusion.__class__(
-            **{**cfg.fusion.__dict__, "neighbor_context": False}))
-        docs = lexical_documents(view.packets, view.descriptors_by_packet, neighbor_context=True)
+        # neighbor_context off (dropped.py): BM25 over each turn's own document.
+        plain_lexical = LexicalIndex([stem_terms(d) for d in own_documents(view.packets, view.descriptors_by_packet)],
+                                     k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)
+        docs = lexical_documents(view.packets, view.descriptors_by_packet)
         unstemmed = LexicalIndex([terms(d) for d in docs], k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)
 
         def lex_from(index, tok):
@@ -1093,10 +1106,10 @@ def legacy_rows(mem, store, convs, cfg, args) -> int:
                 s = index.scores(tok(question))
                 return s / s.max() if s.max() > 0 else s
             return f
-        view.__dict__["_lex_no_nbr"] = lex_from(plain.lexical, stem_terms)
+        view.__dict__["_lex_no_nbr"] = lex_from(plain_lexical, stem_terms)
         view.__dict__["_lex_no_stem"] = lex_from(unstemmed, terms)
         # BM25F-like: own document and neighbour text as two fields, neighbours at weight 0.5.
-        own_docs = lexical_documents(view.packets, view.descriptors_by_packet, neighbor_context=False)
+        own_docs = own_documents(view.packets, view.descriptors_by_packet)
         P = view.packets
         nbr_docs = [" ".join(_raw(P[j]) for j in session_neighbours(P, i)) for i in range(len(P))]
         own_ix = LexicalIndex([stem_terms(d) for d in own_docs], k1=cfg.fusion.bm25_k1, b=cfg.fusion.bm25_b)

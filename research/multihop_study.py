@@ -7,7 +7,7 @@ per question the package's weighted-sum total (``FusedRetriever.scores`` under
 ``ranker: weighted``) and a few candidate channels, then scores grids of
 ``total + w * channel`` (w = 0 first: the package's own selection).
 
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python scripts/multihop_study.py [--corpora locomo,realtalk,beam]
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python research/multihop_study.py [--corpora locomo,realtalk,beam]
         [--dump /tmp/mh2/questions.pkl] [--load /tmp/mh2/questions.pkl]
 """
 
@@ -24,13 +24,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-import ablate_model_free as amf  # noqa: E402
 import cv_corpora as cc  # noqa: E402
 
 from memcompile_local import PipelineConfig  # noqa: E402
-from memcompile_local.bench.baselines import _raw_matrix  # noqa: E402
+from memcompile_local.bench.baselines import raw_turn_matrix  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
-from memcompile_local.fused.channels import FusedQuery, _normalized, answer_type_channel, score_order  # noqa: E402
+from memcompile_local.fused.channels import FusedQuery, answer_type_channel, score_order  # noqa: E402
 from memcompile_local.fused.documents import has_assistant, is_assistant, named_participants, raw_text  # noqa: E402
 from memcompile_local.fused.index import entity_rows  # noqa: E402
 from memcompile_local.fused.retriever import FusedRetriever, select_rows  # noqa: E402
@@ -39,6 +38,12 @@ from memcompile_local.language.listcues import is_list_question  # noqa: E402
 from memcompile_local.language.stemming import stem_terms  # noqa: E402
 from memcompile_local.pipeline.compile import query_intent  # noqa: E402
 from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
+
+def _normalized(s: np.ndarray) -> np.ndarray:
+    """``s`` divided by its largest value (all 0 when none is above 0), as the lexical channel scales BM25."""
+    top = float(s.max()) if s.size else 0.0
+    return s / top if top > 0 else np.zeros(len(s))
+
 
 _AUX = {"does": "do", "did": "did", "has": "have", "is": "am", "was": "was", "can": "can", "will": "will",
         "would": "would", "could": "could", "should": "should", "might": "might", "had": "had"}
@@ -81,7 +86,7 @@ def collect(corpora, mems, cfg) -> dict[str, list]:
             ix = view.fusion
             packets = list(view.packets)
             r = FusedRetriever(ix, fusion, packets=packets)
-            raw = _raw_matrix(mem.store, mem.embedder, conv.namespace, packets)
+            raw = raw_turn_matrix(mem.store, mem.embedder, conv.namespace, packets)
             speakers = np.asarray(ix.speakers)
             texts = [p.content for p in packets]
             stems = [stem_terms(raw_text(p)) for p in packets]
@@ -450,7 +455,7 @@ def main() -> int:
     names = a.corpora.split(",")
     corpora = [cc.load_corpus(n, cc.DEFAULT_DATA[n]) for n in names]
     t0 = time.perf_counter()
-    mems, built = cc.open_memories(corpora, cfg, Path(a.cache).expanduser(), False, amf.AblationFusion.of(cfg.fusion))
+    mems, built = cc.open_memories(corpora, cfg, Path(a.cache).expanduser(), False)
     assert not built, f"rebuilt {built}: cache key differs"
     questions = collect(corpora, mems, cfg)
     print(f"collected in {time.perf_counter() - t0:.0f} s", flush=True)
