@@ -243,13 +243,15 @@ def test_extraction_requests_carry_no_namespace_or_ids(tmp_path):
 
 
 class CountingRule(RuleExtractor):
+    """Counts the turns it extracts (the memo asks for templates, not ``extract``)."""
+
     def __init__(self):
         super().__init__()
         self.seen = 0
 
-    def extract(self, items):
-        self.seen += len(items)
-        return super().extract(items)
+    def extract_with_template(self, packet, addressee):
+        self.seen += 1
+        return super().extract_with_template(packet, addressee)
 
 
 def test_repeated_turns_are_rule_extracted_once_with_their_own_ids(tmp_path):
@@ -264,9 +266,9 @@ def test_repeated_turns_are_rule_extracted_once_with_their_own_ids(tmp_path):
     got1 = memo.extract(items["q1"])
     first = inner.seen
     got2 = memo.extract(items["q2"])
-    # q2's turns after the same previous turn were not extracted again: only the first turn of
-    # each session (a new previous turn) and the first turn overall.
-    assert inner.seen - first == 2
+    # A turn's descriptors depend on the preceding turn only through its speaker (the addressee):
+    # of q2's turns only session A's first, now after Ben instead of nobody, is extracted again.
+    assert first == 5 and inner.seen - first == 1
     plain = RuleExtractor()
     assert got1 == plain.extract(items["q1"]) and got2 == plain.extract(items["q2"])
     assert {d.namespace for ds in got2 for d in ds} == {"q2"}

@@ -551,21 +551,53 @@ class RuleExtractor:
 
     def extract_one(self, packet: SourcePacket, previous: SourcePacket | None) -> list[Descriptor]:
         """Descriptors of one packet, claim index in extraction order."""
+        return self.extract_with_template(packet, addressee_of(packet.speaker,
+                                                               previous.speaker if previous else None))[0]
+
+    @staticmethod
+    def addressee(packet: SourcePacket, previous: SourcePacket | None) -> str | None:
+        """All that the preceding packet contributes to ``packet``'s descriptors: the addressee."""
+        return addressee_of(packet.speaker, previous.speaker if previous is not None else None)
+
+    def extract_with_template(self, packet: SourcePacket, addressee: str | None
+                              ) -> tuple[list[Descriptor], "RuleTemplate"]:
+        """(``packet``'s descriptors, the part of them that does not depend on its session
+        time or identity), for ``addressee`` (``addressee_of``). ``bind`` of the template to
+        another packet with the same speaker, text and image fields gives exactly what
+        ``extract_one`` gives for it."""
         speaker = packet.speaker.strip() or "Someone"
-        addressee = None
-        if previous is not None and normalize_name(previous.speaker) != normalize_name(speaker):
-            addressee = previous.speaker.strip() or None
         claims = self._claims(packet, speaker, addressee)
         anchor = parse_session_time(packet.session_time)
         interaction = session_date(packet.session_time)
         out: list[Descriptor] = []
+        parts: list[_ClaimTemplate] = []
         seen: set[str] = set()
         for claim in claims:
             key = " ".join(words(claim.text))
             if not key or key in seen:
                 continue
             seen.add(key)
-            out.append(self._descriptor(packet, len(out), claim, speaker, anchor, interaction))
+            descriptor, part = self._descriptor(packet, len(out), claim, speaker, anchor, interaction)
+            out.append(descriptor)
+            parts.append(part)
+        return out, RuleTemplate(speaker, tuple(parts))
+
+    def bind(self, template: "RuleTemplate", packet: SourcePacket) -> list[Descriptor]:
+        """The descriptors of ``packet`` from a template made for a packet with the same speaker,
+        text and image fields (and addressee): the time expressions are read again against
+        ``packet``'s session time, and the keywords recomputed only when that finds other
+        expressions (they are what keywords are masked by)."""
+        anchor = parse_session_time(packet.session_time)
+        interaction = session_date(packet.session_time)
+        limit = max(0, int(self.config.max_keywords))
+        out: list[Descriptor] = []
+        for index, part in enumerate(template.claims):
+            mentions = [] if part.is_caption else find_time_mentions(part.source, anchor, prefer=part.prefer)
+            spans = tuple((m.start, m.end) for m in mentions)
+            keywords = part.keywords if spans == part.spans else _keywords(
+                part.source, mentions, part.people, template.speaker, part.extra_keywords, limit)
+            out.append(_make_descriptor(packet, index, part, keywords, mentions[0].value if mentions else "",
+                                        interaction))
         return out
 
     # -- claims -------------------------------------------------------------------------------
@@ -633,64 +665,31 @@ class RuleExtractor:
 
     # -- metadata -----------------------------------------------------------------------------
     def _descriptor(self, packet: SourcePacket, index: int, claim: _Claim, speaker: str,
-                    anchor, interaction: str) -> Descriptor:
+                    anchor, interaction: str) -> tuple[Descriptor, "_ClaimTemplate"]:
         source = claim.source
         if claim.is_caption:
             event_type = "occurrence"
             mentions = []
-            event_time = ""
         else:
             event_type = classify_event_type(source)
-            prefer = "future" if event_type == "plan" else "past"
-            mentions = find_time_mentions(source, anchor, prefer=prefer)
-            event_time = mentions[0].value if mentions else ""
-        # Time expressions and names are not keywords: blank them out before chunking.
-        masked = list(source)
-        for m in mentions:
-            masked[m.start:m.end] = [","] * (m.end - m.start)
-        masked_text = "".join(masked)
+            mentions = find_time_mentions(source, anchor, prefer="future" if event_type == "plan" else "past")
         limit = max(0, int(self.config.max_keywords))
-        kws = keyword_phrases(masked_text, exclude=list(claim.people) + [speaker],
-                              known_names=claim.people, limit=limit)
-        if claim.extra_keywords:
-            kws = tuple(dict.fromkeys(claim.extra_keywords + kws))[:limit]
+        kws = _keywords(source, mentions, claim.people, speaker, claim.extra_keywords, limit)
         negated = has_negation(claim.text)
         if claim.is_question:
             polarity = "unknown"
         else:
             polarity = "negative" if negated else "positive"
-        subject = self._subject(source, claim, speaker)
-        predicate = "share" if claim.is_caption else predicate_lemma(source)
         needs_profile = event_type in ("preference", "relationship") or (
             not claim.is_question and _PROFILE_CUES.search(source) is not None)
-        event = EventFields(
-            subject_people=subject,
-            predicate=predicate,
-            focus_terms=tuple(kws[:2]),
-            goal_context_terms=(),
-            event_type=event_type,
-            event_time=event_time,
-            polarity=polarity,
-            confidence=RULE_CONFIDENCE,
-        )
-        return Descriptor(
-            descriptor_id=descriptor_id(packet.namespace, packet.packet_id, index),
-            namespace=packet.namespace,
-            packet_id=packet.packet_id,
-            claim_index=index,
-            text=claim.text,
-            speaker=packet.speaker,
-            session_index=packet.session_index,
-            session_time=packet.session_time,
-            people=claim.people,
-            keywords=kws,
-            event_time=event_time,
-            interaction_time=interaction,
-            n_tokens=count_tokens(claim.text),
-            needs_profile=needs_profile,
-            event=event,
-            negated=negated,
-        )
+        part = _ClaimTemplate(
+            text=claim.text, source=source, people=claim.people, is_caption=claim.is_caption,
+            extra_keywords=claim.extra_keywords, prefer="future" if event_type == "plan" else "past",
+            spans=tuple((m.start, m.end) for m in mentions), keywords=kws, event_type=event_type,
+            polarity=polarity, subject=self._subject(source, claim, speaker),
+            predicate="share" if claim.is_caption else predicate_lemma(source),
+            needs_profile=needs_profile, negated=negated, n_tokens=count_tokens(claim.text))
+        return _make_descriptor(packet, index, part, kws, mentions[0].value if mentions else "", interaction), part
 
     @staticmethod
     def _subject(source: str, claim: _Claim, speaker: str) -> tuple[str, ...]:
@@ -711,6 +710,93 @@ class RuleExtractor:
             if words(p)[:1] == [w.removesuffix("'s")]:
                 return (p,)
         return ()
+
+
+@dataclass(frozen=True)
+class _ClaimTemplate:
+    """What one claim's descriptor holds apart from its packet's identity and session time,
+    with the time-expression spans its keywords were masked by (``RuleExtractor.bind``)."""
+
+    text: str
+    source: str
+    people: tuple[str, ...]
+    is_caption: bool
+    extra_keywords: tuple[str, ...]
+    prefer: str
+    spans: tuple[tuple[int, int], ...]
+    keywords: tuple[str, ...]
+    event_type: str
+    polarity: str
+    subject: tuple[str, ...]
+    predicate: str
+    needs_profile: bool
+    negated: bool
+    n_tokens: int
+
+
+@dataclass(frozen=True)
+class RuleTemplate:
+    """A turn's rule extraction without its session time and identity (``RuleExtractor.bind``)."""
+
+    speaker: str
+    claims: tuple[_ClaimTemplate, ...]
+
+    def text_chars(self) -> int:
+        """Characters of text held (a size estimate for a memo)."""
+        return sum(len(c.text) + len(c.source) + sum(map(len, c.keywords)) + sum(map(len, c.people))
+                   for c in self.claims)
+
+
+def addressee_of(speaker: str, previous_speaker: str | None) -> str | None:
+    """The addressee of a turn: the preceding turn's speaker when that is someone else."""
+    if previous_speaker is not None and normalize_name(previous_speaker) != normalize_name(speaker.strip()
+                                                                                           or "Someone"):
+        return previous_speaker.strip() or None
+    return None
+
+
+def _keywords(source: str, mentions: Sequence, people: Sequence[str], speaker: str,
+              extra: tuple[str, ...], limit: int) -> tuple[str, ...]:
+    """Keyword phrases of a claim's source sentence, its time expressions and names blanked out."""
+    masked = list(source)
+    for m in mentions:
+        masked[m.start:m.end] = [","] * (m.end - m.start)
+    kws = keyword_phrases("".join(masked), exclude=list(people) + [speaker], known_names=people, limit=limit)
+    if extra:
+        kws = tuple(dict.fromkeys(extra + kws))[:limit]
+    return kws
+
+
+def _make_descriptor(packet: SourcePacket, index: int, part: _ClaimTemplate, keywords: tuple[str, ...],
+                     event_time: str, interaction: str) -> Descriptor:
+    event = EventFields(
+        subject_people=part.subject,
+        predicate=part.predicate,
+        focus_terms=tuple(keywords[:2]),
+        goal_context_terms=(),
+        event_type=part.event_type,
+        event_time=event_time,
+        polarity=part.polarity,
+        confidence=RULE_CONFIDENCE,
+    )
+    return Descriptor(
+        descriptor_id=descriptor_id(packet.namespace, packet.packet_id, index),
+        namespace=packet.namespace,
+        packet_id=packet.packet_id,
+        claim_index=index,
+        text=part.text,
+        speaker=packet.speaker,
+        session_index=packet.session_index,
+        session_time=packet.session_time,
+        people=part.people,
+        keywords=keywords,
+        event_time=event_time,
+        interaction_time=interaction,
+        n_tokens=part.n_tokens,
+        needs_profile=part.needs_profile,
+        event=event,
+        negated=part.negated,
+    )
 
 
 def _dedupe_names(names: Iterable[str]) -> tuple[str, ...]:

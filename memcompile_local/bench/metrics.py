@@ -307,3 +307,63 @@ def locomo_f1(prediction: Any, gold: Any, category: Any) -> float:
     if cat == 3:
         ref = ref.split(";", 1)[0].strip()
     return locomo_token_f1(pred, ref)
+
+
+# --------------------------------------------------------------------------------------
+# Evidence recall per LongMemEval question type
+# --------------------------------------------------------------------------------------
+
+def _recall(selected: Sequence[str], gold: Sequence[str]) -> float | None:
+    gold_set = set(gold)
+    return len(gold_set & set(selected)) / len(gold_set) if gold_set else None
+
+
+def recall_by_type(rows: Iterable[dict[str, Any]], *, type_key: str = "question_type",
+                   k: int | None = None) -> dict[str, Any]:
+    """Turn and session recall of every selection stage, per question type and overall.
+
+    A row's stages are ``selected_ids`` (as ``selected``) and each ``recall_stages`` entry
+    (``final``, ``pool_top10``, ``baseline_dense``, ...). Turn recall: the share of the row's
+    ``gold_evidence`` turns selected; session recall: the share of its ``answer_session_ids``
+    with a selected turn. Abstention rows and rows without the gold of a kind are left out of
+    that kind's mean. ``k``: score only the first ``k`` ids of each stage (None: all).
+
+    Returns ``{"k", "types": [...], "stages": [...], "table": {stage: {type or "overall":
+    {"n_turn", "turn", "n_session", "session", "mean_selected"}}}}``; means are None when no row
+    counts.
+    """
+    from memcompile_local.bench.coverage import session_of
+
+    rows = list(rows)
+    types = sorted({str(r.get(type_key)) for r in rows})
+    stages: list[str] = []
+    if any("selected_ids" in r for r in rows):
+        stages.append("selected")
+    for r in rows:
+        for s in r.get("recall_stages") or {}:
+            if s not in stages:
+                stages.append(s)
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for stage in stages:
+        acc: dict[str, dict[str, list[float]]] = {}
+        for r in rows:
+            ids = r.get("selected_ids") if stage == "selected" and "selected" not in (r.get("recall_stages") or {}) \
+                else (r.get("recall_stages") or {}).get(stage)
+            if ids is None or r.get("is_abstention"):
+                continue
+            ids = list(ids)[:k] if k is not None else list(ids)
+            turn = _recall(ids, r.get("gold_evidence") or ())
+            session = _recall([session_of(i) for i in ids], r.get("answer_session_ids") or ())
+            for group in (str(r.get(type_key)), "overall"):
+                a = acc.setdefault(group, {"turn": [], "session": [], "size": []})
+                a["size"].append(float(len(ids)))
+                if turn is not None:
+                    a["turn"].append(turn)
+                if session is not None:
+                    a["session"].append(session)
+        table[stage] = {
+            group: {"n_turn": len(a["turn"]), "turn": _mean(a["turn"]) if a["turn"] else None,
+                    "n_session": len(a["session"]), "session": _mean(a["session"]) if a["session"] else None,
+                    "mean_selected": _mean(a["size"]) if a["size"] else None}
+            for group, a in acc.items()}
+    return {"k": k, "types": types, "stages": stages, "table": table}

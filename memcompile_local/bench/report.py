@@ -28,6 +28,7 @@ __all__ = [
     "metrics_markdown",
     "write_markdown_report",
     "quirks_markdown",
+    "recall_by_type_markdown",
     "compare_table",
     "aliasing_markdown",
     "summary_text",
@@ -190,6 +191,36 @@ def _longmemeval_markdown(metrics: Mapping[str, Any]) -> str:
             s_recall, s_full = _recall_cells(metrics["recall"][stage]["session"])
             t_recall, t_full = _recall_cells(metrics["recall"][stage]["turn"])
             lines.append(f"| {stage} | {s_recall} | {s_full} | {t_recall} | {t_full} |")
+    if metrics.get("recall_by_type"):
+        lines += ["", "### Evidence recall per question type", "", recall_by_type_markdown(metrics["recall_by_type"])]
+    return "\n".join(lines)
+
+
+def recall_by_type_markdown(block: Mapping[str, Any]) -> str:
+    """Turn and session recall per question type (rows) for every stage (column pairs), from
+    ``bench.metrics.recall_by_type``; each cell says how many questions it averages."""
+    stages = list(block.get("stages") or [])
+    table = block.get("table") or {}
+    if not stages:
+        return "(no selections)"
+    groups = list(block.get("types") or []) + ["overall"]
+    head = "| Question type | " + " | ".join(f"{s} turn | {s} session" for s in stages) + " |"
+    lines = [head, "|---|" + "---:|---:|" * len(stages)]
+    for g in groups:
+        cells = []
+        for s in stages:
+            c = table.get(s, {}).get(g)
+            if c is None:
+                cells += ["n/a", "n/a"]
+                continue
+            cells += [f"{_pct(c['turn'])} ({c['n_turn']})", f"{_pct(c['session'])} ({c['n_session']})"]
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    sizes = ", ".join(f"{s} {table[s]['overall']['mean_selected']:.1f}" for s in stages
+                      if table.get(s, {}).get("overall", {}).get("mean_selected") is not None)
+    k = block.get("k")
+    lines += ["", (f"Recall@{k}: the first {k} selected turns of each stage. " if k else "")
+              + f"Mean turns selected per question: {sizes}. In brackets: questions averaged "
+              "(abstention questions and questions without that gold are left out)."]
     return "\n".join(lines)
 
 
@@ -368,6 +399,29 @@ def _pct6(x: float | None) -> str:
     return "   n/a" if x is None else f"{100 * x:6.2f}"
 
 
+def recall_by_type_lines(block: Mapping[str, Any], stages: Sequence[str] | None = None) -> list[str]:
+    """Console lines: turn / session recall per question type of the final selection and of any
+    baseline scored beside it (``stages`` to choose others)."""
+    table = block.get("table") or {}
+    if stages is None:
+        found = list(block.get("stages") or [])
+        stages = ([s for s in found if s == "final"] + [s for s in found if s.startswith("baseline_")]) or found[:1]
+    k = block.get("k")
+    head = f"{'recall' + (f'@{k}' if k else '') + ' turn/session':27s} {'n':>4s} " + " ".join(
+        f"{s[:19]:>19s}" for s in stages)
+    lines = [head]
+    for g in list(block.get("types") or []) + ["overall"]:
+        cells = []
+        n = 0
+        for s in stages:
+            c = table.get(s, {}).get(g)
+            n = max(n, c["n_session"] if c else 0)
+            cells.append(f"{_pct6(c['turn']) if c else '   n/a'} / {_pct6(c['session']) if c else '   n/a'}"
+                         .rjust(19))
+        lines.append(f"{g[:27]:27s} {n:4d} " + " ".join(cells))
+    return lines
+
+
 def summary_text(metrics: Mapping[str, Any], table: Mapping[str, Any], wall_s: float | None) -> str:
     """The few lines ``eval`` prints at the end: scores per category (LoCoMo) or the judge
     accuracies (LongMemEval), tokens per question and wall time. Missing figures (no
@@ -386,6 +440,8 @@ def summary_text(metrics: Mapping[str, Any], table: Mapping[str, Any], wall_s: f
     else:
         lines.append(f"task-averaged accuracy {_pct6(metrics.get('task_averaged_accuracy'))}, "
                      f"overall {_pct6(metrics.get('overall_accuracy'))}")
+        if metrics.get("recall_by_type"):
+            lines += recall_by_type_lines(metrics["recall_by_type"])
     per_q = table.get("non_judge_per_question")
     lines.append(f"non-judge tokens per question: {'n/a' if per_q is None else f'{per_q:.0f}'}; "
                  f"wall time {'n/a' if wall_s is None else f'{wall_s:.1f}'} s")

@@ -16,12 +16,14 @@ judge would be its answer model is refused unless the judge section allows it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import platform
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from .. import __version__
 from ..address import extract_rule
+from ..address.extract_memo import MemoizedExtractor, conversation_turn_keys, reuse_plan
 from ..address import prompts as address_prompts
 from ..config import ModelConfig, PipelineConfig, config_needs_llm
 from ..data import DEFAULT_MAX_TURN_CHARS, count_dataset, load_locomo, load_longmemeval
@@ -44,8 +47,10 @@ from ..llm.interface import stable_hash
 from ..llm.registry import backend_kwargs, load_backend
 from ..memory import Memory
 from ..build.progress import bar
+from ..build.stages import BuildOutputs, BuildResult, build_memory
 from ..store import RequestCache, describe_location, open_store
 from ..types import Conversation, QAItem
+from ..views.fresh import view_after_build
 from . import judge as judge_module
 from .aggregate import add_judge_totals, locomo_metrics, longmemeval_metrics, token_table
 from .baselines import baseline_context
@@ -54,6 +59,7 @@ from .coverage import aliasing_audit
 from .health import check_server
 from .judge import judge_locomo_many, judge_longmemeval_many, judge_prompt_version
 from .judge_model import is_self_judge, judge_description, resolve_judge
+from .metrics import recall_by_type
 from .plan import RunPlan, question_calls, turn_calls
 from .report import aliasing_markdown, summary_text, write_markdown_report
 from .retain_eval import (retain_memories, retention_row, retention_summary, retention_summary_markdown,
@@ -65,6 +71,9 @@ from .runfiles import JsonlAppender, atomic_write, file_sha256, read_jsonl
 log = logging.getLogger(__name__)
 
 LOCOMO_SCORED = (1, 2, 3, 4)
+DEFAULT_RUN_VIEWS = 4
+"""Views a run holds by default: the conversation being answered, the one being built, and a few
+more. A LongMemEval-S view is about 10 MB, so all 500 held would take gigabytes."""
 _SERVER_BACKENDS = ("openai", "vllm", "transformers")  # backends that serve concurrent questions
 
 
@@ -92,6 +101,12 @@ class EvalSpec:
     # Refuse the whole data file when one question (or BEAM chat) cannot be read whole, instead of
     # leaving it out and counting it in the run's data quirks (``data/quirks.py``).
     strict: bool = False
+    # Most views held at once (None: ``DEFAULT_RUN_VIEWS``, more with many workers); the others are
+    # evicted, least recently used first. Memory's byte bound (``views.cache``) applies as well.
+    max_views: int | None = None
+    # Also select with this baseline ("bm25" or "dense") for every question of a pipeline run and
+    # score it beside the pipeline (recall stage ``baseline_<kind>``); None: only the pipeline.
+    with_baseline: str | None = None
 
     @property
     def judging(self) -> bool:
@@ -189,6 +204,8 @@ def run_identity(spec: EvalSpec, cfg: PipelineConfig, data_sha: str) -> str:
     }
     if spec.retain_budget is not None:  # only then, so that other runs keep their ids
         ident["retain"] = {"budget": spec.retain_budget, "writer": spec.writer}
+    if spec.with_baseline:  # rows carry one more stage
+        ident["with_baseline"] = spec.with_baseline
     return "eval-" + stable_hash(ident)[:16]
 
 
@@ -240,6 +257,37 @@ def run_waste(store: RequestCache, run_ids: Sequence[str]) -> dict[str, dict[str
     return {stage: out[stage] for stage in sorted(out)}
 
 
+@dataclass
+class BuildStats:
+    """What one attempt's builds did: turns stored in the namespaces built, turns extracted (and
+    of those, how many the extractor ran on: the rest were repeats served by the process's
+    extraction memo), documents given a vector, and texts embedded (the rest were linked to a
+    vector another document with the same text already had, or found stored)."""
+
+    namespaces: int = 0
+    turns: int = 0
+    extracted: int = 0
+    extracted_fresh: int = 0
+    documents: int = 0
+    embedded: int = 0
+
+    def add(self, result: BuildResult, outputs: BuildOutputs, fresh: int | None) -> None:
+        self.namespaces += 1
+        self.turns += result.packets
+        self.extracted += result.extracted_now
+        self.extracted_fresh += result.extracted_now if fresh is None else fresh
+        self.documents += sum(len(v) for v in outputs.vectors.values())
+        self.embedded += result.embedded_now
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        return (f"built {self.namespaces} memories: {self.turns} turns stored, {self.extracted} extracted "
+                f"({self.extracted_fresh} by the extractor, {self.extracted - self.extracted_fresh} repeats "
+                f"from its memo); {self.documents} documents with a vector, {self.embedded} texts embedded")
+
+
 def _attempts_wall(out: Path) -> tuple[float, int]:
     """Total seconds and number of the attempts recorded in ``attempts.jsonl``."""
     attempts = read_jsonl(out / "attempts.jsonl")
@@ -269,6 +317,7 @@ class EvalRunner:
         self._retained: dict = {}  # namespace -> RetainedMemory under --retain-budget
         self._turn_ids: dict[str, frozenset[str]] = {}  # turn ids per namespace (reachable gold)
         self.quirks = QuirkLog(strict=spec.strict)  # what the loader read past (the last run's)
+        self.build_stats = BuildStats()  # what this attempt's builds did
 
     # -- setup
     def _make_backend(self, mcfg: ModelConfig) -> Any:
@@ -300,6 +349,9 @@ class EvalRunner:
         out = Path(spec.out or Path("runs") / f"{spec.benchmark}-{spec.baseline or spec.preset or 'custom'}-{run_id[-8:]}")
         check_run_folder(out, run_id)
         judge_cfg, self_judge = self._judge_model()  # a refused self-judge stops here, before any work
+        if spec.with_baseline and spec.baseline:
+            raise ConfigError("--with-baseline scores a baseline beside the pipeline; with --baseline there is "
+                              "no pipeline (use one of them)")
 
         store = open_store(spec.store)
         phases: dict[str, float] = {}
@@ -309,15 +361,21 @@ class EvalRunner:
                           or (spec.retain_budget is not None and spec.writer == "llm"))
             backend = (self._backend or self._make_backend(cfg.model)) if uses_model else NoModelBackend()
             client = LLMClient(backend, store, run_id=run_id)
+            workers = max(1, cfg.model.concurrency) if cfg.model.backend in _SERVER_BACKENDS else 1
+            # At most this many views held: the conversations being answered and the one being built.
+            max_views = spec.max_views if spec.max_views is not None else max(DEFAULT_RUN_VIEWS, workers + 1)
             mem = Memory(store, cfg, client=client, embedder=self._embedder, run_id=run_id,
-                         progress=spec.progress)
-            for conv in convs:
-                mem.add(conv.namespace, conv)
+                         progress=spec.progress and spec.retain_budget is not None, max_views=max_views)
 
             answers_path, judgments_path = out / "answers.jsonl", out / "judgments.jsonl"
             done = {r["question_id"]: r for r in read_jsonl(answers_path)}
             todo = [(c, q) for c, q in items if q.question_id not in done]
             judged = {r["question_id"] for r in read_jsonl(judgments_path)}
+            if spec.retain_budget is not None:
+                # Retention writes each memory's capsules from the whole built memory first: the
+                # two-phase order (every memory ingested and built, then the questions).
+                for conv in convs:
+                    mem.add(conv.namespace, conv)
             plan = self._plan(mem, client, convs, items, todo, judged)
             self.echo(f"run {run_id}: {len(convs)} conversations, {len(items)} questions -> {out}")
             if len(self.quirks):
@@ -341,23 +399,7 @@ class EvalRunner:
             judge_info = self._judge_info(judge_cfg, self_judge, judge_backend)
             self._write_config(out, run_id, data_sha, client, mem, plan, judge_info, uses_model)
 
-            # Phase 1: build every memory once.
-            t0 = time.perf_counter()
-            if spec.baseline is None:
-                with bar(total=len(convs), desc="build", unit="memory", enabled=spec.progress) as pb:
-                    for conv in convs:
-                        mem.build(conv.namespace, client=client.child(f"{run_id}/build/{conv.namespace}"))
-                        pb.update(1)
-                if spec.retain_budget is not None:
-                    self._retained = retain_memories(
-                        mem, [(c.namespace, c.speakers) for c in convs], spec.writer, spec.retain_budget,
-                        client=client.child(f"{run_id}/retain") if spec.writer == "llm" else None)
-            phases["build_s"] = time.perf_counter() - t0
-
-            # Phase 2: answer the questions not answered yet.
-            t0 = time.perf_counter()
             appender = JsonlAppender(answers_path)
-            workers = max(1, cfg.model.concurrency) if cfg.model.backend in _SERVER_BACKENDS else 1
             errors: list[str] = []
 
             def work(pair: tuple[Conversation, QAItem]) -> None:
@@ -370,16 +412,14 @@ class EvalRunner:
                     return
                 appender.append(row)
 
-            with bar(total=len(todo), desc="questions", unit="q", enabled=spec.progress) as pb:
-                if workers == 1:
-                    for pair in todo:
-                        work(pair)
-                        pb.update(1)
-                else:
-                    with ThreadPoolExecutor(max_workers=workers) as pool:
-                        for _ in pool.map(work, todo):
-                            pb.update(1)
-            phases["questions_s"] = time.perf_counter() - t0
+            if spec.retain_budget is not None:
+                self._two_phase(mem, client, run_id, convs, todo, work, workers, phases)
+            else:
+                # Phases 1 and 2 together: each conversation with questions left is ingested,
+                # built and answered before the next, so memory holds a few views, not all.
+                self._stream(mem, client, run_id, todo, work, workers, max_views, phases)
+                if self.build_stats.namespaces:
+                    self.echo(self.build_stats.describe())
             rows = {r["question_id"]: r for r in read_jsonl(answers_path)}
             ordered = [rows[q.question_id] for _, q in items if q.question_id in rows]
 
@@ -407,6 +447,112 @@ class EvalRunner:
                     "started_unix": round(time.time() - phases["total_s"], 3), "completed": completed,
                     **{k: round(v, 3) for k, v in phases.items()}})
 
+    # -- build and answer
+    def _build_view(self, mem: Memory, client: LLMClient, run_id: str, conv: Conversation) -> BuildResult:
+        """Ingest and build ``conv``'s memory and hold its view, made from the build's own outputs
+        (``views/fresh.py``: nothing is read back from the store)."""
+        mem.add(conv.namespace, conv)
+        spec = mem.spec
+        outputs = BuildOutputs()
+        extractor = mem.extractor(client.child(f"{run_id}/build/{conv.namespace}"))
+        result = build_memory(mem.store, conv.namespace, extractor, mem.config.placement, mem.embedder,
+                              on_failure=mem.config.extraction.on_failure, dense=spec.dense, keep=outputs,
+                              remember_placement=False)
+        view_after_build(mem.views, spec, mem.store, mem.embedder, outputs)
+        self.build_stats.add(result, outputs, getattr(extractor, "misses", None))
+        return result
+
+    def _stream(self, mem: Memory, client: LLMClient, run_id: str, todo: Sequence[tuple[Conversation, QAItem]],
+                work: Callable[[tuple[Conversation, QAItem]], None], workers: int, max_views: int,
+                phases: dict[str, float]) -> None:
+        """Each conversation with questions left, in file order: ingest, build (unless a baseline
+        runs), answer. With several workers the next conversation builds while earlier ones are
+        answered, with at most ``max_views - 1`` conversations in flight so that no held view is
+        evicted before its questions are done. A conversation whose questions were all answered
+        by an earlier attempt is neither ingested nor built."""
+        by_conv: dict[str, list[tuple[Conversation, QAItem]]] = {}
+        for pair in todo:
+            by_conv.setdefault(pair[0].namespace, []).append(pair)
+        convs = [pairs[0][0] for pairs in by_conv.values()]
+        turns = sum(sum(len(s.turns) for s in c.sessions) for c in convs)
+        build_s = 0.0
+        t0 = time.perf_counter()
+        # Turns that come again in another conversation (LongMemEval's shared sessions) are
+        # extracted once: the rule extractor's memo keeps exactly those, until their last use.
+        plan = (reuse_plan(k for c in convs for k in conversation_turn_keys(c))
+                if self.spec.baseline is None and isinstance(mem.extractor(), MemoizedExtractor)
+                else contextlib.nullcontext())
+        unit = "turn" if self.spec.baseline is None else "turn (ingested)"
+        with plan, bar(total=turns, desc="build and answer", unit=unit, enabled=self.spec.progress) as pb, \
+                ThreadPoolExecutor(max_workers=workers) as pool:
+            in_flight: deque[tuple[Conversation, int, list[Future]]] = deque()
+            answered = 0
+
+            def settle(limit: int) -> None:
+                # Wait for the oldest conversations until at most ``limit`` are in flight.
+                nonlocal answered
+                while len(in_flight) > limit:
+                    conv, n_questions, futures = in_flight.popleft()
+                    for f in futures:
+                        f.result()
+                    answered += n_questions
+                    pb.update(sum(len(s.turns) for s in conv.sessions))
+                    pb.set_postfix_str(f"{answered}/{len(todo)} questions")
+                    self._release(conv)
+
+            for conv in convs:
+                tb = time.perf_counter()
+                if self.spec.baseline is None:
+                    self._build_view(mem, client, run_id, conv)
+                else:
+                    mem.add(conv.namespace, conv)
+                build_s += time.perf_counter() - tb
+                pairs = by_conv[conv.namespace]
+                if workers == 1:
+                    for pair in pairs:
+                        work(pair)
+                    in_flight.append((conv, len(pairs), []))
+                    settle(0)
+                else:
+                    in_flight.append((conv, len(pairs), [pool.submit(work, pair) for pair in pairs]))
+                    settle(max(0, max_views - 2))
+            settle(0)
+        phases["build_s"] = build_s
+        phases["questions_s"] = time.perf_counter() - t0 - build_s
+
+    def _release(self, conv: Conversation) -> None:
+        """Let go of what a finished conversation held beyond the bounded view cache (the
+        baselines' per-namespace indexes)."""
+        for key in [k for k in self._baseline_cache if len(k) > 1 and k[1] == conv.namespace]:
+            del self._baseline_cache[key]
+
+    def _two_phase(self, mem: Memory, client: LLMClient, run_id: str, convs: Sequence[Conversation],
+                   todo: Sequence[tuple[Conversation, QAItem]], work: Callable[[tuple[Conversation, QAItem]], None],
+                   workers: int, phases: dict[str, float]) -> None:
+        """Build every memory (and its retained memory), then answer: retention's order."""
+        spec = self.spec
+        t0 = time.perf_counter()
+        if spec.baseline is None:
+            with bar(total=len(convs), desc="build", unit="memory", enabled=spec.progress) as pb:
+                for conv in convs:
+                    mem.build(conv.namespace, client=client.child(f"{run_id}/build/{conv.namespace}"))
+                    pb.update(1)
+            self._retained = retain_memories(
+                mem, [(c.namespace, c.speakers) for c in convs], spec.writer, spec.retain_budget,
+                client=client.child(f"{run_id}/retain") if spec.writer == "llm" else None)
+        phases["build_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with bar(total=len(todo), desc="questions", unit="q", enabled=spec.progress) as pb:
+            if workers == 1:
+                for pair in todo:
+                    work(pair)
+                    pb.update(1)
+            else:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    for _ in pool.map(work, todo):
+                        pb.update(1)
+        phases["questions_s"] = time.perf_counter() - t0
+
     # -- plan
     def _plan(self, mem: Memory, client: LLMClient, convs: Sequence[Conversation],
               items: Sequence[tuple[Conversation, QAItem]], todo: Sequence[tuple[Conversation, QAItem]],
@@ -415,9 +561,14 @@ class EvalRunner:
         built = 0
         if self.spec.baseline is None:
             descriptor_set = mem.extractor(client).descriptor_set
+            pending = {c.namespace for c, _ in todo}
             for conv in convs:
-                left = len(mem.store.packets(conv.namespace)) - len(
-                    mem.store.extracted_packet_ids(conv.namespace, descriptor_set))
+                if self.spec.retain_budget is None and conv.namespace not in pending:
+                    built += 1  # all its questions answered: not built again
+                    continue
+                # Counted without reading the turns; a namespace not ingested yet has all its turns to do.
+                turns = max(mem.store.packet_count(conv.namespace), sum(len(s.turns) for s in conv.sessions))
+                left = turns - len(mem.store.extracted_packet_ids(conv.namespace, descriptor_set))
                 if left > 0:
                     to_build[conv.namespace] = left
                 else:
@@ -456,6 +607,12 @@ class EvalRunner:
                 extras["retention"] = retention_row(retained, ctx.packet_ids, q.evidence)
                 stages = {k: sources_in_order(retained, v) for k, v in stages.items()}
                 packet_ids = tuple(stages["final"])
+            if self.spec.with_baseline:
+                # The baseline's own selection, scored beside the pipeline's in the same run.
+                embedder = mem.embedder if self.spec.with_baseline == "dense" else None
+                ids, _text = baseline_context(self.spec.with_baseline, mem.store, embedder, conv.namespace,
+                                              q.question, self.cfg, cache=self._baseline_cache)
+                stages[f"baseline_{self.spec.with_baseline}"] = list(ids)
             mera = ctx.trace.get("anchors", {}).get("mera")
             if mera is not None:
                 extras["mera_rounds"] = mera_row(mera, ctx.packet_ids)
@@ -553,6 +710,8 @@ class EvalRunner:
             metrics = corpus_metrics(merged, self.spec.benchmark)
         else:
             metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
+        if self.spec.benchmark == "longmemeval":
+            metrics["recall_by_type"] = recall_by_type(merged, k=self.cfg.evidence.k0)
         audited = [r["candidate_packets"] for r in merged if r.get("candidate_packets")]
         aliasing = {str(k): v for k, v in aliasing_audit(audited).items()} if audited else {}
         stage_totals = add_judge_totals(totals, judge_totals)
@@ -578,6 +737,8 @@ class EvalRunner:
             "judge": judge_info,
             # What the loader read past in the data as published (counts by kind, first places).
             "data_quirks": self.quirks.as_dict(),
+            # What this attempt's builds did (an attempt that resumed builds only what was left).
+            "build": self.build_stats.as_dict(),
         }
         extra_md = []
         if any(r.get("mera_rounds") for r in merged):
@@ -690,6 +851,8 @@ def run_eval_from_args(args: Any, cfg: PipelineConfig) -> int:
         retain_budget=getattr(args, "retain_budget", None), writer=getattr(args, "writer", None) or "model-free",
         max_turn_chars=DEFAULT_MAX_TURN_CHARS if max_chars is None else max_chars,
         strict=bool(getattr(args, "strict", False)),
+        max_views=getattr(args, "max_views", None),
+        with_baseline=getattr(args, "with_baseline", None),
     )
     result = EvalRunner(spec, judge_section_from_args(args, cfg)).run()
     return 1 if result["failed_questions"] else 0

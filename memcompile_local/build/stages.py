@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -28,7 +28,7 @@ from ..fused.ranker import reads_plain_turns
 from .progress import bar
 from ..protocols import DescriptorExtractor, Embedder
 from ..store.base import Store
-from ..types import Descriptor, SourcePacket
+from ..types import Cell, Descriptor, SourcePacket
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,29 @@ class BuildResult:
     descriptors: int
     cells: int
     embedded_now: int  # documents embedded by this call (z(p), plus context documents when used)
+
+
+@dataclass
+class BuildOutputs:
+    """What one build of a namespace read and wrote, kept so that the namespace's view can be
+    made from it without reading the store back (``views/fresh.py``).
+
+    ``packets``: the namespace's packets as the build read them; ``descriptors``: every
+    descriptor of ``descriptor_set`` in store order; ``cells``: the Cells of ``layout_id`` as
+    stored; ``vectors``: model id -> store key -> vector, for every key the build embedded,
+    linked or found stored. A build that fails leaves it partial; only a finished one is used.
+    """
+
+    namespace: str = ""
+    packets: list[SourcePacket] | None = None
+    descriptor_set: str | None = None
+    descriptors: list[Descriptor] | None = None
+    layout_id: str | None = None
+    cells: list[Cell] | None = None
+    vectors: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+    def vector_sink(self, model_id: str) -> dict[str, np.ndarray]:
+        return self.vectors.setdefault(model_id, {})
 
 
 @dataclass(frozen=True)
@@ -203,7 +226,8 @@ def _rule_fallback(store: Store, namespace: str, descriptor_set: str,
 
 def place_cells(
     store: Store, namespace: str, descriptor_set: str, placement: PlacementConfig,
-    *, descriptors: Sequence[Descriptor] | None = None,
+    *, descriptors: Sequence[Descriptor] | None = None, keep: BuildOutputs | None = None,
+    remember: bool = True,
 ) -> tuple[str, int]:
     """Place descriptors into Cells for the configured layout and store them.
 
@@ -214,6 +238,9 @@ def place_cells(
     produced (else restored from the stored Cells); an unchanged layout is not written again.
     Other layouts are cheap and rebuilt from scratch. ``descriptors``: the namespace's
     descriptors of ``descriptor_set`` in store order when the caller has them (else read here).
+    ``keep``: receives the stored Cells. ``remember=False`` leaves the placement state out of
+    ``PLACEMENTS`` (a benchmark run builds each namespace once and never appends to it, so a
+    state kept there would only hold memory).
     """
     lid = layout_id(descriptor_set, placement)
     if descriptors is None:
@@ -221,6 +248,8 @@ def place_cells(
     if placement.layout != "bounded":
         cells = build_layout(placement.layout, descriptors, placement)
         store.save_cells(namespace, lid, cells)
+        if keep is not None:
+            keep.layout_id, keep.cells = lid, list(cells)
         return lid, len(cells)
     existing = store.cells(namespace, lid)
     known = {d.descriptor_id for d in descriptors}
@@ -245,7 +274,10 @@ def place_cells(
     cells = state.cells()
     if cells != existing:  # an up-to-date layout is not written again
         store.save_cells(namespace, lid, cells)
-    PLACEMENTS.keep(store, namespace, lid, cells, state)
+    if remember:
+        PLACEMENTS.keep(store, namespace, lid, cells, state)
+    if keep is not None:
+        keep.layout_id, keep.cells = lid, list(cells)
     return lid, len(cells)
 
 
@@ -260,6 +292,7 @@ def embed_packets(
     packets: Sequence[SourcePacket] | None = None,
     descriptors: Sequence[Descriptor] | None = None,
     document: str = "packet",
+    keep: BuildOutputs | None = None,
 ) -> int:
     """Embed every packet document not yet stored; returns how many were embedded now.
 
@@ -269,8 +302,9 @@ def embed_packets(
     """
     keys, docs = packet_document_keys(store, namespace, descriptor_set, packets=packets, descriptors=descriptors,
                                       document=document)
-    return _embed_missing(store, namespace, embedding_model_id(embedder), embedder, keys, docs,
-                          batch_size=batch_size, on_progress=on_progress)
+    model_id = embedding_model_id(embedder)
+    return _embed_missing(store, namespace, model_id, embedder, keys, docs, batch_size=batch_size,
+                          on_progress=on_progress, keep=keep.vector_sink(model_id) if keep is not None else None)
 
 
 def embed_contexts(
@@ -282,6 +316,7 @@ def embed_contexts(
     batch_size: int = 256,
     on_progress: Callable[[int], None] | None = None,
     window: int = 0,
+    keep: BuildOutputs | None = None,
 ) -> int:
     """Embed every context document (fused selector) not yet stored; returns how many now.
 
@@ -290,8 +325,9 @@ def embed_contexts(
     are not embedded (``DensePlan.context_window_words``).
     """
     keys, docs = context_document_keys(store, namespace, packets, window=window)
-    return _embed_missing(store, namespace, context_model_id(embedder), embedder, keys, docs,
-                          batch_size=batch_size, on_progress=on_progress)
+    model_id = context_model_id(embedder)
+    return _embed_missing(store, namespace, model_id, embedder, keys, docs, batch_size=batch_size,
+                          on_progress=on_progress, keep=keep.vector_sink(model_id) if keep is not None else None)
 
 
 def raw_model_id(embedder: Embedder) -> str:
@@ -314,26 +350,31 @@ def raw_document_keys(packets: Sequence[SourcePacket], window: int = 0) -> tuple
 
 def embed_raw_turns(store: Store, namespace: str, embedder: Embedder, *, window: int = 0,
                     packets: Sequence[SourcePacket] | None = None, batch_size: int = 256,
-                    on_progress: Callable[[int], None] | None = None) -> int:
+                    on_progress: Callable[[int], None] | None = None, keep: BuildOutputs | None = None) -> int:
     """Embed every turn's plain text (of at most ``window`` words) not yet stored; returns how
     many texts were embedded now."""
     if packets is None:
         packets = store.packets(namespace)
     keys, docs = raw_document_keys(packets, window)
-    return _embed_missing(store, namespace, raw_model_id(embedder), embedder, keys, docs,
-                          batch_size=batch_size, on_progress=on_progress)
+    model_id = raw_model_id(embedder)
+    return _embed_missing(store, namespace, model_id, embedder, keys, docs, batch_size=batch_size,
+                          on_progress=on_progress, keep=keep.vector_sink(model_id) if keep is not None else None)
 
 
 def _embed_missing(store: Store, namespace: str, model_id: str, embedder: Embedder, keys: list[str],
-                   docs: list[str], *, batch_size: int, on_progress: Callable[[int], None] | None) -> int:
+                   docs: list[str], *, batch_size: int, on_progress: Callable[[int], None] | None,
+                   keep: dict[str, np.ndarray] | None = None) -> int:
     """Give every key a stored vector; returns how many texts were embedded now.
 
     Vectors are content-addressed (``text_address``) in the embedder's vector space: a text
     another namespace or another document kind already embedded is linked, not embedded again,
-    and each distinct missing text is embedded once.
+    and each distinct missing text is embedded once. ``keep``: receives key -> vector for every
+    key (found stored, linked or embedded now), as the store holds it.
     """
     read = [(k, d) for k, d in zip(keys, docs) if not is_unread_key(k)]
     have = store.embeddings(namespace, model_id, [k for k, _ in read])
+    if keep is not None:
+        keep.update(have)
     missing = [(k, d, text_address(d)) for k, d in read if k not in have]
     if not missing:
         return 0
@@ -343,6 +384,8 @@ def _embed_missing(store: Store, namespace: str, model_id: str, embedder: Embedd
     if linked:
         store.save_embeddings(namespace, model_id, [k for k, _ in linked],
                               np.stack([shared[a] for _, a in linked]), content=[a for _, a in linked], space=space)
+        if keep is not None:
+            keep.update((k, np.asarray(shared[a], dtype=np.float32)) for k, a in linked)
         if on_progress:
             on_progress(len(linked))
     todo = [(k, d, a) for k, d, a in missing if a not in shared]
@@ -358,6 +401,8 @@ def _embed_missing(store: Store, namespace: str, model_id: str, embedder: Embedd
         rows = [(k, i) for i, a in enumerate(chunk) for k in keys_of[a]]
         store.save_embeddings(namespace, model_id, [k for k, _ in rows], vecs[[i for _, i in rows]],
                               content=[chunk[i] for _, i in rows], space=space)
+        if keep is not None:
+            keep.update((k, vecs[i]) for k, i in rows)
         if on_progress:
             on_progress(len(rows))
     return len(addresses)
@@ -509,11 +554,15 @@ def build_memory(
     on_failure: str = "error",
     context_embeddings: bool = False,
     dense: DensePlan | None = None,
+    keep: BuildOutputs | None = None,
+    remember_placement: bool = True,
 ) -> BuildResult:
     """Run all build stages for one namespace (idempotent and resumable).
 
     ``dense``: what to embed (``dense_plan``); None is z(p), plus the embedded context
-    documents when ``context_embeddings``.
+    documents when ``context_embeddings``. ``keep``: receives what the build read and wrote
+    (packets, descriptors, Cells, vectors), for a view made without reading them back.
+    ``remember_placement``: as ``place_cells``'s ``remember``.
     """
     if dense is None:
         dense = DensePlan("packet", "embedded" if context_embeddings else "none")
@@ -533,20 +582,25 @@ def build_memory(
                        for d in sorted(saved[p.packet_id], key=lambda d: (d.claim_index, d.descriptor_id))]
     else:
         descriptors = store.descriptors(namespace, extractor.descriptor_set)
-    lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement, descriptors=descriptors)
+    if keep is not None:
+        keep.namespace, keep.packets = namespace, packets
+        keep.descriptor_set, keep.descriptors = extractor.descriptor_set, descriptors
+    extra = {"keep": keep, "remember": remember_placement} if keep is not None or not remember_placement else {}
+    lid, n_cells = place_cells(store, namespace, extractor.descriptor_set, placement, descriptors=descriptors,
+                               **extra)
     embedded = 0
     if embedder is not None:
         with bar(total=n_packets, desc=f"embed {namespace}", unit="doc", enabled=progress) as pb:
             embedded = embed_packets(store, namespace, extractor.descriptor_set, embedder, on_progress=pb.update,
-                                     packets=packets, descriptors=descriptors, document=dense.document)
+                                     packets=packets, descriptors=descriptors, document=dense.document, keep=keep)
         if dense.context == "embedded":
             with bar(total=n_packets, desc=f"embed context {namespace}", unit="doc", enabled=progress) as pb:
                 embedded += embed_contexts(store, namespace, embedder, packets=packets, on_progress=pb.update,
-                                           window=dense.context_window_words)
+                                           window=dense.context_window_words, keep=keep)
         if dense.raw_turns:
             with bar(total=n_packets, desc=f"embed turns {namespace}", unit="doc", enabled=progress) as pb:
                 embedded += embed_raw_turns(store, namespace, embedder, window=dense.raw_window_words,
-                                            packets=packets, on_progress=pb.update)
+                                            packets=packets, on_progress=pb.update, keep=keep)
     return BuildResult(
         namespace=namespace,
         descriptor_set=extractor.descriptor_set,

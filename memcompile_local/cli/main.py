@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turn-chars", type=positive_int, default=None, metavar="N",
                    help="accept strings up to N characters (default: "
                         f"{DEFAULT_MAX_TURN_CHARS:,}; a longer turn is refused naming the limit)")
+    p.add_argument("--max-views", type=positive_int, default=None, metavar="N",
+                   help="hold at most N memories' search structures at once (default 4, or one more than the "
+                        "answer concurrency); the run builds and answers one conversation after another")
     p.add_argument("--strict", action="store_true",
                    help="refuse the whole data file when one question (or BEAM chat) cannot be read whole; "
                         "by default it is left out (or kept without evidence) and counted in the report")
@@ -112,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure evidence recall only: no answer, no judge (zero model calls on the model-free path)")
     p.add_argument("--baseline", choices=["full-context", "bm25", "dense"],
                    help="run a baseline with the same answer prompt instead of the pipeline")
+    p.add_argument("--with-baseline", choices=["bm25", "dense"],
+                   help="also select with this baseline for every question and report its recall beside the "
+                        "pipeline's, per question type (one run, one command)")
     p.add_argument("--retain-budget", type=float, metavar="N",
                    help="budgeted pre-query retention: questions read only the capsules a writer kept within N "
                         "tokens per conversation (below 1: that share of its tokens)")

@@ -80,7 +80,7 @@ class QuirkLog:
 
     def note(self, kind: str, path: str, where: str, detail: str, *, error: DataFormatError | None = None,
              questions: int = 0) -> None:
-        """Record one quirk (logged as a warning). Under ``strict`` a lossy kind raises ``error``
+        """Record one quirk (logged: a warning for a lossy kind). Under ``strict`` a lossy kind raises ``error``
         (or a ``DataFormatError`` made of the place and detail) instead."""
         if self.strict and kind in LOSSY:
             if error is not None:
@@ -93,7 +93,9 @@ class QuirkLog:
         if kind == SKIPPED_QUESTION:
             self.questions_left_out += 1
         self.questions_left_out += questions
-        log.warning("%s: at %s: %s (%s)", path, where, detail, kind.replace("_", " "))
+        # What is left out is a warning; what is read as intended only informs.
+        log.log(logging.WARNING if kind in LOSSY else logging.INFO, "%s: at %s: %s (%s)", path, where, detail,
+                kind.replace("_", " "))
 
     def counts(self) -> dict[str, int]:
         """``{kind: count}`` in report order (kinds that did not occur are absent)."""
