@@ -130,20 +130,44 @@ def store_path(cache: Path, corpus: str, namespace: str, cfg) -> Path:
     return cache / corpus / f"{namespace}-{build_key(cfg)}.sqlite"
 
 
-def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool) -> tuple[dict, dict]:
-    """One built Memory per (corpus, conversation), each in its own store under ``cache``;
-    returns the memories and the build seconds of those built now (cached ones: absent)."""
+def shared_store_path(cache: Path, corpus: str, cfg) -> Path:
+    """Where ``open_memories`` keeps every conversation of a corpus built into one store
+    (LongMemEval: one haystack per question, so vectors are shared by content across them)."""
+    return cache / corpus / f"shared-{build_key(cfg)}.sqlite"
+
+
+SHARED_STORE_CORPORA = ("longmemeval",)  # corpora built into one store per cache (shared_store_path)
+
+
+def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool, *,
+                  build: bool = True) -> tuple[dict, dict]:
+    """One built Memory per (corpus, conversation), each in its own store under ``cache``
+    (LongMemEval's questions in one store, ``shared_store_path``); returns the memories and the
+    build seconds of those built now (cached ones: absent). ``build=False``: conversations not
+    built yet are left out instead of built (a study over what a build running elsewhere has
+    finished)."""
     memories: dict[tuple[str, str], Memory] = {}
     built_s: dict[tuple[str, str], float] = {}
     embedder = None
+    shared: dict[str, Memory] = {}
     todo = [(c, conv) for c in corpora for conv in c.convs]
     for corpus, conv in tqdm(todo, desc="build", unit="conv", disable=not progress):
-        path = store_path(cache, corpus.name, conv.namespace, cfg)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = MemoryStore(path)
-        mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
+        if corpus.name in SHARED_STORE_CORPORA and corpus.name in shared:
+            mem = shared[corpus.name]
+        else:
+            path = (shared_store_path(cache, corpus.name, cfg) if corpus.name in SHARED_STORE_CORPORA
+                    else store_path(cache, corpus.name, conv.namespace, cfg))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            store = MemoryStore(path)
+            mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
+            if corpus.name in SHARED_STORE_CORPORA:
+                shared[corpus.name] = mem
+        if not build and not mem.store.packets(conv.namespace):
+            continue
         mem.add(conv.namespace, conv)
         if not mem.is_built(conv.namespace):
+            if not build:
+                continue
             t0 = time.perf_counter()
             mem.build(conv.namespace)
             built_s[(corpus.name, conv.namespace)] = time.perf_counter() - t0
