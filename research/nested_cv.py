@@ -75,11 +75,8 @@ from memcompile_local.fused.ranker import PLAIN_TURN_FEATURES, ordered_total  # 
 from memcompile_local.fused.retriever import FusedRetriever, pursuit_complement, uses_learned_ranker  # noqa: E402
 from memcompile_local.language.listcues import is_list_question  # noqa: E402
 from memcompile_local.language.timeparse import parse_session_time  # noqa: E402
-from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
-from memcompile_local.memory import Memory  # noqa: E402
 from memcompile_local.pipeline.compile import query_intent  # noqa: E402
 from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
-from memcompile_local.store import MemoryStore  # noqa: E402
 
 K = 10
 POOL = 50  # the shipped model's pool (scripts/train_ranker.py --pool)
@@ -198,7 +195,10 @@ def collect(corpus, mem, conv, cfg, fold_of) -> list[Q]:
         anchor = parse_session_time(q.question_date) if getattr(q, "question_date", None) else None
         item.variants["anchor"] = item.variants["plain"] if anchor is None else \
             variant(view, packets, q, qvec, cfg, anchor, gold)
-        item.dense = dev_corpora.plain_dense_order(mem, conv.namespace, q.question, K)
+        # The plain dense baseline embeds every raw turn once more: LongMemEval's haystacks (about
+        # 500 long turns per question) would double the build, so it is left out there.
+        if corpus.name != "longmemeval":
+            item.dense = dev_corpora.plain_dense_order(mem, conv.namespace, q.question, K)
         out.append(item)
     return out
 
@@ -412,24 +412,6 @@ def fold_plan(corpus: dev_corpora.Corpus):
     return lambda conv, q: fold[q.question_id]
 
 
-def lme_memories(corpus, cfg, cache: Path, extra: list[str]) -> dict:
-    """LongMemEval memories: the shared research store, then each ``extra`` store, for the
-    questions built there (questions built nowhere are left out)."""
-    mems, _ = dev_corpora.open_memories([corpus], cfg, cache, False, build=False)
-    embedder = next(iter(mems.values())).embedder if mems else None
-    for path in extra:
-        store = MemoryStore(Path(path))
-        mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
-        for conv in corpus.convs:
-            key = ("longmemeval", conv.namespace)
-            if key in mems or not store.packets(conv.namespace):
-                continue
-            if mem.is_built(conv.namespace):
-                mems[key] = mem
-        embedder = mem.embedder
-    return mems
-
-
 def fmt(x):
     return "n/a" if x is None else f"{x:.1f}"
 
@@ -448,6 +430,8 @@ def print_corpus_tables(rows: dict[str, dict], corpora) -> None:
         print(head)
         print("|" + "---|" * (head.count("|") - 1))
         for name, r in rows.items():
+            if c not in r:
+                continue
             x = r[c]
             line = f"| {name} | {x['turn']:.1f} | " + " | ".join(fmt(x["cats"].get(k)) for k in cats)
             if c == "longmemeval":
@@ -474,8 +458,7 @@ def main() -> int:
     for n in names:
         corpus = dev_corpora.load_corpus(n, args.lme if n == "longmemeval" else dev_corpora.DEFAULT_DATA[n])
         if n == "longmemeval":
-            memories.update(lme_memories(corpus, cfg, cache, args.extra_store))
-            corpus.convs = [cv for cv in corpus.convs if (n, cv.namespace) in memories]
+            memories.update(dev_corpora.open_longmemeval(corpus, cfg, cache, args.extra_store))
         else:
             got, built = dev_corpora.open_memories([corpus], cfg, cache, False)
             memories.update(got)
@@ -485,6 +468,8 @@ def main() -> int:
         fold_of = fold_plan(corpus)
         for conv in corpus.convs:
             qs += collect(corpus, memories[(corpus.name, conv.namespace)], conv, cfg, fold_of)
+        print(f"{corpus.name}: features of {sum(q.corpus == corpus.name for q in qs)} questions "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
     counts = {c.name: sum(q.corpus == c.name for q in qs) for c in corpora}
     print(f"features of {len(qs)} questions in {time.perf_counter() - t0:.0f} s: {counts}", flush=True)
 
@@ -509,6 +494,8 @@ def main() -> int:
     for s in SETTINGS:
         rows[f"outer: {s.name}"] = table(qs, outer[s])
     rows["baseline: MiniLM cosine, raw turns"] = table(qs, {id(q): q.dense for q in qs})
+    if "longmemeval" in rows["baseline: MiniLM cosine, raw turns"]:
+        del rows["baseline: MiniLM cosine, raw turns"]["longmemeval"]
     weighted = {id(q): select(q, q.variants["plain"].fused, REFERENCE, cfg) for q in qs}
     rows["weighted sum everywhere (no ranker)"] = table(qs, weighted)
     print_corpus_tables(rows, corpora)

@@ -36,7 +36,7 @@ CORPUS_NAMES = ("locomo", "realtalk", "beam", "longmemeval")
 TITLES = {"locomo": "LoCoMo dev4", "realtalk": "REALTALK", "beam": "BEAM 100K", "longmemeval": "LongMemEval S"}
 DEFAULT_DATA = {"locomo": "../shared/data/locomo/locomo_dev4.json", "realtalk": "../shared/data/realtalk",
                 "beam": "../shared/data/beam/100K",
-                "longmemeval": "../shared/data/longmemeval/longmemeval_s_single.json"}
+                "longmemeval": "../shared/data/longmemeval/longmemeval_s_dev100.json.gz"}
 DEFAULT_CACHE = "~/.cache/memcompile-local/ablate"
 
 
@@ -88,7 +88,7 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 # Query-side FusionConfig fields: they change no build, so they stay out of the cache key and
 # the stores already built are reused when only they change.
 QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model",
-                            "answer_type_weight", "role_weight")
+                            "answer_type_weight", "role_weight", "distinct_turns")
 
 
 def _value(text: str) -> float | int | str:
@@ -174,6 +174,26 @@ def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool, *,
         embedder = mem.embedder
         memories[(corpus.name, conv.namespace)] = mem
     return memories, built_s
+
+
+def open_longmemeval(corpus: Corpus, cfg, cache: Path, extra_stores: Sequence[str | Path] = (), *,
+                     build: bool = False) -> dict:
+    """LongMemEval's memories: the shared store under ``cache`` (``open_memories``; with
+    ``build``, questions not built yet are built there), then each of ``extra_stores`` (other
+    stores of the same configuration, e.g. an ``eval`` run's) for the questions built there.
+    Questions built nowhere are left out; ``corpus.convs`` keeps only those found."""
+    mems, _ = open_memories([corpus], cfg, cache, False, build=build)
+    embedder = next(iter(mems.values())).embedder if mems else None
+    for path in extra_stores:
+        store = MemoryStore(Path(path))
+        mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
+        for conv in corpus.convs:
+            key = (corpus.name, conv.namespace)
+            if key not in mems and store.packets(conv.namespace) and mem.is_built(conv.namespace):
+                mems[key] = mem
+        embedder = mem.embedder
+    corpus.convs = [cv for cv in corpus.convs if (corpus.name, cv.namespace) in mems]
+    return mems
 
 
 def plain_dense_order(mem: Memory, namespace: str, question: str, k: int) -> list[str]:

@@ -341,10 +341,14 @@ def print_table(rows: list[dict], names: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpora", default="locomo,realtalk,beam")
+    ap.add_argument("--corpora", default="locomo,realtalk,beam,longmemeval")
     ap.add_argument("--data", default=None, help=f"LoCoMo file (default {dev_corpora.DEFAULT_DATA['locomo']})")
     ap.add_argument("--realtalk", default=None, help=f"REALTALK folder (default {dev_corpora.DEFAULT_DATA['realtalk']})")
     ap.add_argument("--beam", default=None, help=f"BEAM size folder (default {dev_corpora.DEFAULT_DATA['beam']})")
+    ap.add_argument("--lme", default=None,
+                    help=f"LongMemEval file (default {dev_corpora.DEFAULT_DATA['longmemeval']})")
+    ap.add_argument("--extra-store", action="append", default=[], metavar="PATH",
+                    help="another store holding LongMemEval builds of the same configuration (e.g. an eval run's)")
     ap.add_argument("--cache", default=dev_corpora.DEFAULT_CACHE, help="the cached builds (dev_corpora)")
     ap.add_argument("--pool", type=int, default=50, help=f"candidates reordered per question (at most {KEEP_ROWS})")
     ap.add_argument("--write", default=None, metavar="PATH", help="export the model trained on everything")
@@ -355,11 +359,19 @@ def main() -> int:
         ap.error(f"--pool must be in [1, {KEEP_ROWS}]")
     cfg = apply_preset("model-free", PipelineConfig())
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]
-    paths = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam}
+    paths = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam, "longmemeval": args.lme}
     paths = {n: paths.get(n) or dev_corpora.DEFAULT_DATA[n] for n in names}
     corpora = [dev_corpora.load_corpus(n, paths[n]) for n in names]
     t0 = time.perf_counter()
-    memories, built = dev_corpora.open_memories(corpora, cfg, Path(args.cache).expanduser(), not args.quiet)
+    cache = Path(args.cache).expanduser()
+    # LongMemEval: its questions built in the shared store or an --extra-store (none is built here:
+    # a full build is hours on two cores; `eval longmemeval --store` or research/nested_cv.py make them).
+    memories, built = dev_corpora.open_memories([c for c in corpora if c.name != "longmemeval"], cfg, cache,
+                                                not args.quiet)
+    for c in corpora:
+        if c.name == "longmemeval":
+            memories.update(dev_corpora.open_longmemeval(c, cfg, cache, args.extra_store))
+            print(f"LongMemEval: {len(c.convs)} questions built")
     print(f"builds ready in {time.perf_counter() - t0:.1f} s ({len(built)} built now)")
     t0 = time.perf_counter()
     qs_by = {c.name: [q for conv in c.convs for q in collect(c, memories[(c.name, conv.namespace)], conv, cfg)]
