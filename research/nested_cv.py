@@ -80,7 +80,7 @@ from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
 
 K = 10
 POOL = 50  # the shipped model's pool (scripts/train_ranker.py --pool)
-FOLDS = 4
+FOLDS = dev_corpora.FOLDS
 BASE_FEATURES = tuple(f for f in FEATURE_NAMES if f not in PLAIN_TURN_FEATURES)  # the shipped model's columns
 RECENCY_FEATURES = ("later_similar", "earlier_similar")
 # The shipped ranker's parameters (scripts/train_ranker.py), not tuned here.
@@ -395,23 +395,6 @@ def table(qs: list[Q], picks: dict[int, list[str]]) -> dict:
     return out
 
 
-def fold_plan(corpus: dev_corpora.Corpus):
-    """fold_of(conv, q) for a corpus (see the module docstring)."""
-    if corpus.name != "longmemeval":
-        index = {conv.namespace: i for i, conv in enumerate(corpus.convs)}
-        return lambda conv, q: index[conv.namespace] % FOLDS
-    seen: dict[str, int] = {}
-    fold: dict[str, int] = {}
-    for conv in corpus.convs:
-        for q in conv.questions:
-            if q.is_abstention:
-                continue
-            n = seen.get(q.category, 0)
-            fold[q.question_id] = n % FOLDS
-            seen[q.category] = n + 1
-    return lambda conv, q: fold[q.question_id]
-
-
 def fmt(x):
     return "n/a" if x is None else f"{x:.1f}"
 
@@ -446,10 +429,25 @@ def main() -> int:
     ap.add_argument("--lme", default="../shared/data/longmemeval/longmemeval_s_dev100.json.gz")
     ap.add_argument("--extra-store", action="append", default=[], help="another store with LongMemEval builds")
     ap.add_argument("--corpora", default="locomo,realtalk,beam,longmemeval")
+    ap.add_argument("--lme-questions", default=None, metavar="FILE",
+                    help="only these LongMemEval question ids (one a line; research/nested_cv_lme39.txt: "
+                         "the 39 of the 2026-12-06 run)")
     ap.add_argument("--seeds", type=int, default=SEEDS)
     ap.add_argument("--inner-seeds", type=int, default=INNER_SEEDS)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--tables-from", default=None, metavar="JSON", help="print the tables of a saved --json run")
     args = ap.parse_args()
+    if args.tables_from:
+        saved = json.loads(Path(args.tables_from).read_text(encoding="utf-8"))
+        names = [n for n in args.corpora.split(",") if n and n in saved["counts"]]
+        corpora = []
+        for n in names:
+            corpus = dev_corpora.Corpus(n, [], dev_corpora.scored_categories(n) if n != "longmemeval" else {})
+            corpora.append(corpus)
+        print_corpus_tables(saved["rows"], corpora)
+        for k, v in saved.get("corpus_out", {}).items():
+            print(f"| {k} | {v['turn']:.1f} | {fmt(v.get('session'))} |")
+        return 0
     cfg = apply_preset("model-free", PipelineConfig())
     cache = Path(args.cache).expanduser()
     names = [n for n in args.corpora.split(",") if n]
@@ -458,6 +456,9 @@ def main() -> int:
     for n in names:
         corpus = dev_corpora.load_corpus(n, args.lme if n == "longmemeval" else dev_corpora.DEFAULT_DATA[n])
         if n == "longmemeval":
+            if args.lme_questions:
+                wanted = set(Path(args.lme_questions).read_text(encoding="utf-8").split())
+                corpus.convs = [cv for cv in corpus.convs if cv.questions[0].question_id in wanted]
             memories.update(dev_corpora.open_longmemeval(corpus, cfg, cache, args.extra_store))
         else:
             got, built = dev_corpora.open_memories([corpus], cfg, cache, False)
@@ -465,7 +466,7 @@ def main() -> int:
         corpora.append(corpus)
     qs: list[Q] = []
     for corpus in corpora:
-        fold_of = fold_plan(corpus)
+        fold_of = dev_corpora.fold_plan(corpus, FOLDS)
         for conv in corpus.convs:
             qs += collect(corpus, memories[(corpus.name, conv.namespace)], conv, cfg, fold_of)
         print(f"{corpus.name}: features of {sum(q.corpus == corpus.name for q in qs)} questions "
@@ -474,9 +475,31 @@ def main() -> int:
     print(f"features of {len(qs)} questions in {time.perf_counter() - t0:.0f} s: {counts}", flush=True)
 
     folds = list(range(FOLDS))
+    out: dict = {"counts": counts, "seeds": args.seeds, "inner_seeds": args.inner_seeds}
+
+    def save() -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1, default=str), encoding="utf-8")
+
     t0 = time.perf_counter()
     outer = run_cv(qs, SETTINGS, folds, args.seeds, cfg, ("outer",))
     print(f"outer CV of {len(SETTINGS)} settings in {time.perf_counter() - t0:.0f} s", flush=True)
+    rows: dict = {}
+    for s in SETTINGS:
+        rows[f"outer: {s.name}"] = table(qs, outer[s])
+    rows["baseline: MiniLM cosine, raw turns"] = table(qs, {id(q): q.dense for q in qs})
+    if "longmemeval" in rows["baseline: MiniLM cosine, raw turns"]:
+        del rows["baseline: MiniLM cosine, raw turns"]["longmemeval"]
+    weighted = {id(q): select(q, q.variants["plain"].fused, REFERENCE, cfg) for q in qs}
+    rows["weighted sum everywhere (no ranker)"] = table(qs, weighted)
+    out["rows"] = rows
+    save()
+    # What ships: the rule on the plain four-fold CV figures (the outer models above, reused).
+    final, final_means = procedure(qs, folds, args.seeds, cfg, ("outer",))
+    out["final"], out["final_means"] = final.name, final_means
+    print(f"on all four folds the rule takes: {final.name}", flush=True)
+    save()
+
     nested: dict[int, list[str]] = {}
     chosen = {}
     for f in folds:
@@ -486,18 +509,9 @@ def main() -> int:
         print(f"outer fold {f}: the rule on folds {rest} takes {s.name}", flush=True)
         model = train([q for q in qs if q.fold in rest], s, args.seeds, ("outer", f))
         nested.update(score(model, [q for q in qs if q.fold == f], s, cfg))
-    # What ships: the rule on the plain four-fold CV figures (the outer models above, reused).
-    final, final_means = procedure(qs, folds, args.seeds, cfg, ("outer",))
-    print(f"on all four folds the rule takes: {final.name}")
-
-    rows = {"nested (the rule, chosen per outer fold)": table(qs, nested)}
-    for s in SETTINGS:
-        rows[f"outer: {s.name}"] = table(qs, outer[s])
-    rows["baseline: MiniLM cosine, raw turns"] = table(qs, {id(q): q.dense for q in qs})
-    if "longmemeval" in rows["baseline: MiniLM cosine, raw turns"]:
-        del rows["baseline: MiniLM cosine, raw turns"]["longmemeval"]
-    weighted = {id(q): select(q, q.variants["plain"].fused, REFERENCE, cfg) for q in qs}
-    rows["weighted sum everywhere (no ranker)"] = table(qs, weighted)
+    rows = {"nested (the rule, chosen per outer fold)": table(qs, nested), **rows}
+    out["rows"], out["chosen"] = rows, chosen
+    save()
     print_corpus_tables(rows, corpora)
 
     # Corpus out between the two user-assistant corpora (each setting fixed, trained on the other).
@@ -516,11 +530,8 @@ def main() -> int:
         print("|---|---|---|")
         for k, v in co.items():
             print(f"| {k} | {v['turn']:.1f} | {fmt(v.get('session'))} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "chosen": chosen, "final": final.name,
-                                               "final_means": {k: v for k, v in final_means.items()},
-                                               "corpus_out": co, "counts": counts, "seeds": args.seeds},
-                                              indent=1, default=str), encoding="utf-8")
+    out["corpus_out"] = co
+    save()
     return 0
 
 

@@ -196,6 +196,30 @@ def open_longmemeval(corpus: Corpus, cfg, cache: Path, extra_stores: Sequence[st
     return mems
 
 
+FOLDS = 4  # the four-fold plan of research/nested_cv.py and train_ranker.py --folds
+
+
+def fold_plan(corpus: Corpus, folds: int = FOLDS):
+    """``fold_of(conv, question) -> int`` (fixed before any figure was read): a conversation's
+    position in the corpus modulo ``folds`` (LoCoMo, REALTALK, BEAM); for LongMemEval, one
+    haystack per question, a question's position among the scored questions of its type in
+    ``corpus.convs`` (file order; abstention questions are not counted) modulo ``folds``, so each
+    fold holds a share of every type."""
+    if corpus.name != "longmemeval":
+        index = {conv.namespace: i for i, conv in enumerate(corpus.convs)}
+        return lambda conv, q: index[conv.namespace] % folds
+    seen: dict[str, int] = {}
+    fold: dict[str, int] = {}
+    for conv in corpus.convs:
+        for q in conv.questions:
+            if q.is_abstention:
+                continue
+            n = seen.get(str(q.category), 0)
+            fold[q.question_id] = n % folds
+            seen[str(q.category)] = n + 1
+    return lambda conv, q: fold[q.question_id]
+
+
 def plain_dense_order(mem: Memory, namespace: str, question: str, k: int) -> list[str]:
     """The plain dense baseline's first ``k`` turns (``eval --baseline dense``): the question
     embedded alone against each raw turn, ties in dialogue order."""
