@@ -134,7 +134,11 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
         shipped = select_rows(view.fusion, q.question, qf.fused, qvec, cfg.fusion, K)
         out.append(Q(corpus.name, conv.namespace, str(q.category), q.question, tuple(q.evidence), view, qvec, rows,
                      X, np.asarray([float(int(r) in gold) for r in rows]), len(head), qf.order, qf.fused,
-                     [ids[i] for i in shipped], dev_corpora.plain_dense_order(mem, conv.namespace, q.question, K)))
+                     [ids[i] for i in shipped],
+                     # The plain dense baseline embeds every raw turn once more: on LongMemEval's
+                     # haystacks that is a second build, so it is not computed there (empty picks).
+                     dev_corpora.plain_dense_order(mem, conv.namespace, q.question, K)
+                     if corpus.name != "longmemeval" else []))
     return out
 
 
