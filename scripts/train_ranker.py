@@ -219,7 +219,10 @@ def protocols(qs: list[Q], pool: int, cfg, folds: dict[int, int] | None = None) 
         res["held_out"] += pools
     for c in dict.fromkeys(q.corpus for q in qs):
         held = [q for q in qs if q.corpus == c]
-        res["corpus_out"].update(scored(fit([q for q in qs if q.corpus != c], pool), held, pool, cfg)[0])
+        others = [q for q in qs if q.corpus != c]
+        # One corpus alone has nothing to train a corpus-out model on: its CV picks stand in.
+        res["corpus_out"].update(scored(fit(others, pool), held, pool, cfg)[0] if others
+                                 else {id(q): res["cv"][id(q)] for q in held})
     return res
 
 
