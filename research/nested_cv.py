@@ -150,17 +150,19 @@ class Q:
 KEEP = 60  # feature rows kept per question (>= POOL)
 
 
-def recency_columns(view, rows: np.ndarray) -> np.ndarray:
-    """(len(rows), 2): the largest z(p) cosine between each candidate and a candidate of a later
-    session, and of an earlier one (0 where none)."""
+def recency_columns(view, rows: np.ndarray, head: int) -> np.ndarray:
+    """(len(rows), 2): the largest z(p) cosine between each row and a candidate of the first
+    ``head`` rows (the pool the ranker scores) of a later session, and of an earlier one (0 where
+    none). Only the pool is compared against, as at query time: the gold rows a training set
+    appends after the pool are never part of another row's comparison."""
     E = view.packet_matrix
     out = np.zeros((len(rows), 2))
-    if E is None or not len(rows):
+    if E is None or not len(rows) or head <= 0:
         return out
     sess = np.asarray([view.packets[int(r)].session_index for r in rows])
-    S = (E[rows] @ E[rows].T).astype(np.float64)
-    later = sess[None, :] > sess[:, None]
-    earlier = sess[None, :] < sess[:, None]
+    S = (E[rows] @ E[rows[:head]].T).astype(np.float64)
+    later = sess[None, :head] > sess[:, None]
+    earlier = sess[None, :head] < sess[:, None]
     out[:, 0] = np.where(later, S, -1.0).max(axis=1).clip(0.0)
     out[:, 1] = np.where(earlier, S, -1.0).max(axis=1).clip(0.0)
     return out
@@ -172,7 +174,7 @@ def variant(view, packets, q, qvec, cfg, anchor, gold) -> Variant:
     rows = np.asarray(head + sorted(gold - set(head)), dtype=np.int64)
     pos = {int(r): i for i, r in enumerate(qf.rows)}
     X = qf.matrix[[pos[int(r)] for r in rows]][:, [FEATURE_NAMES.index(f) for f in BASE_FEATURES]]
-    X = np.hstack([X, recency_columns(view, rows)])
+    X = np.hstack([X, recency_columns(view, rows, min(POOL, len(head)))])
     return Variant(rows, X, np.asarray([float(int(r) in gold) for r in rows]), len(head), qf.order, qf.fused)
 
 
@@ -435,8 +437,14 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=SEEDS)
     ap.add_argument("--inner-seeds", type=int, default=INNER_SEEDS)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--settings", default=None, metavar="NAMES",
+                    help="only these components beside the reference (comma-separated, e.g. recency)")
     ap.add_argument("--tables-from", default=None, metavar="JSON", help="print the tables of a saved --json run")
     args = ap.parse_args()
+    if args.settings:
+        global SETTINGS, COMPONENTS
+        COMPONENTS = tuple(c for c in COMPONENTS if c in args.settings.split(","))
+        SETTINGS = [REFERENCE] + [Setting(frozenset([c])) for c in COMPONENTS]
     if args.tables_from:
         saved = json.loads(Path(args.tables_from).read_text(encoding="utf-8"))
         names = [n for n in args.corpora.split(",") if n and n in saved["counts"]]
@@ -475,7 +483,8 @@ def main() -> int:
     print(f"features of {len(qs)} questions in {time.perf_counter() - t0:.0f} s: {counts}", flush=True)
 
     folds = list(range(FOLDS))
-    out: dict = {"counts": counts, "seeds": args.seeds, "inner_seeds": args.inner_seeds}
+    out: dict = {"counts": counts, "seeds": args.seeds, "inner_seeds": args.inner_seeds,
+                 "longmemeval_ids": sorted({q.ns[len("lme-"):] for q in qs if q.corpus == "longmemeval"})}
 
     def save() -> None:
         if args.json:

@@ -78,6 +78,10 @@ def test_recency_columns_compare_each_candidate_with_later_and_earlier_sessions(
     _, ncv = _modules()
     E = np.asarray([[1, 0], [0.8, 0.6], [0, 1]], dtype=np.float32)
     view = SimpleNamespace(packet_matrix=E, packets=[SimpleNamespace(session_index=s) for s in (1, 2, 2)])
-    cols = ncv.recency_columns(view, np.asarray([0, 1, 2]))
+    cols = ncv.recency_columns(view, np.asarray([0, 1, 2]), 3)
     # Row 0 (session 1): later candidates 1 and 2, best cosine 0.8; nothing earlier.
     assert np.allclose(cols[0], [0.8, 0.0]) and np.allclose(cols[1], [0.0, 0.8]) and np.allclose(cols[2], [0.0, 0.0])
+    # Rows past the pool (gold a training set appends) are compared with the pool only, and no
+    # pool row is compared with them.
+    cols = ncv.recency_columns(view, np.asarray([0, 1, 2]), 1)
+    assert np.allclose(cols[:, 0], 0.0) and np.allclose(cols[1], [0.0, 0.8]) and np.allclose(cols[2], [0.0, 0.0])
