@@ -36,7 +36,7 @@ CORPUS_NAMES = ("locomo", "realtalk", "beam", "longmemeval")
 TITLES = {"locomo": "LoCoMo dev4", "realtalk": "REALTALK", "beam": "BEAM 100K", "longmemeval": "LongMemEval S"}
 DEFAULT_DATA = {"locomo": "../shared/data/locomo/locomo_dev4.json", "realtalk": "../shared/data/realtalk",
                 "beam": "../shared/data/beam/100K",
-                "longmemeval": "../shared/data/longmemeval/longmemeval_s_single.json"}
+                "longmemeval": "../shared/data/longmemeval/longmemeval_s_dev100.json.gz"}
 DEFAULT_CACHE = "~/.cache/memcompile-local/ablate"
 
 
@@ -88,7 +88,7 @@ def scored_questions(corpus: Corpus, conv: Conversation):
 # Query-side FusionConfig fields: they change no build, so they stay out of the cache key and
 # the stores already built are reused when only they change.
 QUERY_ONLY_FUSION_FIELDS = ("name_term_weight", "name_term_scope", "context_window_words", "ranker", "ranker_model",
-                            "answer_type_weight", "role_weight")
+                            "answer_type_weight", "role_weight", "distinct_turns")
 
 
 def _value(text: str) -> float | int | str:
@@ -130,26 +130,94 @@ def store_path(cache: Path, corpus: str, namespace: str, cfg) -> Path:
     return cache / corpus / f"{namespace}-{build_key(cfg)}.sqlite"
 
 
-def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool) -> tuple[dict, dict]:
-    """One built Memory per (corpus, conversation), each in its own store under ``cache``;
-    returns the memories and the build seconds of those built now (cached ones: absent)."""
+def shared_store_path(cache: Path, corpus: str, cfg) -> Path:
+    """Where ``open_memories`` keeps every conversation of a corpus built into one store
+    (LongMemEval: one haystack per question, so vectors are shared by content across them)."""
+    return cache / corpus / f"shared-{build_key(cfg)}.sqlite"
+
+
+SHARED_STORE_CORPORA = ("longmemeval",)  # corpora built into one store per cache (shared_store_path)
+
+
+def open_memories(corpora: list[Corpus], cfg, cache: Path, progress: bool, *,
+                  build: bool = True) -> tuple[dict, dict]:
+    """One built Memory per (corpus, conversation), each in its own store under ``cache``
+    (LongMemEval's questions in one store, ``shared_store_path``); returns the memories and the
+    build seconds of those built now (cached ones: absent). ``build=False``: conversations not
+    built yet are left out instead of built (a study over what a build running elsewhere has
+    finished)."""
     memories: dict[tuple[str, str], Memory] = {}
     built_s: dict[tuple[str, str], float] = {}
     embedder = None
+    shared: dict[str, Memory] = {}
     todo = [(c, conv) for c in corpora for conv in c.convs]
     for corpus, conv in tqdm(todo, desc="build", unit="conv", disable=not progress):
-        path = store_path(cache, corpus.name, conv.namespace, cfg)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = MemoryStore(path)
-        mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
+        if corpus.name in SHARED_STORE_CORPORA and corpus.name in shared:
+            mem = shared[corpus.name]
+        else:
+            path = (shared_store_path(cache, corpus.name, cfg) if corpus.name in SHARED_STORE_CORPORA
+                    else store_path(cache, corpus.name, conv.namespace, cfg))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            store = MemoryStore(path)
+            mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
+            if corpus.name in SHARED_STORE_CORPORA:
+                shared[corpus.name] = mem
+        if not build and not mem.store.packets(conv.namespace):
+            continue
         mem.add(conv.namespace, conv)
         if not mem.is_built(conv.namespace):
+            if not build:
+                continue
             t0 = time.perf_counter()
             mem.build(conv.namespace)
             built_s[(corpus.name, conv.namespace)] = time.perf_counter() - t0
         embedder = mem.embedder
         memories[(corpus.name, conv.namespace)] = mem
     return memories, built_s
+
+
+def open_longmemeval(corpus: Corpus, cfg, cache: Path, extra_stores: Sequence[str | Path] = (), *,
+                     build: bool = False) -> dict:
+    """LongMemEval's memories: the shared store under ``cache`` (``open_memories``; with
+    ``build``, questions not built yet are built there), then each of ``extra_stores`` (other
+    stores of the same configuration, e.g. an ``eval`` run's) for the questions built there.
+    Questions built nowhere are left out; ``corpus.convs`` keeps only those found."""
+    mems, _ = open_memories([corpus], cfg, cache, False, build=build)
+    embedder = next(iter(mems.values())).embedder if mems else None
+    for path in extra_stores:
+        store = MemoryStore(Path(path))
+        mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store), embedder=embedder)
+        for conv in corpus.convs:
+            key = (corpus.name, conv.namespace)
+            if key not in mems and store.packets(conv.namespace) and mem.is_built(conv.namespace):
+                mems[key] = mem
+        embedder = mem.embedder
+    corpus.convs = [cv for cv in corpus.convs if (corpus.name, cv.namespace) in mems]
+    return mems
+
+
+FOLDS = 4  # the four-fold plan of research/nested_cv.py and train_ranker.py --folds
+
+
+def fold_plan(corpus: Corpus, folds: int = FOLDS):
+    """``fold_of(conv, question) -> int`` (fixed before any figure was read): a conversation's
+    position in the corpus modulo ``folds`` (LoCoMo, REALTALK, BEAM); for LongMemEval, one
+    haystack per question, a question's position among the scored questions of its type in
+    ``corpus.convs`` (file order; abstention questions are not counted) modulo ``folds``, so each
+    fold holds a share of every type."""
+    if corpus.name != "longmemeval":
+        index = {conv.namespace: i for i, conv in enumerate(corpus.convs)}
+        return lambda conv, q: index[conv.namespace] % folds
+    seen: dict[str, int] = {}
+    fold: dict[str, int] = {}
+    for conv in corpus.convs:
+        for q in conv.questions:
+            if q.is_abstention:
+                continue
+            n = seen.get(str(q.category), 0)
+            fold[q.question_id] = n % folds
+            seen[str(q.category)] = n + 1
+    return lambda conv, q: fold[q.question_id]
 
 
 def plain_dense_order(mem: Memory, namespace: str, question: str, k: int) -> list[str]:

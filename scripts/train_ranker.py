@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Train the fused selector's shipped learned ranker and write its model file.
 
-Reads the cached model-free builds of the three development corpora (LoCoMo dev4, REALTALK,
-BEAM 100K; ``dev_corpora.open_memories``: a store already built is only loaded), computes for
+Reads the cached model-free builds of the four development corpora (LoCoMo dev4, REALTALK,
+BEAM 100K, LongMemEval S dev100; ``dev_corpora.open_memories``: a store already built is only
+loaded; LongMemEval's questions from the shared store and any ``--extra-store``), computes for
 every scored question the package's feature rows (``fused.features.query_features``, the very
 function the package calls at query time) and trains the shipped setting on them:
 
@@ -133,7 +134,11 @@ def collect(corpus, mem, conv, cfg) -> list[Q]:
         shipped = select_rows(view.fusion, q.question, qf.fused, qvec, cfg.fusion, K)
         out.append(Q(corpus.name, conv.namespace, str(q.category), q.question, tuple(q.evidence), view, qvec, rows,
                      X, np.asarray([float(int(r) in gold) for r in rows]), len(head), qf.order, qf.fused,
-                     [ids[i] for i in shipped], dev_corpora.plain_dense_order(mem, conv.namespace, q.question, K)))
+                     [ids[i] for i in shipped],
+                     # The plain dense baseline embeds every raw turn once more: on LongMemEval's
+                     # haystacks that is a second build, so it is not computed there (empty picks).
+                     dev_corpora.plain_dense_order(mem, conv.namespace, q.question, K)
+                     if corpus.name != "longmemeval" else []))
     return out
 
 
@@ -198,22 +203,31 @@ def scored(model, qs: list[Q], pool: int, cfg) -> tuple[dict[int, list[str]], li
     return out, pools
 
 
-def protocols(qs: list[Q], pool: int, cfg) -> dict:
-    """Picks per question under in-sample, leave-one-conversation-out and corpus out, and the
-    held-out (CV) pool scores the calibration is fit on."""
+def protocols(qs: list[Q], pool: int, cfg, folds: dict[int, int] | None = None) -> dict:
+    """Picks per question under in-sample, leave-one-conversation-out (or, with ``folds``, a
+    question id -> fold map, leave one fold out) and corpus out, and the held-out (CV) pool
+    scores the calibration is fit on."""
     res: dict = {"in_sample": scored(fit(qs, pool), qs, pool, cfg)[0], "cv": {}, "corpus_out": {}, "held_out": []}
-    for key in dict.fromkeys((q.corpus, q.ns) for q in qs):
-        held = [q for q in qs if (q.corpus, q.ns) == key]
-        got, pools = scored(fit([q for q in qs if (q.corpus, q.ns) != key], pool), held, pool, cfg)
+
+    def part(q):
+        return folds[id(q)] if folds is not None else (q.corpus, q.ns)
+
+    for key in dict.fromkeys(part(q) for q in qs):
+        held = [q for q in qs if part(q) == key]
+        got, pools = scored(fit([q for q in qs if part(q) != key], pool), held, pool, cfg)
         res["cv"].update(got)
         res["held_out"] += pools
     for c in dict.fromkeys(q.corpus for q in qs):
         held = [q for q in qs if q.corpus == c]
-        res["corpus_out"].update(scored(fit([q for q in qs if q.corpus != c], pool), held, pool, cfg)[0])
+        others = [q for q in qs if q.corpus != c]
+        # One corpus alone has nothing to train a corpus-out model on: its CV picks stand in.
+        res["corpus_out"].update(scored(fit(others, pool), held, pool, cfg)[0] if others
+                                 else {id(q): res["cv"][id(q)] for q in held})
     return res
 
 
-def calibrate(held_out: list[tuple[np.ndarray, np.ndarray]]) -> dict:
+def calibrate(held_out: list[tuple[np.ndarray, np.ndarray]],
+              how: str = "leave one conversation out") -> dict:
     """Platt scaling: the logistic curve P(gold | score) = 1 / (1 + exp(-(slope * score +
     intercept))) of largest likelihood on the held-out pool rows (Newton's method on the two
     parameters), with how well it fits (log loss and the mean predicted against the observed
@@ -239,7 +253,7 @@ def calibrate(held_out: list[tuple[np.ndarray, np.ndarray]]) -> dict:
             bins.append({"score": [round(float(lo), 4), round(float(hi), 4)], "rows": int(m.sum()),
                          "predicted": round(float(p[m].mean()), 4), "observed": round(float(y[m].mean()), 4)})
     return {"method": "platt", "slope": float(w[0]), "intercept": float(w[1]),
-            "fit": "held-out scores of every question's pool (leave one conversation out)",
+            "fit": f"held-out scores of every question's pool ({how})",
             "rows": int(len(s)), "gold_rows": int(y.sum()),
             "log_loss": round(float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), 5), "bins": bins}
 
@@ -341,25 +355,40 @@ def print_table(rows: list[dict], names: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpora", default="locomo,realtalk,beam")
+    ap.add_argument("--corpora", default="locomo,realtalk,beam,longmemeval")
     ap.add_argument("--data", default=None, help=f"LoCoMo file (default {dev_corpora.DEFAULT_DATA['locomo']})")
     ap.add_argument("--realtalk", default=None, help=f"REALTALK folder (default {dev_corpora.DEFAULT_DATA['realtalk']})")
     ap.add_argument("--beam", default=None, help=f"BEAM size folder (default {dev_corpora.DEFAULT_DATA['beam']})")
+    ap.add_argument("--lme", default=None,
+                    help=f"LongMemEval file (default {dev_corpora.DEFAULT_DATA['longmemeval']})")
+    ap.add_argument("--extra-store", action="append", default=[], metavar="PATH",
+                    help="another store holding LongMemEval builds of the same configuration (e.g. an eval run's)")
     ap.add_argument("--cache", default=dev_corpora.DEFAULT_CACHE, help="the cached builds (dev_corpora)")
     ap.add_argument("--pool", type=int, default=50, help=f"candidates reordered per question (at most {KEEP_ROWS})")
     ap.add_argument("--write", default=None, metavar="PATH", help="export the model trained on everything")
     ap.add_argument("--json", default=None, metavar="PATH", help="also write the figures as JSON")
+    ap.add_argument("--folds", type=int, default=0, metavar="N",
+                    help="CV and calibration by the N-fold plan of dev_corpora.fold_plan instead of leaving one "
+                         "conversation out (LongMemEval has one conversation per question: 4 keeps it to 4 models)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
     if not 1 <= args.pool <= KEEP_ROWS:
         ap.error(f"--pool must be in [1, {KEEP_ROWS}]")
     cfg = apply_preset("model-free", PipelineConfig())
     names = [n.strip() for n in args.corpora.split(",") if n.strip()]
-    paths = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam}
+    paths = {"locomo": args.data, "realtalk": args.realtalk, "beam": args.beam, "longmemeval": args.lme}
     paths = {n: paths.get(n) or dev_corpora.DEFAULT_DATA[n] for n in names}
     corpora = [dev_corpora.load_corpus(n, paths[n]) for n in names]
     t0 = time.perf_counter()
-    memories, built = dev_corpora.open_memories(corpora, cfg, Path(args.cache).expanduser(), not args.quiet)
+    cache = Path(args.cache).expanduser()
+    # LongMemEval: its questions built in the shared store or an --extra-store (none is built here:
+    # a full build is hours on two cores; `eval longmemeval --store` or research/nested_cv.py make them).
+    memories, built = dev_corpora.open_memories([c for c in corpora if c.name != "longmemeval"], cfg, cache,
+                                                not args.quiet)
+    for c in corpora:
+        if c.name == "longmemeval":
+            memories.update(dev_corpora.open_longmemeval(c, cfg, cache, args.extra_store))
+            print(f"LongMemEval: {len(c.convs)} questions built")
     print(f"builds ready in {time.perf_counter() - t0:.1f} s ({len(built)} built now)")
     t0 = time.perf_counter()
     qs_by = {c.name: [q for conv in c.convs for q in collect(c, memories[(c.name, conv.namespace)], conv, cfg)]
@@ -367,7 +396,16 @@ def main() -> int:
     qs = [q for c in names for q in qs_by[c]]
     print(f"features of {len(qs)} questions in {time.perf_counter() - t0:.1f} s; pool {args.pool}")
     t0 = time.perf_counter()
-    res = protocols(qs, args.pool, cfg)
+    folds = None
+    if args.folds:  # the four-fold plan of research/nested_cv.py (LongMemEval: one namespace per question)
+        folds = {}
+        for c in corpora:
+            fold_of = dev_corpora.fold_plan(c, args.folds)
+            for conv in c.convs:
+                for q in qs_by[c.name]:
+                    if q.ns == conv.namespace:
+                        folds[id(q)] = fold_of(conv, next(x for x in conv.questions if x.question == q.question))
+    res = protocols(qs, args.pool, cfg, folds)
     print(f"trained and scored {1 + len({(q.corpus, q.ns) for q in qs}) + len(names)} models in "
           f"{time.perf_counter() - t0:.1f} s")
     rows = [fixed("plain MiniLM cosine, raw turns", qs_by, "dense"), fixed("weighted sum", qs_by, "shipped"),
@@ -376,7 +414,8 @@ def main() -> int:
                  qs_by, res, cfg)]
     print("\nrecall@10 of reachable gold")
     print_table(rows, names)
-    calibration = calibrate(res["held_out"])
+    calibration = calibrate(res["held_out"], f"leave one of {args.folds} folds out" if args.folds
+                            else "leave one conversation out")
     print(f"\ncalibration on {calibration['rows']} held-out pool rows ({calibration['gold_rows']} gold): "
           f"P(gold) = 1 / (1 + exp(-({calibration['slope']:.4f} x score + {calibration['intercept']:.4f}))), "
           f"log loss {calibration['log_loss']}")

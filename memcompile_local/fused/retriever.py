@@ -36,7 +36,7 @@ from ..evidence.relevance import Explanation
 from ..language.listcues import is_list_question
 from ..protocols import Embedder
 from .channels import FusedScores, fused_scores, score_order
-from .documents import has_assistant
+from .documents import has_assistant, raw_text
 from .index import FusionIndex
 from ..types import SourcePacket
 
@@ -82,15 +82,45 @@ def pursuit_complement(index: FusionIndex, order: np.ndarray, query_vec: np.ndar
     return (picked + [i for i in pool if i not in picked])[:k]
 
 
+def turn_text_key(packet: SourcePacket) -> str:
+    """What two turns with the same text share: the turn and its caption, case and spacing aside."""
+    return " ".join(raw_text(packet).casefold().split())
+
+
+def distinct_text_order(order: np.ndarray, packets: Sequence[SourcePacket], needed: int) -> np.ndarray:
+    """``order`` with each turn whose text repeats a turn before it moved behind the first
+    ``needed`` turns of distinct text (a copy of "Thanks!" or "ok" from another session says
+    nothing the first did not, so it gives its slot to the next turn). Only the head is read:
+    the scan stops once ``needed`` distinct turns are found."""
+    seen: set[str] = set()
+    head: list[int] = []
+    repeats: list[int] = []
+    at = 0
+    while at < len(order) and len(head) < needed:
+        row = int(order[at])
+        key = turn_text_key(packets[row])
+        (repeats if key in seen else head).append(row)
+        seen.add(key)
+        at += 1
+    if not repeats:
+        return order
+    return np.concatenate([np.asarray(head + repeats, dtype=np.int64), np.asarray(order[at:], dtype=np.int64)])
+
+
 def select_rows(index: FusionIndex, question: str, total: np.ndarray, query_vec: np.ndarray | None,
-                cfg: FusionConfig, k: int, allowed: np.ndarray | None = None) -> list[int]:
+                cfg: FusionConfig, k: int, allowed: np.ndarray | None = None,
+                packets: Sequence[SourcePacket] | None = None) -> list[int]:
     """The ``k`` rows the fused selector keeps for fused scores ``total`` (see module docstring).
 
     ``allowed`` (a boolean mask over the rows): only those rows are candidates, so the k are
-    chosen among them (a caller's filter restricts the pool before the cut, not after)."""
+    chosen among them (a caller's filter restricts the pool before the cut, not after).
+    ``packets`` (the index's packets, in row order): with ``cfg.distinct_turns``, a turn whose
+    text repeats a better-placed one's gives up its slot (``distinct_text_order``)."""
     order = score_order(total)
     if allowed is not None:
         order = order[allowed[order]]
+    if packets is not None and cfg.distinct_turns:
+        order = distinct_text_order(order, packets, max(cfg.complement_pool, k))
     if is_list_question(question):
         return pursuit_complement(index, order, query_vec, cfg, k)
     return [int(i) for i in order[:k]]
@@ -173,7 +203,7 @@ class FusedRetriever:
         """The ``k`` packets the fused selector keeps, best first, with every packet's scores
         (scored once; ``anchor``: see ``scores``; ``allowed``: see ``select_rows``)."""
         scores = self.scores(question, query_vec, anchor=anchor)
-        rows = select_rows(self.index, question, scores.total, query_vec, self.cfg, k, allowed)
+        rows = select_rows(self.index, question, scores.total, query_vec, self.cfg, k, allowed, self.packets)
         return Retrieval(tuple(self.index.packet_ids[i] for i in rows), scores, self.index.row_of)
 
     def ranking(self, question: str, query_vec: np.ndarray | None, n: int, *,
