@@ -224,7 +224,10 @@ class FusionConfig:
     """Share of the BM25 score the terms of the one participant a question names keep (1: like any other term)."""
     name_term_scope: Literal["always", "alone"] = "alone"
     """When ``name_term_weight`` applies: always, or only when no other term of the question matches any turn."""
-    distinct_turns: bool = False
+    # On by default as the fix of a defect integrators hit (copies of one filler line taking
+    # several of the top slots); recall-neutral on all four development corpora (nested CV,
+    # decision record of 2026-12-06), so it is not a recall component under the shipping rule.
+    distinct_turns: bool = True
     """A turn whose text is the same as a better-ranked turn's (case and spacing aside) gives its slot to the next turn, so copies of one filler line from several sessions fill one slot at most."""
     complement_pool: NonNegInt = 30
     """P: the fused top-P a list question's complementary (MemPursuit) selection picks from."""

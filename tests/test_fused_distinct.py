@@ -80,3 +80,31 @@ def test_list_questions_compose_from_distinct_turns():
     q = np.asarray([0.6, 0.6, 0.3, 0.3], dtype=np.float32)
     got = select_rows(index, "What things has the user asked about?", SCORES, q, on, 3, packets=TURNS)
     assert len(got) == 3 and not {2, 4} & set(got)
+
+
+def test_by_default_a_search_keeps_one_copy_of_a_filler_line(tmp_path):
+    """The defect an integrator reported (issue 47): the same thank-you line from four sessions
+    filled most of the top five. By default one copy keeps a slot; switched off, several do."""
+    from memcompile_local.adapters.scripted import HashEmbedder
+    from memcompile_local.config import PipelineConfig
+    from memcompile_local.llm.client import LLMClient, NoModelBackend
+    from memcompile_local.memory import Memory
+    from memcompile_local.pipeline.presets import apply_preset
+    from memcompile_local.store import MemoryStore
+
+    answers = ["Your dentist appointment moved to Thursday at nine.", "The bakery on Elm Street opens at six.",
+               "Pack the blue tent, the forecast says rain.", "Your library books are due on the 14th."]
+    data = [{"time": f"{d} May 2024", "turns": [
+        {"speaker": "user", "text": "Thanks a lot, that really helps!"},
+        {"speaker": "assistant", "text": a}]} for d, a in zip((3, 10, 17, 24), answers)]
+    cfg = apply_preset("model-free", PipelineConfig())
+    assert cfg.fusion.distinct_turns
+    texts = {}
+    for name, c in (("on", cfg), ("off", cfg.replace(fusion={"distinct_turns": False}))):
+        store = MemoryStore(tmp_path / f"{name}.sqlite")
+        mem = Memory(store, c, embedder=HashEmbedder(dim=64), client=LLMClient(NoModelBackend(), store))
+        mem.add("u", data)
+        texts[name] = [h.packet.content for h in mem.search("u", "thanks a lot, that really helps", k=5)]
+        store.close()
+    assert texts["on"].count("Thanks a lot, that really helps!") == 1
+    assert texts["off"].count("Thanks a lot, that really helps!") >= 2
