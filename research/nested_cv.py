@@ -243,7 +243,7 @@ def session_capped(view, order: np.ndarray, k: int) -> np.ndarray:
 def select(q: Q, total: np.ndarray, s: Setting, cfg) -> list[str]:
     view = q.view
     order = score_order(total)
-    if s.has("distinct"):
+    if s.has("distinct") or cfg.fusion.distinct_turns:  # on by default since run 4 (settings log)
         order = distinct_order(view, order)
     if s.has("sessions") and (is_list_question(q.question) or AGGREGATE.search(q.question)):
         order = session_capped(view, order, K)
