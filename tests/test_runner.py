@@ -221,7 +221,7 @@ def test_judge_section_resolution():
     # The judge does not inherit the answer model's server, key variable or server options.
     assert (judge.backend, judge.model, judge.base_url, judge.api_key_env) == (
         "openai", "gpt-4o-mini", None, "OPENAI_API_KEY")
-    assert judge.options == {"server_kind": "vllm"}  # same backend: its options carry over
+    assert judge.options == {}  # another server (OpenAI's API): the answer server's options stay behind
     other = resolve_judge(answer, JudgeConfig(backend="llamacpp", model="qwen2.5-1.5b"))
     assert other.options == {} and other.base_url is None
     with pytest.raises(ConfigError, match="judge would be the answer model itself"):

@@ -79,5 +79,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_result(tmp_path)
     assert metrics["build"]["namespaces"] <= n - done
     assert metrics["questions"] == n
     attempts = read_jsonl(out / "attempts.jsonl")
-    assert [a["completed"] for a in attempts] == [True]  # the killed attempt could not record itself
+    # The killed attempt left its line, marked killed by the rerun (bench/attempts.py).
+    assert [(a["state"], a["completed"]) for a in attempts] == [("killed", False), ("completed", True)]
+    assert metrics["attempts"] == 2 and metrics["attempt_summary"]["killed"] == 1
     assert f"built {metrics['build']['namespaces']} memories" in rerun.stdout

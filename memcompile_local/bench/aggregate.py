@@ -159,8 +159,11 @@ def _locomo_group(name: str, items: list[tuple[Mapping[str, Any], dict[str, floa
     }
 
 
-def locomo_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def locomo_metrics(rows: Iterable[Mapping[str, Any]], *, left_out_category5: int = 0) -> dict[str, Any]:
     """LoCoMo metrics over categories 1-4; category 5 rows are counted and left out.
+
+    ``left_out_category5``: category 5 questions left out before there were rows (``eval``
+    never answers them), added to the count of category 5 rows.
 
     Returns ``{"benchmark": "locomo", "count", "excluded_category5", "stages",
     "per_category": {"1".."4": group}, "per_category_name": {"multi-hop": group, ...},
@@ -172,7 +175,9 @@ def locomo_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     rows = list(rows)
     stages = _stage_names(rows)
     scored: dict[int, list[tuple[Mapping[str, Any], dict[str, float]]]] = {c: [] for c in SCORED_LOCOMO_CATEGORIES}
-    excluded = 0
+    if left_out_category5 < 0:
+        raise ValueError(f"left_out_category5: expected a count of 0 or more, got {left_out_category5}")
+    excluded = left_out_category5
     for row in rows:
         cat = locomo_category(row.get("category"), f"question {row.get('question_id')!r}.category")
         if cat == 5:

@@ -33,7 +33,8 @@ __all__ = ["EXPORT_FORMATS", "prediction_rows", "export_run"]
 EXPORT_FORMATS = ("parquet", "jsonl")
 
 # Files ``eval`` writes into a run folder and reads back; an export never replaces one.
-RUN_FILES = ("predictions.jsonl", "answers.jsonl", "attempts.jsonl", "config.json", "metrics.json", "report.md")
+RUN_FILES = ("predictions.jsonl", "answers.jsonl", "attempts.jsonl", "question_attempts.jsonl", "judgments.jsonl",
+             "config.json", "metrics.json", "report.md")
 
 # Prediction fields the export maps to columns of its own (the rest are copied as they are).
 _MAPPED = {"question_id", "namespace", "question_type", "category", "question", "gold", "prediction",

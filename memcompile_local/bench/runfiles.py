@@ -1,9 +1,10 @@
 """The files of a run folder: append-only JSON lines that survive a kill, atomic rewrites.
 
-``answers.jsonl``, ``judgments.jsonl`` and ``attempts.jsonl`` grow one line per finished
+``answers.jsonl``, ``judgments.jsonl`` and ``question_attempts.jsonl`` grow one line per
 item, flushed and fsynced, so an interrupted run loses at most the line being written; the
 reader cuts such a torn last line off. ``predictions.jsonl``, ``metrics.json``,
-``config.json`` and ``report.md`` are rewritten whole through a temporary file and a rename.
+``config.json``, ``report.md`` and ``attempts.jsonl`` (``bench/attempts.py``) are rewritten
+whole through a synced temporary file and a rename.
 """
 
 from __future__ import annotations
@@ -55,7 +56,28 @@ class JsonlAppender:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a reader sees the old file or the new one."""
+    """Replace ``path`` with ``text`` so that a reader sees the old file or the new one.
+
+    The new bytes are synced before the rename and the rename after it, so that a crash of
+    the machine, not only of the process, leaves one of the two whole.
+    """
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform that cannot open folders (Windows): the rename stands as is
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

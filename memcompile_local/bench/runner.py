@@ -6,9 +6,11 @@ store), answer every question (one line per question appended to ``answers.jsonl
 finishes), judge (``judgments.jsonl``), then score and write ``predictions.jsonl``,
 ``metrics.json`` and ``report.md``. Rerunning the same command continues where an
 interrupted run stopped; the request cache answers every call made before, and the ledger
-(marks per run id) reports the same token totals as an uninterrupted run. Each attempt's
-phase times are appended to ``attempts.jsonl``, so the reported wall time is that of all
-attempts together, not of the last one.
+(marks per run id) reports the same token totals as an uninterrupted run. Each attempt is
+recorded in ``attempts.jsonl`` from its start, and each question it begins in
+``question_attempts.jsonl`` (``bench/attempts.py``), so the reported wall time is that of all
+attempts together, a ``kill -9``-ed one included, and the report says how many attempts the
+questions took.
 
 The judge is a model of its own (``JudgeConfig``, ``bench/judge_model.py``); a run whose
 judge would be its answer model is refused unless the judge section allows it.
@@ -53,6 +55,7 @@ from ..types import Conversation, QAItem
 from ..views.fresh import view_after_build
 from . import judge as judge_module
 from .aggregate import add_judge_totals, locomo_metrics, longmemeval_metrics, token_table
+from .attempts import AttemptLog, summarize_attempts
 from .baselines import baseline_context
 from .corpora import CORPORA, corpus_files, corpus_metrics, data_sha256, load_corpus, split_reachable
 from .coverage import aliasing_audit
@@ -151,6 +154,14 @@ def select_questions(benchmark: str, convs: Sequence[Conversation], limit: int |
             qs = qs[:limit]
         out.extend((conv, q) for q in qs)
     return out
+
+
+def category5_left_out(benchmark: str, convs: Sequence[Conversation]) -> int:
+    """How many LoCoMo category 5 (adversarial) questions ``convs`` hold: the ones
+    :func:`select_questions` leaves out of a LoCoMo run (0 for the other benchmarks)."""
+    if benchmark != "locomo":
+        return 0
+    return sum(1 for conv in convs for q in conv.questions if q.category not in LOCOMO_SCORED)
 
 
 def data_file(spec: EvalSpec) -> str:
@@ -288,12 +299,6 @@ class BuildStats:
                 f"from its memo); {self.documents} documents with a vector, {self.embedded} texts embedded")
 
 
-def _attempts_wall(out: Path) -> tuple[float, int]:
-    """Total seconds and number of the attempts recorded in ``attempts.jsonl``."""
-    attempts = read_jsonl(out / "attempts.jsonl")
-    return sum(float(a.get("total_s", 0.0)) for a in attempts), len(attempts)
-
-
 # ---------------------------------------------------------------------------- runner
 
 class EvalRunner:
@@ -318,6 +323,8 @@ class EvalRunner:
         self._turn_ids: dict[str, frozenset[str]] = {}  # turn ids per namespace (reachable gold)
         self.quirks = QuirkLog(strict=spec.strict)  # what the loader read past (the last run's)
         self.build_stats = BuildStats()  # what this attempt's builds did
+        self._attempts: AttemptLog | None = None  # this attempt's records, once the run folder exists
+        self._category5_left_out = 0  # LoCoMo category 5 questions of the run's conversations
 
     # -- setup
     def _make_backend(self, mcfg: ModelConfig) -> Any:
@@ -341,6 +348,9 @@ class EvalRunner:
         self.quirks = QuirkLog(strict=spec.strict)
         convs = load_benchmark(spec, path, self.quirks)
         items = select_questions(spec.benchmark, convs, spec.limit)
+        # LoCoMo's adversarial questions of the conversations run, never selected (whatever the
+        # limit): the report counts them.
+        self._category5_left_out = category5_left_out(spec.benchmark, convs)
         if not items:
             raise ConfigError(f"{spec.data}: no questions selected")
         data_sha = (data_sha256(corpus_files(spec.benchmark, path)) if spec.benchmark in CORPORA
@@ -356,6 +366,7 @@ class EvalRunner:
         store = open_store(spec.store)
         phases: dict[str, float] = {}
         completed = False
+        self._attempts = None
         try:
             uses_model = (spec.answer or (config_needs_llm(cfg) and spec.baseline is None)
                           or (spec.retain_budget is not None and spec.writer == "llm"))
@@ -396,6 +407,10 @@ class EvalRunner:
                 check_server(judge_backend, role="judge")
 
             out.mkdir(parents=True, exist_ok=True)
+            # Recorded from here on, so that a kill -9 leaves this attempt's line behind.
+            self._attempts = AttemptLog(out)
+            self._attempts.start(started_unix=time.time() - (time.perf_counter() - t_start))
+            attempts = self._attempts
             judge_info = self._judge_info(judge_cfg, self_judge, judge_backend)
             self._write_config(out, run_id, data_sha, client, mem, plan, judge_info, uses_model)
 
@@ -404,13 +419,17 @@ class EvalRunner:
 
             def work(pair: tuple[Conversation, QAItem]) -> None:
                 conv, q = pair
+                # Started before its first model call: a question cut off by a kill is counted.
+                attempts.question_started(q.question_id)
                 try:
                     row = self._answer_one(mem, client, run_id, conv, q)
                 except ModelError as exc:
                     errors.append(f"{q.question_id}: {exc}")
                     log.warning("question %s failed: %s", q.question_id, exc)
+                    attempts.question_ended(q.question_id, failed=True, error=str(exc))
                     return
                 appender.append(row)
+                attempts.question_ended(q.question_id)
 
             if spec.retain_budget is not None:
                 self._two_phase(mem, client, run_id, convs, todo, work, workers, phases)
@@ -443,9 +462,7 @@ class EvalRunner:
             if out.exists():
                 # Every attempt, interrupted or not, adds its time to the run's wall time.
                 phases.setdefault("total_s", time.perf_counter() - t_start)
-                JsonlAppender(out / "attempts.jsonl").append({
-                    "started_unix": round(time.time() - phases["total_s"], 3), "completed": completed,
-                    **{k: round(v, 3) for k, v in phases.items()}})
+                (self._attempts or AttemptLog(out)).finish(completed, phases)
 
     # -- build and answer
     def _build_view(self, mem: Memory, client: LLMClient, run_id: str, conv: Conversation) -> BuildResult:
@@ -507,6 +524,7 @@ class EvalRunner:
                 else:
                     mem.add(conv.namespace, conv)
                 build_s += time.perf_counter() - tb
+                self._heartbeat()
                 pairs = by_conv[conv.namespace]
                 if workers == 1:
                     for pair in pairs:
@@ -519,6 +537,11 @@ class EvalRunner:
             settle(0)
         phases["build_s"] = build_s
         phases["questions_s"] = time.perf_counter() - t0 - build_s
+
+    def _heartbeat(self) -> None:
+        """Refresh this attempt's line now and then, so that a killed attempt keeps its time."""
+        if self._attempts is not None:
+            self._attempts.heartbeat()
 
     def _release(self, conv: Conversation) -> None:
         """Let go of what a finished conversation held beyond the bounded view cache (the
@@ -536,6 +559,7 @@ class EvalRunner:
             with bar(total=len(convs), desc="build", unit="memory", enabled=spec.progress) as pb:
                 for conv in convs:
                     mem.build(conv.namespace, client=client.child(f"{run_id}/build/{conv.namespace}"))
+                    self._heartbeat()
                     pb.update(1)
             self._retained = retain_memories(
                 mem, [(c.namespace, c.speakers) for c in convs], spec.writer, spec.retain_budget,
@@ -694,6 +718,7 @@ class EvalRunner:
                 for r, res in zip(part, results):
                     appender.append({"question_id": r["question_id"], "judge_label": res.label,
                                      "judge_error": res.error})
+                self._heartbeat()
                 pb.update(len(part))
         return jclient.totals(), jclient.waste_totals()
 
@@ -711,15 +736,17 @@ class EvalRunner:
         if self.spec.benchmark in CORPORA:
             metrics = corpus_metrics(merged, self.spec.benchmark)
         else:
-            metrics = locomo_metrics(merged) if self.spec.benchmark == "locomo" else longmemeval_metrics(merged)
+            metrics = (locomo_metrics(merged, left_out_category5=self._category5_left_out)
+                       if self.spec.benchmark == "locomo" else longmemeval_metrics(merged))
         if self.spec.benchmark == "longmemeval":
             metrics["recall_by_type"] = recall_by_type(merged, k=self.cfg.evidence.k0)
         audited = [r["candidate_packets"] for r in merged if r.get("candidate_packets")]
         aliasing = {str(k): v for k, v in aliasing_audit(audited).items()} if audited else {}
         stage_totals = add_judge_totals(totals, judge_totals)
         table = token_table(stage_totals, len(merged))
-        earlier_s, earlier_n = _attempts_wall(out)
-        wall_s = earlier_s + phases["total_s"]
+        attempt_summary = summarize_attempts(
+            out, current=self._attempts.number if self._attempts else None, current_s=phases["total_s"])
+        wall_s = attempt_summary["wall_s"]
         result = {
             "run_id": run_id,
             "metrics": metrics,
@@ -729,7 +756,9 @@ class EvalRunner:
             "judge_waste_by_stage": judge_waste,
             "phases_s": {k: round(v, 2) for k, v in phases.items()},
             "wall_s": round(wall_s, 2),
-            "attempts": earlier_n + 1,
+            "attempts": attempt_summary["attempts"],
+            # How the attempts ended (a killed one too) and how many each question took.
+            "attempt_summary": attempt_summary,
             "questions": len(merged),
             # Tokens handed to the reader: the cost axis of runs that make no model call.
             "context_tokens_per_question": (sum(r.get("context_tokens", 0) for r in merged) / len(merged)
@@ -760,8 +789,11 @@ class EvalRunner:
             "model": model.model if uses_model else "none",
             "embedder": _embedder_name(self._embed_identity, model),
             "judge": _judge_line(judge_info),
-            "wall time (s)": f"{wall_s:.1f} over {earlier_n + 1} attempt(s)",
+            "wall time (s)": wall_time_line(attempt_summary),
         }
+        retried = question_attempts_line(attempt_summary)
+        if retried:
+            summary["question attempts"] = retried
         if waste:
             summary["wasted calls"] = ", ".join(f"{k} {v['calls']}" for k, v in waste.items())
         write_markdown_report(out / "report.md", metrics, summary, table, quirks=self.quirks.as_dict())
@@ -801,6 +833,25 @@ class EvalRunner:
             "plan": plan.to_dict(),
         }
         atomic_write(out / "config.json", json.dumps(cfg_doc, indent=2, sort_keys=True, default=str))
+
+
+def wall_time_line(summary: dict[str, Any]) -> str:
+    """The report's wall time: seconds over all attempts, and how the unfinished ones ended."""
+    line = f"{summary['wall_s']:.1f} over {summary['attempts']} attempt(s)"
+    ended = [f"{summary[k]} {k}" for k in ("stopped", "killed") if summary[k]]
+    if ended:
+        line += f" ({', '.join(ended)}"
+        line += "; a killed attempt counts up to its last record)" if summary["killed"] else ")"
+    return line
+
+
+def question_attempts_line(summary: dict[str, Any]) -> str | None:
+    """How many attempts the questions took, when some took more than one (else None)."""
+    q = summary["questions"]
+    if not q["with_several"] and not q["cut_off"]:
+        return None
+    return (f"{q['question_attempts']} question attempts; {q['with_several']} question(s) took more than one "
+            f"(at most {q['most']}); {q['cut_off']} cut off by a stopped or killed attempt, {q['failed']} failed")
 
 
 def _embedder_name(identity: dict[str, Any], model: ModelConfig) -> str:
