@@ -441,8 +441,9 @@ def locomo_table(metrics: dict[str, Any], tokens_total: int, label: str) -> str:
              "| " + " | ".join(row) + " |", "| " + " | ".join(paper) + " |", ""]
     counts = ", ".join(f"{key} {cats[key]['count']}" for key in ("single-hop", "multi-hop", "temporal", "open-domain"))
     errors = o["judge"]["errors"]
+    left = metrics.get("excluded_category5", 0)
     lines.append(f"Questions scored: {o['count']} ({counts}; category 5, adversarial, is not scored, as in "
-                 f"the paper); judge errors: {errors}. F1 and BLEU-1 are the mem0 convention of the paper's "
+                 f"the paper: {left} left out); judge errors: {errors}. F1 and BLEU-1 are the mem0 convention of the paper's "
                  "tables; Overall covers categories 1-4; Tokens (K) are the non-judge tokens of the whole run, "
                  "in thousands (the paper's: 1,540 questions).")
     return "\n".join(lines)

@@ -241,6 +241,10 @@ def test_locomo_table_puts_each_category_in_the_papers_columns():
     ref = dict(zip(cols, (c.strip() for c in paper.strip("|").split("|"))))
     assert (ref["Overall F1"], ref["Overall BLEU-1"], ref["Overall J"]) == ("55.94", "48.65", "80.52")
     assert ref["Temporal J"] == "73.52" and ref["Tokens (K)"] == "26,720.82"
+    assert "is not scored, as in the paper: 0 left out)" in text
+    # The count of category 5 questions the run left out is printed as the metrics have it.
+    left = recipe.locomo_table(locomo_metrics(rows, left_out_category5=7), 123456, "this run")
+    assert "is not scored, as in the paper: 7 left out)" in left
 
 
 def test_longmemeval_table_lists_the_six_types_in_table_7_order():
