@@ -29,7 +29,7 @@ selects on every question. The experiment variants measured beside it (other set
 features, shrinkage, ablations) are in ``research/train_ranker_variants.py``.
 
     python scripts/train_ranker.py                      # the CV table and the calibration
-    python scripts/train_ranker.py --write memcompile_local/fused/models/ranker-v2.json
+    python scripts/train_ranker.py --cache CACHE --extra-store LME_EVAL_STORE --folds 4 --write memcompile_local/fused/models/ranker-v4.json
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def picks(q: Q, scores: np.ndarray, pool: int, cfg) -> list[str]:
     """The package's selection on the ranker's order of the fused head."""
     rows = q.rows[: min(pool, q.in_head)]
     total = ordered_total(len(q.order), rows, scores, q.order)
-    sel = select_rows(q.view.fusion, q.question, total, q.qvec, cfg.fusion, K)
+    sel = select_rows(q.view.fusion, q.question, total, q.qvec, cfg.fusion, K, packets=q.view.packets)
     return [q.view.packets[i].packet_id for i in sel]
 
 

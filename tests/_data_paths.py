@@ -25,7 +25,7 @@ REALTALK_MINI = FIXTURES / "realtalk"  # two chats in the REALTALK layout
 BEAM_MINI = FIXTURES / "beam" / "100K"  # two chat folders in the BEAM layout
 BEAM_QUIRKS = FIXTURES / "beam_quirks" / "1M"  # one chat whose questions carry the released files' quirks
 # A learned-ranker model file of our own that reads every feature column, the plain-turn cosine
-# included (the shipped ranker-v2 does not), so a build under it embeds each turn's plain text.
+# included (the shipped ranker-v4 does not), so a build under it embeds each turn's plain text.
 PLAIN_TURN_MODEL = FIXTURES / "ranker_plain_turns.json"
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

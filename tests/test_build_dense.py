@@ -82,7 +82,7 @@ def test_the_plan_follows_the_fusion_section_only_on_the_fused_path():
     paper = apply_preset("A0", PipelineConfig()).replace(fusion={"dense_document": "turn"})
     assert dense_plan(paper, False).document == "packet"
     # The shipped defaults are the paper's document and embedded context documents; the shipped
-    # ranker (ranker-v2) reads no plain-turn cosine, so no plain turn is embedded.
+    # ranker (ranker-v4) reads no plain-turn cosine, so no plain turn is embedded.
     shipped = apply_preset("model-free", PipelineConfig())
     assert dense_plan(shipped, True) == DensePlan("packet", "embedded", context_window_words=300)
     # A model that reads it: its plain turns are embedded up to the context window, under a

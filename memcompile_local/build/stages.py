@@ -106,7 +106,7 @@ def dense_plan(config: PipelineConfig, context_vectors: bool) -> DensePlan:
     context = config.fusion.dense_context if context_vectors else "none"
     window = config.fusion.context_window_words if context == "embedded" else 0
     # The plain turns are embedded only for a learned ranker (fusion.ranker "auto" or "learned")
-    # whose model file reads their cosine (the shipped ranker-v2 does not; a model trained with
+    # whose model file reads their cosine (the shipped ranker-v4 does not; a model trained with
     # those columns does).
     raw = fused and config.fusion.ranker != "weighted" and reads_plain_turns(config.fusion.ranker_model)
     return DensePlan(document, context, context_window_words=window, raw_turns=raw,

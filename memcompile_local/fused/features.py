@@ -63,7 +63,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "q_log_words", "q_temporal", "q_names_one", "q_list",
     # Cosine with the turn's plain text alone (fused.documents.plain_turn_text: no speaker, no
     # claims), and that minus the question's best; 0 where the index holds no plain vectors.
-    # Added after ranker-v2, which reads the columns above only; a model that reads them makes
+    # Added after ranker-v2; the shipped models read the columns above only, and one that reads them makes
     # a build embed each turn's plain text (build.stages.dense_plan).
     "raw_cos", "raw_cos_gap",
 )

@@ -1,6 +1,6 @@
 """The learned ranker of the fused selector (``FusionConfig.ranker = "learned"``).
 
-A model file (``models/ranker-v2.json``; written by ``scripts/train_ranker.py``) holds either
+A model file (``models/ranker-v4.json``; written by ``scripts/train_ranker.py``) holds either
 gradient-boosted regression trees exported from LightGBM's LambdaRank or a linear model, the
 feature names it reads in order (``features.FEATURE_NAMES``), how it was trained (command,
 sha256 of the development data, library and version, hyperparameters, cross-validated
@@ -42,7 +42,7 @@ from .index import FusionIndex
 
 FORMAT = "memcompile-ranker"
 FORMAT_VERSION = 1
-DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v2.json"
+DEFAULT_MODEL = Path(__file__).parent / "models" / "ranker-v4.json"
 # The columns a model may read that need vectors of their own at build time.
 PLAIN_TURN_FEATURES = ("raw_cos", "raw_cos_gap")
 # LightGBM's tolerance for "zero" under missing_type Zero (its kZeroThreshold).
@@ -304,7 +304,7 @@ def parse_model(doc: Any, path: str | Path = "<model>") -> RankerModel:
     version = doc.get("format_version")
     if version != FORMAT_VERSION:
         raise RankerModelError(path, "format_version", f"{FORMAT_VERSION} (the version this package reads)", version)
-    # A model reads any of the package's features by name (the shipped ranker-v2 the first 27),
+    # A model reads any of the package's features by name (the shipped ranker-v4 the first 27),
     # so a model trained before a column was added keeps loading.
     features = _need(path, doc, "features", list, "a list of feature names")
     unknown = [f for f in features if f not in FEATURE_NAMES]
@@ -368,7 +368,7 @@ _CACHE_LOCK = threading.Lock()
 
 
 def load_model(path: str | Path | None = None) -> RankerModel:
-    """The model file at ``path`` (default: the shipped ``models/ranker-v2.json``), read and
+    """The model file at ``path`` (default: the shipped ``models/ranker-v4.json``), read and
     checked once per process (models are immutable, so threads share one)."""
     p = Path(path).expanduser() if path else DEFAULT_MODEL
     key = str(p.resolve()) if p.exists() else str(p)
