@@ -85,6 +85,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the research modules beside this one
 
 import cv_corpora  # noqa: E402
+from train_ranker import flatten  # noqa: E402  (scripts/, on the path cv_corpora set; the shipped exporter's tree layout)
 from multihop_study import first_person  # noqa: E402
 from memcompile_local.bench.baselines import raw_turn_matrix  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall  # noqa: E402
@@ -737,31 +738,6 @@ def export(kind: str, model, path: Path, pool: int, meta: dict) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=None, separators=(",", ":")) + "\n", encoding="utf-8")
     return doc
-
-
-def flatten(root: dict) -> dict:
-    """One LightGBM ``dump_model`` tree as the model file's node arrays (ranker.Trees)."""
-    tree = {"feature": [], "threshold": [], "left": [], "right": [], "default_left": [], "missing": [],
-            "leaf_value": []}
-
-    def walk(node) -> int:
-        if "leaf_value" in node:
-            tree["leaf_value"].append(float(node["leaf_value"]))
-            return ~(len(tree["leaf_value"]) - 1)
-        if node.get("decision_type") != "<=":
-            raise ValueError(f"split {node.get('split_index')}: only numerical '<=' splits are exported")
-        i = len(tree["feature"])
-        for k in ("feature", "threshold", "left", "right", "default_left", "missing"):
-            tree[k].append(None)
-        tree["feature"][i] = int(node["split_feature"])
-        tree["threshold"][i] = float(node["threshold"])
-        tree["default_left"][i] = bool(node["default_left"])
-        tree["missing"][i] = str(node["missing_type"])
-        tree["left"][i] = walk(node["left_child"])
-        tree["right"][i] = walk(node["right_child"])
-        return i
-    walk(root)
-    return tree
 
 
 def print_tables(rows: list[dict], corpora: list) -> None:
