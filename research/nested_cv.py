@@ -440,6 +440,9 @@ def main() -> int:
     ap.add_argument("--settings", default=None, metavar="NAMES",
                     help="only these components beside the reference (comma-separated, e.g. recency)")
     ap.add_argument("--tables-from", default=None, metavar="JSON", help="print the tables of a saved --json run")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="a config field of every build and selection, e.g. model.embed_model=PATH (the "
+                         "embedder study: builds go to their own cache entries)")
     args = ap.parse_args()
     if args.settings:
         global SETTINGS, COMPONENTS
@@ -457,6 +460,8 @@ def main() -> int:
             print(f"| {k} | {v['turn']:.1f} | {fmt(v.get('session'))} |")
         return 0
     cfg = apply_preset("model-free", PipelineConfig())
+    if args.set:
+        cfg = cfg.replace(**dev_corpora.config_changes(args.set))
     cache = Path(args.cache).expanduser()
     names = [n for n in args.corpora.split(",") if n]
     corpora, memories = [], {}
