@@ -1,0 +1,73 @@
+#!/usr/bin/env python
+"""Cold model-free build time of one history under each embedder (the embedder study, batch 2).
+
+Builds the same conversation into a fresh store once per embedder, interleaved over rounds so
+that a change of load hits both alike, and prints the median build seconds and the ratio to the
+first embedder. A build here is what ``Memory.add`` + ``build`` + ``view`` do (extraction,
+placement, embedding of every document the configuration embeds).
+
+    python research/embedder_build_time.py --beam-chat 1 \\
+        --model all-MiniLM-L6-v2 --model ~/.cache/memcompile-local/models/all-mpnet-base-v2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # dev_corpora
+
+import dev_corpora  # noqa: E402
+from memcompile_local.config import PipelineConfig  # noqa: E402
+from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
+from memcompile_local.memory import Memory  # noqa: E402
+from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
+from memcompile_local.store import MemoryStore  # noqa: E402
+
+
+def build_once(conv, model: str, folder: Path) -> float:
+    cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embed_model": model})
+    store = MemoryStore(folder / f"{abs(hash((model, time.perf_counter())))}.sqlite")
+    mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store))
+    mem.embedder  # the model is loaded before the clock starts: the build is what is timed
+    t0 = time.perf_counter()
+    mem.add(conv.namespace, conv)
+    mem.build(conv.namespace)
+    mem.view(conv.namespace)
+    seconds = time.perf_counter() - t0
+    store.close()
+    return seconds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--beam-chat", type=int, default=1, help="which BEAM 100K development chat")
+    ap.add_argument("--model", action="append", required=True, help="an embed_model (repeat; the first is the base)")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    corpus = dev_corpora.load_corpus("beam", dev_corpora.DEFAULT_DATA["beam"])
+    conv = corpus.convs[args.beam_chat - 1]
+    turns = sum(len(s.turns) for s in conv.sessions)
+    times: dict[str, list[float]] = {m: [] for m in args.model}
+    print(f"{conv.namespace}: {turns} turns; load before {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for m in args.model:
+                times[m].append(build_once(conv, os.path.expanduser(m), Path(tmp)))
+                print(f"round {r + 1}: {Path(m).name} {times[m][-1]:.1f} s", flush=True)
+    base = statistics.median(times[args.model[0]])
+    print(f"load after {os.getloadavg()[0]:.2f}\n\n| embedder | build s (median of {args.rounds}) | against {Path(args.model[0]).name} |")
+    print("|---|---:|---:|")
+    for m in args.model:
+        med = statistics.median(times[m])
+        print(f"| {Path(m).name} | {med:.1f} | {med / base:.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
