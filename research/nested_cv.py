@@ -40,11 +40,11 @@ Settings (``SETTINGS``; each one property of the history or question, no tuned c
   and a candidate of a later session, and of an earlier one (a value stated again later is
   superseded; the newest statement of it is not);
 * ``preference``: two ranker columns: the question asks for a recommendation, suggestion, tips
-  or advice (``language/preference.asks_for_recommendation``), and the turn is the user's own
+  or advice (``research/preference_cues.asks_for_recommendation``), and the turn is the user's own
   first-person statement of taste, habit or constraint (``preference_turn``: an assistant's turn
   never is one; in a history between people every turn is a user's);
 * ``assistant``: a question that refers back to what the assistant said or made
-  (``language/preference.refers_to_assistant``: the pronoun cue of ``language/roles`` and "the
+  (``research/preference_cues.refers_to_assistant``: the pronoun cue of ``language/roles`` and "the
   plan you put together") takes the assistant's turns before the user's: the ranked order with
   the assistant's turns moved ahead of the others, each side in its own order (a selection
   rule; histories without an assistant are untouched).
@@ -83,7 +83,7 @@ from memcompile_local.fused.features import FEATURE_NAMES, query_features  # noq
 from memcompile_local.fused.ranker import PLAIN_TURN_FEATURES, ordered_total  # noqa: E402
 from memcompile_local.fused.retriever import FusedRetriever, pursuit_complement, uses_learned_ranker  # noqa: E402
 from memcompile_local.language.listcues import is_list_question  # noqa: E402
-from memcompile_local.language.preference import (asks_for_recommendation, preference_turn,  # noqa: E402
+from preference_cues import (asks_for_recommendation, preference_turn,  # noqa: E402
                                                    refers_to_assistant)
 from memcompile_local.language.timeparse import parse_session_time  # noqa: E402
 from memcompile_local.pipeline.compile import query_intent  # noqa: E402

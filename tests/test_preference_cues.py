@@ -1,17 +1,23 @@
-"""Preference cues (language/preference.py): a request for a recommendation, a user turn that
+"""Preference cues (research/preference_cues.py): a request for a recommendation, a user turn that
 states the user's own taste, habit or constraint, and a question that refers back to what the
 assistant said or made. The sentences are written for these tests."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from memcompile_local.language.preference import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))
+from preference_cues import (  # noqa: E402
     asks_for_recommendation,
     preference_turn,
     refers_to_assistant,
     states_preference,
 )
+
+pytestmark = pytest.mark.research
 
 
 @pytest.mark.parametrize("question", [

@@ -1,5 +1,9 @@
 """Preference questions and the turns that answer them; questions that refer back to the assistant.
 
+Research code: the cues of the ``preference`` and ``assistant`` components of
+``research/nested_cv.py``, which the shipping rule did not take (settings log, batch 4), so they
+live here rather than in the package.
+
 A user who asks an assistant for a recommendation ("Can you suggest a weekend hike?", "Any tips
 for my balcony garden?", "What should I cook tonight?") is best answered from the turns where
 they said what they like, do or cannot have: a first-person statement of taste, habit or
@@ -17,8 +21,8 @@ from __future__ import annotations
 
 import re
 
-from .roles import Role, addressed_role
-from .tokens import normalize_apostrophes
+from memcompile_local.language.roles import Role, addressed_role
+from memcompile_local.language.tokens import normalize_apostrophes
 
 __all__ = ["asks_for_recommendation", "states_preference", "preference_turn", "refers_to_assistant"]
 
