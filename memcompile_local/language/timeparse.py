@@ -279,6 +279,39 @@ class _Pattern:
     regex: re.Pattern
     handler: Handler
     needs_cap_month: bool = False  # ambiguous month words must be capitalized in free text
+    cue: str = "digit"  # the _CUES entry every match of the pattern contains
+
+
+# A pre-check that lets find_time_mentions skip patterns: every match of a pattern contains
+# one of its cue's substrings (case-insensitively), or a decimal digit for "digit", so a text
+# without them cannot match it. Most sentences hold no time expression, and the 37 regex
+# scans were most of the cost of reading one.
+_CUES: dict[str, tuple[str, ...]] = {
+    "month_name": ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+    "day": ("day",),  # yesterday, today, days, every weekday name
+    "day_night": ("day", "night"),
+    "day_part": ("day", "night", "morning", "afternoon", "evening"),
+    "tomorrow": ("tomorrow",),
+    "week": ("week",),
+    "month": ("month",),
+    "year": ("year",),
+    "season": ("summer", "winter", "spring", "fall", "autumn"),
+}
+_ANY_DIGIT = re.compile(r"\d")
+# The only non-ASCII characters that a case-insensitive regex matches to an ASCII letter
+# (İ ı ſ K: i, i, s, k). A text with none of them contains a cue as the regex reads it only
+# if its lowercased form contains the cue.
+_FOLDS_TO_ASCII = frozenset("\u0130\u0131\u017f\u212a")
+
+
+def _cues_present(text: str) -> dict[str, bool] | None:
+    """Which cues ``text`` holds; None when lowercasing cannot tell (then every pattern runs)."""
+    if not text.isascii() and not _FOLDS_TO_ASCII.isdisjoint(text):
+        return None
+    low = text.lower()
+    present = {name: any(c in low for c in cues) for name, cues in _CUES.items()}
+    present["digit"] = _ANY_DIGIT.search(text) is not None
+    return present
 
 
 def _raw(m: re.Match) -> str:
@@ -464,8 +497,8 @@ def _h_season_rel(m, anchor, prefer):
     return f"{season} {anchor.year:04d}", "season"
 
 
-def _p(pattern: str, handler: Handler, *, cap_month: bool = False) -> _Pattern:
-    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month)
+def _p(pattern: str, handler: Handler, *, cap_month: bool = False, cue: str = "digit") -> _Pattern:
+    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, cue)
 
 
 _PATTERNS: tuple[_Pattern, ...] = (
@@ -480,42 +513,46 @@ _PATTERNS: tuple[_Pattern, ...] = (
     _p(rf"\b{_MONTH}\s+{_DAY}\b(?![:\d])", _h_day_month, cap_month=True),
     _p(rf"\b(?P<prep>in|during|since|until|till|by|from|of|through|last|next|this|early|late|mid-?|"
        rf"around|before|after|(?:the\s+)?(?:beginning|end|start|middle)\s+of)\s+(?:the\s+month\s+of\s+)?"
-       rf"{_MONTH}(?![\w])(?!,?\s+(?:of\s+)?(?:19|20)\d{{2}})(?!\s+[0-3]?\d\b)", _h_prep_month, cap_month=True),
+       rf"{_MONTH}(?![\w])(?!,?\s+(?:of\s+)?(?:19|20)\d{{2}})(?!\s+[0-3]?\d\b)", _h_prep_month, cap_month=True,
+       cue="month_name"),
     _p(rf"\b{_SEASON}\s+(?:of\s+)?{_YEAR}\b", _h_season_year),
     _p(rf"\b(?:in|since|during|from|until|till|by|of|back\s+in|around|circa|year|early|late|mid-?|"
        rf"before|after)\s+(?:the\s+year\s+)?{_YEAR}\b", _h_year),
     # days
-    _p(r"\b(?:the\s+)?day\s+before\s+yesterday\b", _day_offset(-2)),
-    _p(r"\b(?:the\s+)?day\s+after\s+tomorrow\b", _day_offset(2)),
-    _p(r"\byesterday\b|\blast\s+night\b", _day_offset(-1)),
-    _p(r"\b(?:earlier\s+)?today\b|\btonight\b|\bthis\s+(?:morning|afternoon|evening)\b", _day_offset(0)),
-    _p(r"\btomorrow\b", _day_offset(1)),
-    _p(rf"\b{_NUM}\s+days?\s+ago\b", _h_days_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+days?\b", _h_days_count(1)),
+    _p(r"\b(?:the\s+)?day\s+before\s+yesterday\b", _day_offset(-2), cue="day"),
+    _p(r"\b(?:the\s+)?day\s+after\s+tomorrow\b", _day_offset(2), cue="day"),
+    _p(r"\byesterday\b|\blast\s+night\b", _day_offset(-1), cue="day_night"),
+    _p(r"\b(?:earlier\s+)?today\b|\btonight\b|\bthis\s+(?:morning|afternoon|evening)\b", _day_offset(0),
+       cue="day_part"),
+    _p(r"\btomorrow\b", _day_offset(1), cue="tomorrow"),
+    _p(rf"\b{_NUM}\s+days?\s+ago\b", _h_days_count(-1), cue="day"),
+    _p(rf"\bin\s+{_NUM}\s+days?\b", _h_days_count(1), cue="day"),
     # weeks and weekdays
-    _p(r"\blast\s+week\b|\b(?:this|the)\s+past\s+week\b", _week_phrase("the week before {d}")),
-    _p(r"\bthis\s+week\b", _week_phrase("the week of {d}")),
-    _p(r"\bnext\s+week\b", _week_phrase("the week after {d}")),
-    _p(r"\blast\s+weekend\b|\b(?:this|the)\s+past\s+weekend\b", _week_phrase("the weekend before {d}")),
-    _p(r"\bthis\s+weekend\b|\bover\s+the\s+weekend\b", _week_phrase("the weekend of {d}")),
-    _p(r"\bnext\s+weekend\b", _week_phrase("the weekend after {d}")),
-    _p(rf"\b{_NUM}\s+(?P<unit>weeks?|weekends?)\s+ago\b", _h_weeks_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+(?P<unit>weeks?)\b", _h_weeks_count(1)),
-    _p(rf"\b(?P<rel>last|next|this\s+past|this\s+coming|coming|this|on|past)\s+{_WEEKDAY}(?![\w])", _h_weekday),
+    _p(r"\blast\s+week\b|\b(?:this|the)\s+past\s+week\b", _week_phrase("the week before {d}"), cue="week"),
+    _p(r"\bthis\s+week\b", _week_phrase("the week of {d}"), cue="week"),
+    _p(r"\bnext\s+week\b", _week_phrase("the week after {d}"), cue="week"),
+    _p(r"\blast\s+weekend\b|\b(?:this|the)\s+past\s+weekend\b", _week_phrase("the weekend before {d}"),
+       cue="week"),
+    _p(r"\bthis\s+weekend\b|\bover\s+the\s+weekend\b", _week_phrase("the weekend of {d}"), cue="week"),
+    _p(r"\bnext\s+weekend\b", _week_phrase("the weekend after {d}"), cue="week"),
+    _p(rf"\b{_NUM}\s+(?P<unit>weeks?|weekends?)\s+ago\b", _h_weeks_count(-1), cue="week"),
+    _p(rf"\bin\s+{_NUM}\s+(?P<unit>weeks?)\b", _h_weeks_count(1), cue="week"),
+    _p(rf"\b(?P<rel>last|next|this\s+past|this\s+coming|coming|this|on|past)\s+{_WEEKDAY}(?![\w])", _h_weekday,
+       cue="day"),
     # months
-    _p(r"\blast\s+month\b|\b(?:this|the)\s+past\s+month\b", _month_offset(-1)),
-    _p(r"\bthis\s+month\b", _month_offset(0)),
-    _p(r"\bnext\s+month\b", _month_offset(1)),
-    _p(rf"\b{_NUM}\s+months?\s+ago\b", _h_months_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+months?\b", _h_months_count(1)),
+    _p(r"\blast\s+month\b|\b(?:this|the)\s+past\s+month\b", _month_offset(-1), cue="month"),
+    _p(r"\bthis\s+month\b", _month_offset(0), cue="month"),
+    _p(r"\bnext\s+month\b", _month_offset(1), cue="month"),
+    _p(rf"\b{_NUM}\s+months?\s+ago\b", _h_months_count(-1), cue="month"),
+    _p(rf"\bin\s+{_NUM}\s+months?\b", _h_months_count(1), cue="month"),
     # years
-    _p(r"\blast\s+year\b|\b(?:this|the)\s+past\s+year\b", _year_offset(-1)),
-    _p(r"\bthis\s+year\b", _year_offset(0)),
-    _p(r"\bnext\s+year\b", _year_offset(1)),
-    _p(rf"\b{_NUM}\s+years?\s+ago\b", _h_years_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+years?\b", _h_years_count(1)),
+    _p(r"\blast\s+year\b|\b(?:this|the)\s+past\s+year\b", _year_offset(-1), cue="year"),
+    _p(r"\bthis\s+year\b", _year_offset(0), cue="year"),
+    _p(r"\bnext\s+year\b", _year_offset(1), cue="year"),
+    _p(rf"\b{_NUM}\s+years?\s+ago\b", _h_years_count(-1), cue="year"),
+    _p(rf"\bin\s+{_NUM}\s+years?\b", _h_years_count(1), cue="year"),
     # seasons
-    _p(rf"\b(?P<rel>last|this\s+past|past|this|next)\s+{_SEASON}\b", _h_season_rel),
+    _p(rf"\b(?P<rel>last|this\s+past|past|this|next)\s+{_SEASON}\b", _h_season_rel, cue="season"),
 )
 
 
@@ -543,8 +580,11 @@ def find_time_mentions(text: str, anchor: dt.datetime | None, *, prefer: Prefer 
     """
     if not text:
         return []
+    present = _cues_present(text)
     found: list[tuple[int, int, int, str, str]] = []
     for order, pat in enumerate(_PATTERNS):
+        if present is not None and not present[pat.cue]:
+            continue  # no match possible (see _CUES); skipping leaves the others' order as it was
         for m in pat.regex.finditer(text):
             if pat.needs_cap_month and strict_case and not _month_case_ok(m):
                 continue
