@@ -7,6 +7,7 @@ sentence; :func:`name_tokens` lists the tokens of a text that name a known parti
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Sequence
 
@@ -18,15 +19,27 @@ __all__ = ["known_name", "proper_names", "name_tokens"]
 _NAME_TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 
 
-def known_name(token: str, known: Sequence[str]) -> str | None:
-    """The known person a token refers to: exact first name or a 3+ letter nickname prefix."""
-    t = token.lower()
+@functools.lru_cache(maxsize=1024)
+def _known_table(known: tuple[str, ...]) -> dict[str, str]:
+    """Every lowercased token that names one of ``known`` (the full name, the first name, a
+    3+ letter prefix of the first name), mapped to the first such name in ``known`` order.
+
+    Built once per list of names (a turn's speaker and addressee recur across its sentences)
+    instead of comparing each token with each name. Shared between threads: read it, never
+    change it.
+    """
+    table: dict[str, str] = {}
     for name in known:
         full = name.lower()
         first = full.split()[0] if full.split() else full
-        if t == full or t == first or (len(t) >= 3 and first.startswith(t)):
-            return name
-    return None
+        for key in (full, first, *(first[:k] for k in range(3, len(first) + 1))):
+            table.setdefault(key, name)  # an earlier name keeps a token they share
+    return table
+
+
+def known_name(token: str, known: Sequence[str]) -> str | None:
+    """The known person a token refers to: exact first name or a 3+ letter nickname prefix."""
+    return _known_table(tuple(known)).get(token.lower())
 
 
 def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
@@ -49,7 +62,7 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
             seen.add(key)
             out.append(name)
 
-    known_list = list(known)
+    table = _known_table(tuple(known)) if known else None
     run: list[str] = []
     run_end = -1
     skipped_end = -1
@@ -60,12 +73,17 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
             add(" ".join(run))
         run = []
 
+    def at_start(start: int) -> bool:
+        """Nothing but whitespace before ``start``, or a sentence-opening mark (the last
+        non-space character is looked at directly: slicing the prefix was quadratic)."""
+        j = start - 1
+        while j >= 0 and s[j].isspace():
+            j -= 1
+        return j < 0 or s[j] in ".!?:\"("
+
     for idx, (start, end, raw) in enumerate(tokens):
         tok = raw[:-2] if raw.endswith("'s") else raw.rstrip("'")
-        match = known_name(tok, known_list) if known_list else None
-        prefix = s[:start].rstrip()
-        at_start = not prefix or prefix[-1] in ".!?:\"(" or prefix.endswith(("...",))
-        prev_word = tokens[idx - 1][2].lower() if idx > 0 else ""
+        match = table.get(tok.lower()) if table else None
         if match is not None:
             flush()
             add(match)
@@ -74,12 +92,12 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
         # A capitalized word right after a skipped one ("the Rose Garden") belongs to the same
         # non-person proper noun and is skipped with it.
         continues_skipped = skipped_end >= 0 and start - skipped_end <= 1 and capitalized
-        if capitalized and (prev_word == "the" or continues_skipped):
+        if capitalized and ((idx > 0 and tokens[idx - 1][2].lower() == "the") or continues_skipped):
             flush()
             skipped_end = end
             continue
         skipped_end = -1
-        if not capitalized or tok in NON_NAMES or raw in NON_NAMES or at_start or len(tok) < 2:
+        if not capitalized or tok in NON_NAMES or raw in NON_NAMES or at_start(start) or len(tok) < 2:
             flush()
             continue
         if run and start - run_end <= 1:
@@ -101,8 +119,11 @@ def name_tokens(text: str, known: Sequence[str]) -> set[str]:
     out: set[str] = set()
     if not known:
         return out
+    table = _known_table(tuple(known))
     for raw in _NAME_TOKEN.findall(normalize_apostrophes(text)):
         tok = raw[:-2] if raw.endswith("'s") else raw
-        if tok[:1].isupper() and known_name(tok, known) is not None:
-            out.add(tok.lower())
+        if tok[:1].isupper():
+            low = tok.lower()
+            if low in table:
+                out.add(low)
     return out
