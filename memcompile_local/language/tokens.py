@@ -43,7 +43,13 @@ STOPWORDS: frozenset[str] = frozenset(
 
 def words(text: str) -> list[str]:
     """Lowercased word runs of ``text`` in order (stopwords kept)."""
-    return [w.lower() for w in _WORD.findall(text or "")]
+    text = text or ""
+    if text.isascii():
+        # Lowercasing ASCII first finds the same runs (no character changes class or length)
+        # in one call; other text can ("İ" lowercases to two characters), so its words are
+        # lowercased one by one.
+        return _WORD.findall(text.lower())
+    return [w.lower() for w in _WORD.findall(text)]
 
 
 def terms(text: str) -> list[str]:
@@ -81,7 +87,10 @@ def normalize_name(name: str) -> str:
 
 def normalize_apostrophes(text: str) -> str:
     """Curly quotes to straight ones, so contraction and possessive rules see one spelling."""
-    return (text or "").replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+    text = text or ""
+    if text.isascii():
+        return text  # no curly quote to replace (str.isascii is a flag read, not a scan)
+    return text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
 
 
 def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
