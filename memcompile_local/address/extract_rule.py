@@ -39,6 +39,7 @@ are reproducible and resumable batch by batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -214,6 +215,7 @@ class ResolvedSentence:
     second_person: bool
 
 
+@functools.lru_cache(maxsize=1024)  # a turn asks it of its speaker and addressee per sentence
 def is_first_person_label(name: str | None) -> bool:
     """True when a speaker is recorded as "me", "I" or "myself" instead of by name."""
     return normalize_name(name or "") in _FIRST_PERSON_LABELS
@@ -367,13 +369,21 @@ def _strip_vocative(sentence: str, known: Sequence[str]) -> str:
     return sentence
 
 
-def _content_words(sentence: str, names: Sequence[str], *, drop_verbs: bool = True) -> list[str]:
+# Words that are never content (``_content_words``), as one set: one lookup per word.
+_NOT_CONTENT = STOPWORDS | FILLER | TIME_WORDS
+_NOT_CONTENT_OR_VERB = _NOT_CONTENT | COMMON_VERBS
+
+
+def _content_words(sentence: str, names: Sequence[str], *, drop_verbs: bool = True,
+                   toks: Sequence[str] | None = None) -> list[str]:
+    """Content words of ``sentence`` in order (see ``is_low_value``); ``toks``: its
+    ``words(normalize_apostrophes(sentence))`` when the caller has them already."""
     name_words = {w for n in names for w in words(n)} | name_tokens(sentence, names)
+    stop = _NOT_CONTENT_OR_VERB if drop_verbs else _NOT_CONTENT
     out = []
-    for w in words(normalize_apostrophes(sentence)):
+    for w in (words(normalize_apostrophes(sentence)) if toks is None else toks):
         base = w[:-2] if w.endswith("'s") else w
-        if (base in STOPWORDS or base in FILLER or base in TIME_WORDS or base in name_words
-                or len(base) < 2 or base.isdigit() or (drop_verbs and base in COMMON_VERBS)):
+        if base in stop or base in name_words or len(base) < 2 or base.isdigit():
             continue
         out.append(base)
     return out
@@ -392,11 +402,12 @@ def is_low_value(sentence: str, names: Sequence[str] = ()) -> bool:
     if not s:
         return True
     known = list(names)
-    content = _content_words(s, known)
+    toks = words(s)  # once: both passes below and the small-talk test read the same words
+    content = _content_words(s, known, toks=toks)
     # Other proper names are content ("I went to Paris!" is a fact) unless the sentence is
     # small talk addressed to someone ("Hey Mel!", "Thanks, Jon!"): then they are vocatives.
-    if content and any(w in FILLER for w in words(normalize_apostrophes(s))):
-        content = _content_words(s, known + proper_names(s, known))
+    if content and any(w in FILLER for w in toks):
+        content = _content_words(s, known + proper_names(s, known), toks=toks)
     if s.rstrip(" \"')").endswith("?"):
         return len(content) < 2
     return not content
@@ -654,7 +665,8 @@ class RuleExtractor:
             if is_low_value(raw, known):
                 continue
             sentence = _strip_vocative(_strip_interjection(raw), known)
-            if not is_low_value(sentence, known):
+            # Nothing stripped: the same sentence, already found worth keeping.
+            if sentence == raw or not is_low_value(sentence, known):
                 kept.append(sentence)
         cap = self.config.max_rule_claims
         if cap is None or len(kept) <= cap:
