@@ -155,6 +155,10 @@ _FIRST_PERSON_LABELS = frozenset({"me", "i", "myself"})
 _FIRST_PERSON_WORDS = frozenset(
     "i i'm i've i'll i'd me my mine myself we us our ours ourselves we're we've we'll we'd".split()
 )
+# Every word that the loop of resolve_references rewrites or acts on.
+_REFERENCE_WORDS = _FIRST_PERSON_WORDS | frozenset(
+    "you you're you've you'll you'd your yours yourself".split()
+)
 # Verbs that open a request to the addressee ("Remind me ...", "Please send me ..."). Verbs
 # that open an elliptical first-person statement as often ("Love it", "Hope you ...",
 # "Miss you") and "let" ("Let me show you" is an offer) are left out.
@@ -287,6 +291,8 @@ def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
     for k, i in enumerate(word_at):
         w = toks[i]
         lw = w.lower()
+        if lw not in _REFERENCE_WORDS:
+            continue  # no rule below rewrites it (most words)
         if (i > 0 and toks[i - 1] == "-") or (i + 1 < len(toks) and toks[i + 1] == "-"):
             continue  # part of a compound such as "me-time"
         if keep_first and lw in _FIRST_PERSON_WORDS and (w == "I" or lw != "i") and w not in ("ME", "US"):
@@ -378,12 +384,16 @@ def _content_words(sentence: str, names: Sequence[str], *, drop_verbs: bool = Tr
                    toks: Sequence[str] | None = None) -> list[str]:
     """Content words of ``sentence`` in order (see ``is_low_value``); ``toks``: its
     ``words(normalize_apostrophes(sentence))`` when the caller has them already."""
-    name_words = {w for n in names for w in words(n)} | name_tokens(sentence, names)
     stop = _NOT_CONTENT_OR_VERB if drop_verbs else _NOT_CONTENT
+    name_words: set[str] | None = None  # read only when some word passes the word lists
     out = []
     for w in (words(normalize_apostrophes(sentence)) if toks is None else toks):
         base = w[:-2] if w.endswith("'s") else w
-        if base in stop or base in name_words or len(base) < 2 or base.isdigit():
+        if base in stop or len(base) < 2 or base.isdigit():
+            continue
+        if name_words is None:
+            name_words = {w for n in names for w in words(n)} | name_tokens(sentence, names)
+        if base in name_words:
             continue
         out.append(base)
     return out

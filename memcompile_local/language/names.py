@@ -51,8 +51,14 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
     capitalization says nothing. Tokens matching a ``known`` name (first name or a nickname
     prefix such as "Mel" for "Melanie") are reported as that known name wherever they are.
     """
+    sentence = sentence or ""
+    if len(sentence) <= _CACHED_CHARS:
+        return list(_cached_proper_names(sentence, tuple(known)))
+    return list(_proper_names(sentence, tuple(known)))
+
+
+def _proper_names(sentence: str, known: tuple[str, ...]) -> tuple[str, ...]:
     s = normalize_apostrophes(sentence)
-    tokens = [(m.start(), m.end(), m.group(0)) for m in _NAME_TOKEN.finditer(s)]
     out: list[str] = []
     seen: set[str] = set()
 
@@ -62,17 +68,6 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
             seen.add(key)
             out.append(name)
 
-    table = _known_table(tuple(known)) if known else None
-    run: list[str] = []
-    run_end = -1
-    skipped_end = -1
-
-    def flush() -> None:
-        nonlocal run
-        if run:
-            add(" ".join(run))
-        run = []
-
     def at_start(start: int) -> bool:
         """Nothing but whitespace before ``start``, or a sentence-opening mark (the last
         non-space character is looked at directly: slicing the prefix was quadratic)."""
@@ -81,33 +76,60 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
             j -= 1
         return j < 0 or s[j] in ".!?:\"("
 
-    for idx, (start, end, raw) in enumerate(tokens):
+    table = _known_table(known) if known else None
+    run: list[str] = []  # the capitalized words of the name being read
+    run_end = -1
+    skipped_end = -1
+    previous = ""  # the token before this one
+    for m in _NAME_TOKEN.finditer(s):
+        start, end, raw = m.start(), m.end(), m.group(0)
+        before, previous = previous, raw
         tok = raw[:-2] if raw.endswith("'s") else raw.rstrip("'")
         match = table.get(tok.lower()) if table else None
         if match is not None:
-            flush()
+            if run:
+                add(" ".join(run))
+                run = []
             add(match)
             continue
-        capitalized = tok[:1].isupper() and not (len(tok) > 1 and tok.isupper())
-        # A capitalized word right after a skipped one ("the Rose Garden") belongs to the same
-        # non-person proper noun and is skipped with it.
-        continues_skipped = skipped_end >= 0 and start - skipped_end <= 1 and capitalized
-        if capitalized and ((idx > 0 and tokens[idx - 1][2].lower() == "the") or continues_skipped):
-            flush()
+        if not tok[:1].isupper() or (len(tok) > 1 and tok.isupper()):  # not capitalized
+            skipped_end = -1
+            if run:
+                add(" ".join(run))
+                run = []
+            continue
+        # A capitalized word right after "the" or a skipped one ("the Rose Garden") belongs to
+        # a non-person proper noun and is skipped with it.
+        if before.lower() == "the" or (skipped_end >= 0 and start - skipped_end <= 1):
+            if run:
+                add(" ".join(run))
+                run = []
             skipped_end = end
             continue
         skipped_end = -1
-        if not capitalized or tok in NON_NAMES or raw in NON_NAMES or at_start(start) or len(tok) < 2:
-            flush()
+        if tok in NON_NAMES or raw in NON_NAMES or at_start(start) or len(tok) < 2:
+            if run:
+                add(" ".join(run))
+                run = []
             continue
         if run and start - run_end <= 1:
             run.append(tok)
         else:
-            flush()
+            if run:
+                add(" ".join(run))
             run = [tok]
         run_end = end
-    flush()
-    return out
+    if run:
+        add(" ".join(run))
+    return tuple(out)
+
+
+# proper_names is a pure function of its arguments, and a rule extraction asks it of the same
+# sentence twice (is the sentence small talk to a named person? which people does its claim
+# name?), so recent answers are kept; immutable tuples, safe to share between threads. Only
+# sentences up to _CACHED_CHARS are kept, so a long line of a pasted document is not held.
+_CACHED_CHARS = 2000
+_cached_proper_names = functools.lru_cache(maxsize=4096)(_proper_names)
 
 
 def name_tokens(text: str, known: Sequence[str]) -> set[str]:
