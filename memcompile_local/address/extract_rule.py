@@ -52,7 +52,15 @@ from memcompile_local.language.names import known_name, name_tokens, proper_name
 from memcompile_local.language.negation import has_negation
 from memcompile_local.language.phrases import keyword_phrases
 from memcompile_local.language.timeparse import find_time_mentions, parse_session_time, session_date
-from memcompile_local.language.tokens import STOPWORDS, count_tokens, normalize_apostrophes, normalize_name, words
+from memcompile_local.language.tokens import (
+    STOPWORDS,
+    count_tokens,
+    cue_text,
+    has_cue,
+    normalize_apostrophes,
+    normalize_name,
+    words,
+)
 from memcompile_local.types import Descriptor, EventFields, SourcePacket, descriptor_id
 
 __all__ = [
@@ -448,14 +456,34 @@ _PAST_WORD = re.compile(
     re.IGNORECASE,
 )
 _ED_WORD = re.compile(r"([\w']+)\s+(\w{3,}ed)\b", re.IGNORECASE)
+_FIRST_ED_WORD = re.compile(r"\s*(\w{3,}ed)\b")
 _PRESENT_BE = frozenset("am is are i'm you're we're they're he's she's it's be being get gets".split())
 
+# Cheap pre-checks before the scans above (``cue_text``/``has_cue``): every match of a
+# pattern holds one of its cues, so a sentence without them is not scanned (most are not
+# plans, preferences or relationships).
+_PLAN_CUES = ("will", "won't", "shall", "gonna", "going", "plan", "intend", "hoping", "hope", "looking",
+              "about", "next", "tomorrow", "can't", "should", "let's", "want", "wanna", "would",
+              "thinking", "'ll")
+# _PREFERENCE is case-sensitive: its cues are looked for in the sentence as written.
+_PREFERENCE_CUES = ("favorite", "favourite", "prefer", "fan", "passionate", "obsessed", "can't", "like",
+                    "love", "enjoy", "adore", "hate")
+_RELATIONSHIP_CUES = ("married", "engaged", "divorced", "dating", "boyfriend", "girlfriend", "husband",
+                      "wife", "fianc", "best", "relationship", "broke", "break", "single")
+_PAST_CUES = ("was", "were", "went", "did", "had", "got", "made", "took", "saw", "came", "gave", "found",
+              "told", "felt", "met", "left", "bought", "began", "ran", "wrote", "won", "lost", "spent",
+              "yesterday", "ago", "last")
 
-def _has_past_cue(s: str) -> bool:
-    """Past-tense cue words, or an -ed verb not used as an adjective after a present "be"."""
-    if _PAST_WORD.search(s):
+
+def _has_past_cue(s: str, low: str | None = None) -> bool:
+    """Past-tense cue words, or an -ed verb not used as an adjective after a present "be".
+    ``low``: ``cue_text(s)`` when the caller has it."""
+    low = cue_text(s) if low is None else low
+    if has_cue(low, _PAST_CUES) and _PAST_WORD.search(s):
         return True
-    first = re.match(r"\s*(\w{3,}ed)\b", s)
+    if not has_cue(low, ("ed",)):
+        return False  # both tests below need an "ed"
+    first = _FIRST_ED_WORD.match(s)
     if first:
         return True
     return any(m.group(1).lower() not in _PRESENT_BE for m in _ED_WORD.finditer(s))
@@ -464,15 +492,15 @@ def _has_past_cue(s: str) -> bool:
 def classify_event_type(sentence: str) -> str:
     """Cue-word event type: plan, then preference, relationship, occurrence (past), else state."""
     s = normalize_apostrophes(sentence)
-    if _PLAN.search(s):
+    low = cue_text(s)
+    if has_cue(low, _PLAN_CUES) and _PLAN.search(s):
         return "plan"
-    if _PREFERENCE.search(s):
+    if any(c in s for c in _PREFERENCE_CUES) and _PREFERENCE.search(s):
         return "preference"
-    if _RELATIONSHIP.search(s) and not _has_past_cue(s):
-        return "relationship"
-    if _has_past_cue(s):
-        return "occurrence"
-    return "state"
+    past = _has_past_cue(s, low)
+    if not past and has_cue(low, _RELATIONSHIP_CUES) and _RELATIONSHIP.search(s):
+        return "relationship"  # a relationship word in the past tense is an occurrence
+    return "occurrence" if past else "state"
 
 
 _AUX_LEMMA = {
@@ -526,6 +554,17 @@ _PROFILE_CUES = re.compile(
     r"personality|values?|born|grew\s+up|live[sd]?\s+in|moved\s+(?:to|from))\b",
     re.IGNORECASE,
 )
+_PROFILE_CUE_WORDS = ("job", "work", "occupation", "career", "profession", "identi", "transgender", "gay",
+                      "lesbian", "bisexual", "religio", "believe", "married", "single", "divorced", "hobb",
+                      "favorite", "favourite", "allergic", "health", "diagnos", "goal", "dream", "passion",
+                      "personality", "value", "born", "grew", "live", "moved")
+
+
+def _has_profile_cue(source: str) -> bool:
+    """``_PROFILE_CUES`` found in ``source`` (scanned only when one of its cue words is there)."""
+    return has_cue(cue_text(source), _PROFILE_CUE_WORDS) and _PROFILE_CUES.search(source) is not None
+
+
 _CAPTION_PREFIX = re.compile(
     r"^\s*(?:(?:a|an|the)\s+)?(?:photo|picture|image|photograph|pic|screenshot)\s+of\s+|^\s*there\s+is\s+|"
     r"^\s*this\s+is\s+", re.IGNORECASE,
@@ -703,7 +742,7 @@ class RuleExtractor:
         else:
             polarity = "negative" if negated else "positive"
         needs_profile = event_type in ("preference", "relationship") or (
-            not claim.is_question and _PROFILE_CUES.search(source) is not None)
+            not claim.is_question and _has_profile_cue(source))
         part = _ClaimTemplate(
             text=claim.text, source=source, people=claim.people, is_caption=claim.is_caption,
             extra_keywords=claim.extra_keywords, prefer="future" if event_type == "plan" else "past",

@@ -65,6 +65,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+from memcompile_local.language.tokens import cue_text
+
 __all__ = [
     "TimeMention",
     "parse_session_time",
@@ -279,14 +281,16 @@ class _Pattern:
     regex: re.Pattern
     handler: Handler
     needs_cap_month: bool = False  # ambiguous month words must be capitalized in free text
-    cue: str = "digit"  # the _CUES entry every match of the pattern contains
+    cues: frozenset[str] = frozenset()  # every match holds one of them (see _CUES)
 
 
 # A pre-check that lets find_time_mentions skip patterns: every match of a pattern contains
 # one of its cue's substrings (case-insensitively), or a decimal digit for "digit", so a text
 # without them cannot match it. Most sentences hold no time expression, and the 37 regex
 # scans were most of the cost of reading one.
-_CUES: dict[str, tuple[str, ...]] = {
+_DIGIT_CUE = r"\d"  # stands for "a decimal digit" among the cues found (not a substring)
+_CUES: dict[str, frozenset[str]] = {name: frozenset(cues) for name, cues in {
+    "digit": (_DIGIT_CUE,),
     "month_name": ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
     "day": ("day",),  # yesterday, today, days, every weekday name
     "day_night": ("day", "night"),
@@ -296,22 +300,20 @@ _CUES: dict[str, tuple[str, ...]] = {
     "month": ("month",),
     "year": ("year",),
     "season": ("summer", "winter", "spring", "fall", "autumn"),
-}
+}.items()}
+_WORD_CUES = tuple(sorted(set().union(*_CUES.values()) - {_DIGIT_CUE}))
 _ANY_DIGIT = re.compile(r"\d")
-# The only non-ASCII characters that a case-insensitive regex matches to an ASCII letter
-# (İ ı ſ K: i, i, s, k). A text with none of them contains a cue as the regex reads it only
-# if its lowercased form contains the cue.
-_FOLDS_TO_ASCII = frozenset("\u0130\u0131\u017f\u212a")
 
 
-def _cues_present(text: str) -> dict[str, bool] | None:
-    """Which cues ``text`` holds; None when lowercasing cannot tell (then every pattern runs)."""
-    if not text.isascii() and not _FOLDS_TO_ASCII.isdisjoint(text):
+def _cues_found(text: str) -> set[str] | None:
+    """The cues ``text`` holds; None when lowercasing cannot tell (then every pattern runs)."""
+    low = cue_text(text)
+    if low is None:
         return None
-    low = text.lower()
-    present = {name: any(c in low for c in cues) for name, cues in _CUES.items()}
-    present["digit"] = _ANY_DIGIT.search(text) is not None
-    return present
+    found = {c for c in _WORD_CUES if c in low}
+    if _ANY_DIGIT.search(text) is not None:
+        found.add(_DIGIT_CUE)
+    return found
 
 
 def _raw(m: re.Match) -> str:
@@ -498,7 +500,7 @@ def _h_season_rel(m, anchor, prefer):
 
 
 def _p(pattern: str, handler: Handler, *, cap_month: bool = False, cue: str = "digit") -> _Pattern:
-    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, cue)
+    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, _CUES[cue])
 
 
 _PATTERNS: tuple[_Pattern, ...] = (
@@ -580,10 +582,10 @@ def find_time_mentions(text: str, anchor: dt.datetime | None, *, prefer: Prefer 
     """
     if not text:
         return []
-    present = _cues_present(text)
+    cues = _cues_found(text)
     found: list[tuple[int, int, int, str, str]] = []
     for order, pat in enumerate(_PATTERNS):
-        if present is not None and not present[pat.cue]:
+        if cues is not None and cues.isdisjoint(pat.cues):
             continue  # no match possible (see _CUES); skipping leaves the others' order as it was
         for m in pat.regex.finditer(text):
             if pat.needs_cap_month and strict_case and not _month_case_ok(m):

@@ -22,6 +22,8 @@ __all__ = [
     "normalize_apostrophes",
     "jaccard",
     "count_tokens",
+    "cue_text",
+    "has_cue",
 ]
 
 _WORD = re.compile(r"\w+(?:'\w+)*", re.UNICODE)
@@ -104,3 +106,28 @@ def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
 def count_tokens(text: str) -> int:
     """Token count used for n_i and Cell token caps (see the module docstring)."""
     return len(_TOKEN.findall(text or ""))
+
+
+# The only non-ASCII characters that a case-insensitive regex matches to an ASCII letter
+# (İ ı ſ K match i, i, s, k; checked over every code point in tests/test_extract_rule_identity.py).
+_FOLDS_TO_ASCII = frozenset("\u0130\u0131\u017f\u212a")
+
+
+def cue_text(text: str) -> str | None:
+    """``text`` lowercased, for a cheap pre-check before a case-insensitive regex scan, or None
+    when such a pre-check cannot be trusted for ``text``.
+
+    If a ``re.IGNORECASE`` pattern can match only where one of some ASCII words (its cues)
+    occurs, then it can match ``text`` only if ``has_cue(cue_text(text), cues)``: the regex
+    matches an ASCII letter only to that letter in either case or to İ ı ſ K, and a text
+    with none of those four holds the cue, lowercased, in its lowercased form.
+    """
+    if not text.isascii() and not _FOLDS_TO_ASCII.isdisjoint(text):
+        return None
+    return text.lower()
+
+
+def has_cue(low: str | None, cues: Iterable[str]) -> bool:
+    """Whether ``low`` (from :func:`cue_text`) holds one of ``cues`` (lowercase); True when
+    ``low`` is None (no pre-check: run the regex)."""
+    return low is None or any(c in low for c in cues)
