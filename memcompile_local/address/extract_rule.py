@@ -117,7 +117,7 @@ def split_sentences(text: str) -> list[str]:
         end = m.end()
         piece = text[start:end]
         if m.group(0).startswith(".") and "\n" not in m.group(0):
-            before = text[start:m.start()].split()
+            before = text[start:m.start()].rsplit(None, 1)  # the last word is all that is read
             last = before[-1].lower().rstrip(".") if before else ""
             if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
                 continue
@@ -424,7 +424,7 @@ def is_low_value(sentence: str, names: Sequence[str] = ()) -> bool:
     content = _content_words(s, known, toks=toks)
     # Other proper names are content ("I went to Paris!" is a fact) unless the sentence is
     # small talk addressed to someone ("Hey Mel!", "Thanks, Jon!"): then they are vocatives.
-    if content and any(w in FILLER for w in toks):
+    if content and not FILLER.isdisjoint(toks):
         content = _content_words(s, known + proper_names(s, known), toks=toks)
     if s.rstrip(" \"')").endswith("?"):
         return len(content) < 2
@@ -520,7 +520,11 @@ def predicate_lemma(sentence: str) -> str:
     Skips auxiliaries, modals, negation and mid-sentence adverbs; falls back to the
     auxiliary's lemma ("I am tired" -> "be") and to "" when no subject is found.
     """
-    toks = words(normalize_apostrophes(sentence))
+    return _predicate_of_words(words(normalize_apostrophes(sentence)))
+
+
+def _predicate_of_words(toks: Sequence[str]) -> str:
+    """``predicate_lemma`` of a sentence from its words."""
     subjects = {"i", "we", "you", "he", "she", "they", "it"}
     start = None
     for idx, w in enumerate(toks):
@@ -728,6 +732,7 @@ class RuleExtractor:
     def _descriptor(self, packet: SourcePacket, index: int, claim: _Claim, speaker: str,
                     anchor, interaction: str) -> tuple[Descriptor, "_ClaimTemplate"]:
         source = claim.source
+        toks = [] if claim.is_caption else words(normalize_apostrophes(source))  # for subject and predicate
         if claim.is_caption:
             event_type = "occurrence"
             mentions = []
@@ -747,22 +752,24 @@ class RuleExtractor:
             text=claim.text, source=source, people=claim.people, is_caption=claim.is_caption,
             extra_keywords=claim.extra_keywords, prefer="future" if event_type == "plan" else "past",
             spans=tuple((m.start, m.end) for m in mentions), keywords=kws, event_type=event_type,
-            polarity=polarity, subject=self._subject(source, claim, speaker),
-            predicate="share" if claim.is_caption else predicate_lemma(source),
+            polarity=polarity, subject=self._subject(source, claim, speaker, toks),
+            predicate="share" if claim.is_caption else _predicate_of_words(toks),
             needs_profile=needs_profile, negated=negated, n_tokens=count_tokens(claim.text))
         return _make_descriptor(packet, index, part, kws, mentions[0].value if mentions else "", interaction), part
 
     @staticmethod
-    def _subject(source: str, claim: _Claim, speaker: str) -> tuple[str, ...]:
+    def _subject(source: str, claim: _Claim, speaker: str, toks: Sequence[str] | None = None) -> tuple[str, ...]:
+        """Who a claim is about; ``toks``: the words of ``source`` when the caller has them."""
         if claim.is_caption:
             return (speaker,)
-        first = words(normalize_apostrophes(source))[:1]
+        first = (words(normalize_apostrophes(source)) if toks is None else toks)[:1]
         if not first:
             return ()
         w = first[0]
         if w in ("i", "i'm", "i've", "i'll", "i'd", "my"):
             return (speaker,) if w != "my" else ()
-        people = [p for p in claim.people if normalize_name(p) != normalize_name(speaker)]
+        own = normalize_name(speaker)
+        people = [p for p in claim.people if normalize_name(p) != own]
         if w in ("we", "we're", "we've", "we'll", "we'd"):
             return (speaker, people[0]) if people else (speaker,)
         if w in ("you", "you're", "you've", "you'll", "you'd") and people:
@@ -819,10 +826,13 @@ def addressee_of(speaker: str, previous_speaker: str | None) -> str | None:
 def _keywords(source: str, mentions: Sequence, people: Sequence[str], speaker: str,
               extra: tuple[str, ...], limit: int) -> tuple[str, ...]:
     """Keyword phrases of a claim's source sentence, its time expressions and names blanked out."""
-    masked = list(source)
-    for m in mentions:
-        masked[m.start:m.end] = [","] * (m.end - m.start)
-    kws = keyword_phrases("".join(masked), exclude=list(people) + [speaker], known_names=people, limit=limit)
+    masked = source
+    if mentions:
+        chars = list(source)
+        for m in mentions:
+            chars[m.start:m.end] = [","] * (m.end - m.start)
+        masked = "".join(chars)
+    kws = keyword_phrases(masked, exclude=list(people) + [speaker], known_names=people, limit=limit)
     if extra:
         kws = tuple(dict.fromkeys(extra + kws))[:limit]
     return kws

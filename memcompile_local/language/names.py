@@ -143,9 +143,8 @@ def name_tokens(text: str, known: Sequence[str]) -> set[str]:
         return out
     table = _known_table(tuple(known))
     for raw in _NAME_TOKEN.findall(normalize_apostrophes(text)):
-        tok = raw[:-2] if raw.endswith("'s") else raw
-        if tok[:1].isupper():
-            low = tok.lower()
+        if raw[0].isupper():  # the token's first letter, which dropping "'s" keeps
+            low = (raw[:-2] if raw.endswith("'s") else raw).lower()
             if low in table:
                 out.add(low)
     return out

@@ -21,10 +21,14 @@ __all__ = ["keyword_phrases"]
 _PHRASE_BREAK = re.compile(r"[^\w'\s-]|\s-\s|_")
 
 
-def _phrase_word(w: str) -> bool:
-    """Whether a (stripped, lowercased) word may be part of a chunk, as far as the fixed word
-    lists and endings decide (the caller's excluded names are checked apart)."""
-    return (
+def _chunk_word(raw: str) -> tuple[str, bool]:
+    """A whitespace-separated piece of lowercased text as a chunk word (quotes and hyphens at
+    its ends and a possessive 's dropped), and whether it may be part of a chunk as far as the
+    fixed word lists and endings decide (the caller's excluded names are checked apart)."""
+    w = raw.strip("'-")
+    if w.endswith("'s"):
+        w = w[:-2]
+    return w, (
         len(w) > 1
         and w not in STOPWORDS
         and w not in KEYWORD_EXCLUDE
@@ -38,9 +42,9 @@ def _phrase_word(w: str) -> bool:
     )
 
 
-# A pure function of the word, cached because chat vocabulary repeats; only words of up to
+# A pure function of the piece, cached because chat vocabulary repeats; only pieces of up to
 # 32 characters are cached, so that a long token (a hash, a base64 blob) is not held.
-_cached_phrase_word = functools.lru_cache(maxsize=32768)(_phrase_word)
+_cached_chunk_word = functools.lru_cache(maxsize=32768)(_chunk_word)
 
 
 def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequence[str] = (),
@@ -55,7 +59,7 @@ def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequ
     """
     if limit <= 0:
         return ()
-    banned: set[str] = set()  # besides KEYWORD_EXCLUDE, which _phrase_word checks
+    banned: set[str] = set()  # besides KEYWORD_EXCLUDE, which _chunk_word checks
     for e in exclude:
         banned.update(words(e))
     banned.update(name_tokens(text, known_names))
@@ -64,10 +68,8 @@ def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequ
     for segment in _PHRASE_BREAK.split(normalize_apostrophes(text).lower()):
         current: list[str] = []
         for raw in segment.split():
-            w = raw.strip("'-")
-            if w.endswith("'s"):
-                w = w[:-2]
-            if w not in banned and (_cached_phrase_word(w) if len(w) <= 32 else _phrase_word(w)):
+            w, ok = _cached_chunk_word(raw) if len(raw) <= 32 else _chunk_word(raw)
+            if ok and w not in banned:
                 current.append(w)
                 continue
             if current:
