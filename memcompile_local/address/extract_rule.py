@@ -371,13 +371,19 @@ def _strip_interjection(sentence: str) -> str:
     return stripped[:1].upper() + stripped[1:]
 
 
+_LEADING_VOCATIVE = re.compile(r"\s*([A-Z][a-z]+)\s*,\s+(?=\S)")
+_TRAILING_VOCATIVE = re.compile(r",\s*([A-Z][a-z]+)\s*([.!?\u2026]*)\s*$")
+
+
 def _strip_vocative(sentence: str, known: Sequence[str]) -> str:
     """Drop a leading "<known name>, " or trailing ", <known name>" form of address."""
-    m = re.match(r"\s*([A-Z][a-z]+)\s*,\s+(?=\S)", sentence)
+    if "," not in sentence:
+        return sentence  # both forms need a comma
+    m = _LEADING_VOCATIVE.match(sentence)
     if m and known_name(m.group(1), known) is not None:
         rest = sentence[m.end():]
         sentence = rest[:1].upper() + rest[1:]
-    tail = re.search(r",\s*([A-Z][a-z]+)\s*([.!?\u2026]*)\s*$", sentence)
+    tail = _TRAILING_VOCATIVE.search(sentence)
     if tail and known_name(tail.group(1), known) is not None and sentence[:tail.start()].strip():
         sentence = sentence[:tail.start()] + tail.group(2)
     return sentence
@@ -585,12 +591,16 @@ class _Claim:
     extra_keywords: tuple[str, ...] = ()
 
 
+_END_MARKS = re.compile(r"[!\u2026:;,]+$")
+_END_DOTS = re.compile(r"\.{2,}$")
+
+
 def _finish(sentence: str, question: bool) -> str:
     s = sentence.strip()
     if question:
         return s
-    s = re.sub(r"[!\u2026:;,]+$", ".", s)
-    s = re.sub(r"\.{2,}$", ".", s)
+    s = _END_MARKS.sub(".", s)
+    s = _END_DOTS.sub(".", s)
     if s and s[-1] not in ".?\"')":
         s += "."
     return s
