@@ -266,6 +266,113 @@ def test_threads_at_once_give_the_serial_output(expected):
     assert all(r == expected["default"] for r in results)
 
 
+# --------------------------------------------------------------------------- pre-checks
+# The speed work skips regex scans when a cheap test says they cannot match (cue words in the
+# lowercased text). These tests hold each pre-checked function to the plain scans it stands
+# for, on phrases that exercise every cue (any case, other scripts, characters that a
+# case-insensitive regex folds to ASCII letters).
+
+CUE_PHRASES = [
+    # time expressions
+    "on 7 May 2023", "May 7th, 2023", "2023-05-07", "2023/5/7", "7 may", "May 7", "in May", "this MAY",
+    "last March", "the end of June", "mid-Sept", "summer 2022", "in 2021", "back in 1999", "yesterday",
+    "LAST NIGHT", "earlier today", "tonight", "this Afternoon", "tomorrow", "the day before yesterday",
+    "the day after tomorrow", "3 days ago", "a few days ago", "in 2 days", "last week", "this past week",
+    "next week", "last weekend", "over the weekend", "two weeks ago", "in three weeks", "last Saturday",
+    "this coming Monday", "on Friday", "last month", "this month", "next month", "a couple of months ago",
+    "in 6 months", "last year", "the past year", "next year", "five years ago", "in 10 years",
+    "last summer", "this past winter", "next spring", "this fall", "past autumn", "2023-05",
+    # plan, preference, relationship, past, profile, negation cues
+    "I WILL go", "we won't", "Shall we", "gonna try", "Going To start", "planned to", "our plans",
+    "I intend", "hoping to", "hope to", "looking forward", "about to", "can't wait", "you should",
+    "LET'S go", "want to", "wanna", "would like to", "thinking of", "thinking about", "We'll see",
+    "my favorite", "Favourite", "I prefer", "a fan of", "passionate about", "obsessed with",
+    "can't stand", "I really like it", "She loves it", "They enjoy it", "Ana adores it", "I hate it",
+    "we dislike it", "He's married", "ENGAGED", "divorced", "dating", "my boyfriend", "a girlfriend",
+    "her husband", "his wife", "my fiancée", "a fiance", "best friends", "in a relationship",
+    "broke up", "the breakup", "a single parent", "it was", "they were", "I went", "did", "had",
+    "got", "made", "took", "saw", "came", "gave", "found", "told", "felt", "met", "left", "bought",
+    "began", "ran", "wrote", "won", "lost", "spent", "ago", "last", "Baked bread", "we finished it",
+    "she is excited", "my job", "works as a nurse", "worked at a bank", "occupation", "career",
+    "profession", "identity", "identifies as", "transgender", "gay", "lesbian", "bisexual",
+    "religious", "believe", "single", "hobby", "hobbies", "allergic", "health", "diagnosed",
+    "a goal", "dream", "passion", "passionate", "personality", "values", "born", "grew up",
+    "lives in", "moved to", "moved from", "not", "no", "never", "nobody", "nothing", "none",
+    "neither", "nor", "nowhere", "cannot", "don't", "WON'T",
+]
+# Characters a case-insensitive regex matches to ASCII letters (İ ı ſ K), and other scripts.
+FOLDED = [("s", "\u017f"), ("k", "\u212a"), ("i", "\u0131"), ("I", "\u0130")]
+
+
+def _cue_texts() -> list[str]:
+    out = []
+    for phrase in CUE_PHRASES:
+        for variant in (phrase, phrase.upper(), phrase.title(), f"Well, {phrase} \u2014 caf\u00e9 \u2019x\u2019.",
+                        f"\u00bfY {phrase}?"):
+            out.append(variant)
+        for ascii_letter, folded in FOLDED:
+            if ascii_letter in phrase:
+                out.append(phrase.replace(ascii_letter, folded))
+    return out + [t[3] for t in TURNS] + SENTENCES
+
+
+def test_folds_to_ascii_lists_every_character_a_case_insensitive_regex_reads_as_ascii():
+    import re
+
+    from memcompile_local.language import tokens
+
+    letter = re.compile("[a-z]", re.IGNORECASE)
+    found = {chr(c) for c in range(128, sys.maxunicode + 1) if letter.fullmatch(chr(c))}
+    assert found == set(tokens._FOLDS_TO_ASCII)
+
+
+def test_time_pattern_precheck_changes_no_mention(monkeypatch):
+    from memcompile_local.language import timeparse
+
+    texts = _cue_texts()
+    anchors = [None, parse_session_time(LOCOMO_TIME)]
+    checked = [[find_time_mentions(t, a, prefer=p, strict_case=c) for a in anchors for p in ("past", "future")
+                for c in (True, False)] for t in texts]
+    assert sum(bool(m) for row in checked for m in row) > 200  # the phrases do hold time expressions
+    monkeypatch.setattr(timeparse, "_cues_found", lambda text: None)  # every pattern scanned
+    scanned = [[find_time_mentions(t, a, prefer=p, strict_case=c) for a in anchors for p in ("past", "future")
+                for c in (True, False)] for t in texts]
+    assert checked == scanned
+
+
+def test_event_profile_and_negation_prechecks_change_no_answer():
+    from memcompile_local.address import extract_rule as er
+    from memcompile_local.language import negation
+    from memcompile_local.language.tokens import normalize_apostrophes
+
+    def past(s: str) -> bool:  # _has_past_cue without pre-checks
+        return bool(er._PAST_WORD.search(s) or er._FIRST_ED_WORD.match(s)
+                    or any(m.group(1).lower() not in er._PRESENT_BE for m in er._ED_WORD.finditer(s)))
+
+    def event_type(sentence: str) -> str:  # classify_event_type without pre-checks
+        s = normalize_apostrophes(sentence)
+        if er._PLAN.search(s):
+            return "plan"
+        if er._PREFERENCE.search(s):
+            return "preference"
+        if er._RELATIONSHIP.search(s) and not past(s):
+            return "relationship"
+        return "occurrence" if past(s) else "state"
+
+    texts = _cue_texts()
+    assert [classify_event_type(t) for t in texts] == [event_type(t) for t in texts]
+    assert len({classify_event_type(t) for t in texts}) == 5
+    assert [er._has_profile_cue(t) for t in texts] == [er._PROFILE_CUES.search(t) is not None for t in texts]
+    assert [negation.has_negation(t) for t in texts] == [
+        negation._NEGATION.search(normalize_apostrophes(t)) is not None for t in texts]
+
+
+def test_cached_answers_are_fresh_lists():
+    first = proper_names("I met Ana Sousa and Tomas in Porto.", ["Tomas"])
+    first.append("changed")
+    assert proper_names("I met Ana Sousa and Tomas in Porto.", ["Tomas"]) == ["Ana Sousa", "Tomas", "Porto"]
+
+
 def _dump(record: dict) -> str:
     """JSON with one list item per line (short lines for a readable diff, no deep indent)."""
     lines = ["{"]
