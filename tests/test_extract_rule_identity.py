@@ -282,6 +282,7 @@ CUE_PHRASES = [
     "this coming Monday", "on Friday", "last month", "this month", "next month", "a couple of months ago",
     "in 6 months", "last year", "the past year", "next year", "five years ago", "in 10 years",
     "last summer", "this past winter", "next spring", "this fall", "past autumn", "2023-05",
+    "on \uff17 May", "7 May \uff12\uff10\uff12\uff13", "version 3.12 in May", "1920s", "20 people",
     # plan, preference, relationship, past, profile, negation cues
     "I WILL go", "we won't", "Shall we", "gonna try", "Going To start", "planned to", "our plans",
     "I intend", "hoping to", "hope to", "looking forward", "about to", "can't wait", "you should",
@@ -321,7 +322,7 @@ def test_folds_to_ascii_lists_every_character_a_case_insensitive_regex_reads_as_
 
     from memcompile_local.language import tokens
 
-    letter = re.compile("[a-z]", re.IGNORECASE)
+    letter = re.compile("[a-z0-9]", re.IGNORECASE)  # letters and digits (cues such as "19")
     found = {chr(c) for c in range(128, sys.maxunicode + 1) if letter.fullmatch(chr(c))}
     assert found == set(tokens._FOLDS_TO_ASCII)
 

@@ -281,24 +281,25 @@ class _Pattern:
     regex: re.Pattern
     handler: Handler
     needs_cap_month: bool = False  # ambiguous month words must be capitalized in free text
-    cues: frozenset[str] = frozenset()  # every match holds one of them (see _CUES)
+    cues: tuple[frozenset[str], ...] = ()  # every match holds one cue of each (see _CUES)
 
 
-# A pre-check that lets find_time_mentions skip patterns: every match of a pattern contains
-# one of its cue's substrings (case-insensitively), or a decimal digit for "digit", so a text
-# without them cannot match it. Most sentences hold no time expression, and the 37 regex
-# scans were most of the cost of reading one.
+# A pre-check that lets find_time_mentions skip patterns: every match of a pattern holds, for
+# each cue group the pattern names, one of the group's substrings (case-insensitively; "\d"
+# stands for any decimal digit), so a text that lacks a group cannot match it. Most
+# sentences hold no time expression, and the 37 regex scans were most of the cost of one.
 _DIGIT_CUE = r"\d"  # stands for "a decimal digit" among the cues found (not a substring)
 _CUES: dict[str, frozenset[str]] = {name: frozenset(cues) for name, cues in {
     "digit": (_DIGIT_CUE,),
+    "year_digits": ("19", "20"),  # a year as _YEAR reads one
     "month_name": ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
     "day": ("day",),  # yesterday, today, days, every weekday name
     "day_night": ("day", "night"),
     "day_part": ("day", "night", "morning", "afternoon", "evening"),
     "tomorrow": ("tomorrow",),
     "week": ("week",),
-    "month": ("month",),
-    "year": ("year",),
+    "month_word": ("month",),
+    "year_word": ("year",),
     "season": ("summer", "winter", "spring", "fall", "autumn"),
 }.items()}
 _WORD_CUES = tuple(sorted(set().union(*_CUES.values()) - {_DIGIT_CUE}))
@@ -499,27 +500,29 @@ def _h_season_rel(m, anchor, prefer):
     return f"{season} {anchor.year:04d}", "season"
 
 
-def _p(pattern: str, handler: Handler, *, cap_month: bool = False, cue: str = "digit") -> _Pattern:
-    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, _CUES[cue])
+def _p(pattern: str, handler: Handler, *, cue: str | tuple[str, ...], cap_month: bool = False) -> _Pattern:
+    groups = (cue,) if isinstance(cue, str) else cue
+    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, tuple(_CUES[g] for g in groups))
 
 
 _PATTERNS: tuple[_Pattern, ...] = (
     # absolute dates
-    _p(r"(?<![\d/.-])(?P<year>(?:19|20)\d{2})[-/.](?P<m>[01]?\d)[-/.](?P<d>[0-3]?\d)(?![\d/.-])", _h_iso),
-    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", _h_full_date),
-    _p(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", _h_full_date),
-    _p(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", _h_month_year),
+    _p(r"(?<![\d/.-])(?P<year>(?:19|20)\d{2})[-/.](?P<m>[01]?\d)[-/.](?P<d>[0-3]?\d)(?![\d/.-])", _h_iso,
+       cue="year_digits"),
+    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", _h_full_date, cue=("month_name", "year_digits")),
+    _p(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", _h_full_date, cue=("month_name", "year_digits")),
+    _p(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", _h_month_year, cue=("month_name", "year_digits")),
     _p(r"(?<![\d/.-])(?P<year>(?:19|20)\d{2})-(?P<mon>0[1-9]|1[0-2])(?![\d/-])",
-       lambda m, a, p: (_ym(int(m["year"]), int(m["mon"])), "month")),
-    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?![\w])", _h_day_month, cap_month=True),
-    _p(rf"\b{_MONTH}\s+{_DAY}\b(?![:\d])", _h_day_month, cap_month=True),
+       lambda m, a, p: (_ym(int(m["year"]), int(m["mon"])), "month"), cue="year_digits"),
+    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?![\w])", _h_day_month, cap_month=True, cue=("digit", "month_name")),
+    _p(rf"\b{_MONTH}\s+{_DAY}\b(?![:\d])", _h_day_month, cap_month=True, cue=("digit", "month_name")),
     _p(rf"\b(?P<prep>in|during|since|until|till|by|from|of|through|last|next|this|early|late|mid-?|"
        rf"around|before|after|(?:the\s+)?(?:beginning|end|start|middle)\s+of)\s+(?:the\s+month\s+of\s+)?"
        rf"{_MONTH}(?![\w])(?!,?\s+(?:of\s+)?(?:19|20)\d{{2}})(?!\s+[0-3]?\d\b)", _h_prep_month, cap_month=True,
        cue="month_name"),
-    _p(rf"\b{_SEASON}\s+(?:of\s+)?{_YEAR}\b", _h_season_year),
+    _p(rf"\b{_SEASON}\s+(?:of\s+)?{_YEAR}\b", _h_season_year, cue=("season", "year_digits")),
     _p(rf"\b(?:in|since|during|from|until|till|by|of|back\s+in|around|circa|year|early|late|mid-?|"
-       rf"before|after)\s+(?:the\s+year\s+)?{_YEAR}\b", _h_year),
+       rf"before|after)\s+(?:the\s+year\s+)?{_YEAR}\b", _h_year, cue="year_digits"),
     # days
     _p(r"\b(?:the\s+)?day\s+before\s+yesterday\b", _day_offset(-2), cue="day"),
     _p(r"\b(?:the\s+)?day\s+after\s+tomorrow\b", _day_offset(2), cue="day"),
@@ -542,17 +545,17 @@ _PATTERNS: tuple[_Pattern, ...] = (
     _p(rf"\b(?P<rel>last|next|this\s+past|this\s+coming|coming|this|on|past)\s+{_WEEKDAY}(?![\w])", _h_weekday,
        cue="day"),
     # months
-    _p(r"\blast\s+month\b|\b(?:this|the)\s+past\s+month\b", _month_offset(-1), cue="month"),
-    _p(r"\bthis\s+month\b", _month_offset(0), cue="month"),
-    _p(r"\bnext\s+month\b", _month_offset(1), cue="month"),
-    _p(rf"\b{_NUM}\s+months?\s+ago\b", _h_months_count(-1), cue="month"),
-    _p(rf"\bin\s+{_NUM}\s+months?\b", _h_months_count(1), cue="month"),
+    _p(r"\blast\s+month\b|\b(?:this|the)\s+past\s+month\b", _month_offset(-1), cue="month_word"),
+    _p(r"\bthis\s+month\b", _month_offset(0), cue="month_word"),
+    _p(r"\bnext\s+month\b", _month_offset(1), cue="month_word"),
+    _p(rf"\b{_NUM}\s+months?\s+ago\b", _h_months_count(-1), cue="month_word"),
+    _p(rf"\bin\s+{_NUM}\s+months?\b", _h_months_count(1), cue="month_word"),
     # years
-    _p(r"\blast\s+year\b|\b(?:this|the)\s+past\s+year\b", _year_offset(-1), cue="year"),
-    _p(r"\bthis\s+year\b", _year_offset(0), cue="year"),
-    _p(r"\bnext\s+year\b", _year_offset(1), cue="year"),
-    _p(rf"\b{_NUM}\s+years?\s+ago\b", _h_years_count(-1), cue="year"),
-    _p(rf"\bin\s+{_NUM}\s+years?\b", _h_years_count(1), cue="year"),
+    _p(r"\blast\s+year\b|\b(?:this|the)\s+past\s+year\b", _year_offset(-1), cue="year_word"),
+    _p(r"\bthis\s+year\b", _year_offset(0), cue="year_word"),
+    _p(r"\bnext\s+year\b", _year_offset(1), cue="year_word"),
+    _p(rf"\b{_NUM}\s+years?\s+ago\b", _h_years_count(-1), cue="year_word"),
+    _p(rf"\bin\s+{_NUM}\s+years?\b", _h_years_count(1), cue="year_word"),
     # seasons
     _p(rf"\b(?P<rel>last|this\s+past|past|this|next)\s+{_SEASON}\b", _h_season_rel, cue="season"),
 )
@@ -585,7 +588,7 @@ def find_time_mentions(text: str, anchor: dt.datetime | None, *, prefer: Prefer 
     cues = _cues_found(text)
     found: list[tuple[int, int, int, str, str]] = []
     for order, pat in enumerate(_PATTERNS):
-        if cues is not None and cues.isdisjoint(pat.cues):
+        if cues is not None and any(cues.isdisjoint(group) for group in pat.cues):
             continue  # no match possible (see _CUES); skipping leaves the others' order as it was
         for m in pat.regex.finditer(text):
             if pat.needs_cap_month and strict_case and not _month_case_ok(m):

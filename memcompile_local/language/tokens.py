@@ -9,6 +9,7 @@ Everything here is a pure function of its input, safe to call from many threads.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable
 
@@ -82,6 +83,7 @@ def phrase_terms(phrases: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=8192)  # asked of the same few names over and over
 def normalize_name(name: str) -> str:
     """Canonical form of a person name for set comparisons ("Mel  Smith" -> "mel smith")."""
     return " ".join(words(name))
