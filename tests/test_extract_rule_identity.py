@@ -335,7 +335,7 @@ def test_time_pattern_precheck_changes_no_mention(monkeypatch):
     checked = [[find_time_mentions(t, a, prefer=p, strict_case=c) for a in anchors for p in ("past", "future")
                 for c in (True, False)] for t in texts]
     assert sum(bool(m) for row in checked for m in row) > 200  # the phrases do hold time expressions
-    monkeypatch.setattr(timeparse, "_cues_found", lambda text: None)  # every pattern scanned
+    monkeypatch.setattr(timeparse, "_cue_groups", lambda text: None)  # every pattern scanned
     scanned = [[find_time_mentions(t, a, prefer=p, strict_case=c) for a in anchors for p in ("past", "future")
                 for c in (True, False)] for t in texts]
     assert checked == scanned

@@ -281,7 +281,7 @@ class _Pattern:
     regex: re.Pattern
     handler: Handler
     needs_cap_month: bool = False  # ambiguous month words must be capitalized in free text
-    cues: tuple[frozenset[str], ...] = ()  # every match holds one cue of each (see _CUES)
+    cues: frozenset[str] = frozenset()  # cue groups: every match holds one cue of each (see _CUES)
 
 
 # A pre-check that lets find_time_mentions skip patterns: every match of a pattern holds, for
@@ -306,15 +306,16 @@ _WORD_CUES = tuple(sorted(set().union(*_CUES.values()) - {_DIGIT_CUE}))
 _ANY_DIGIT = re.compile(r"\d")
 
 
-def _cues_found(text: str) -> set[str] | None:
-    """The cues ``text`` holds; None when lowercasing cannot tell (then every pattern runs)."""
+def _cue_groups(text: str) -> set[str] | None:
+    """The cue groups ``text`` has a cue of; None when lowercasing cannot tell (then every
+    pattern runs)."""
     low = cue_text(text)
     if low is None:
         return None
     found = {c for c in _WORD_CUES if c in low}
     if _ANY_DIGIT.search(text) is not None:
         found.add(_DIGIT_CUE)
-    return found
+    return {name for name, cues in _CUES.items() if not found.isdisjoint(cues)}
 
 
 def _raw(m: re.Match) -> str:
@@ -501,8 +502,10 @@ def _h_season_rel(m, anchor, prefer):
 
 
 def _p(pattern: str, handler: Handler, *, cue: str | tuple[str, ...], cap_month: bool = False) -> _Pattern:
-    groups = (cue,) if isinstance(cue, str) else cue
-    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, tuple(_CUES[g] for g in groups))
+    groups = frozenset((cue,) if isinstance(cue, str) else cue)
+    if not groups <= _CUES.keys():
+        raise ValueError(f"unknown cue group(s) {sorted(groups - _CUES.keys())}")
+    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, groups)
 
 
 _PATTERNS: tuple[_Pattern, ...] = (
@@ -585,10 +588,10 @@ def find_time_mentions(text: str, anchor: dt.datetime | None, *, prefer: Prefer 
     """
     if not text:
         return []
-    cues = _cues_found(text)
+    groups = _cue_groups(text)
     found: list[tuple[int, int, int, str, str]] = []
     for order, pat in enumerate(_PATTERNS):
-        if cues is not None and any(cues.isdisjoint(group) for group in pat.cues):
+        if groups is not None and not pat.cues <= groups:
             continue  # no match possible (see _CUES); skipping leaves the others' order as it was
         for m in pat.regex.finditer(text):
             if pat.needs_cap_month and strict_case and not _month_case_ok(m):
