@@ -481,10 +481,9 @@ _PAST_CUES = ("was", "were", "went", "did", "had", "got", "made", "took", "saw",
               "yesterday", "ago", "last")
 
 
-def _has_past_cue(s: str, low: str | None = None) -> bool:
+def _has_past_cue(s: str, low: str | None) -> bool:
     """Past-tense cue words, or an -ed verb not used as an adjective after a present "be".
-    ``low``: ``cue_text(s)`` when the caller has it."""
-    low = cue_text(s) if low is None else low
+    ``low``: ``cue_text(s)``."""
     if has_cue(low, _PAST_CUES) and _PAST_WORD.search(s):
         return True
     if not has_cue(low, ("ed",)):
