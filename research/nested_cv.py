@@ -38,7 +38,16 @@ Settings (``SETTINGS``; each one property of the history or question, no tuned c
   (session coverage);
 * ``recency``: two ranker columns over the candidate pool: the largest cosine between a turn
   and a candidate of a later session, and of an earlier one (a value stated again later is
-  superseded; the newest statement of it is not).
+  superseded; the newest statement of it is not);
+* ``preference``: two ranker columns: the question asks for a recommendation, suggestion, tips
+  or advice (``research/preference_cues.asks_for_recommendation``), and the turn is the user's own
+  first-person statement of taste, habit or constraint (``preference_turn``: an assistant's turn
+  never is one; in a history between people every turn is a user's);
+* ``assistant``: a question that refers back to what the assistant said or made
+  (``research/preference_cues.refers_to_assistant``: the pronoun cue of ``language/roles`` and "the
+  plan you put together") takes the assistant's turns before the user's: the ranked order with
+  the assistant's turns moved ahead of the others, each side in its own order (a selection
+  rule; histories without an assistant are untouched).
 
 Recall is recall@10 of reachable gold turns (LongMemEval also session recall@10: the share of
 answer sessions with a selected turn). Prints per corpus and category the nested figure, each
@@ -69,11 +78,13 @@ import dev_corpora  # noqa: E402
 from memcompile_local.bench.coverage import gold_recall, session_of  # noqa: E402
 from memcompile_local.config import PipelineConfig  # noqa: E402
 from memcompile_local.fused.channels import score_order  # noqa: E402
-from memcompile_local.fused.documents import raw_text  # noqa: E402
+from memcompile_local.fused.documents import is_assistant, raw_text  # noqa: E402
 from memcompile_local.fused.features import FEATURE_NAMES, query_features  # noqa: E402
 from memcompile_local.fused.ranker import PLAIN_TURN_FEATURES, ordered_total  # noqa: E402
 from memcompile_local.fused.retriever import FusedRetriever, pursuit_complement, uses_learned_ranker  # noqa: E402
 from memcompile_local.language.listcues import is_list_question  # noqa: E402
+from preference_cues import (asks_for_recommendation, preference_turn,  # noqa: E402
+                                                   refers_to_assistant)
 from memcompile_local.language.timeparse import parse_session_time  # noqa: E402
 from memcompile_local.pipeline.compile import query_intent  # noqa: E402
 from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
@@ -83,6 +94,7 @@ POOL = 50  # the shipped model's pool (scripts/train_ranker.py --pool)
 FOLDS = dev_corpora.FOLDS
 BASE_FEATURES = tuple(f for f in FEATURE_NAMES if f not in PLAIN_TURN_FEATURES)  # the shipped model's columns
 RECENCY_FEATURES = ("later_similar", "earlier_similar")
+PREFERENCE_FEATURES = ("q_preference", "user_preference")
 # The shipped ranker's parameters (scripts/train_ranker.py), not tuned here.
 INIT_SCALE = 5.0
 ROUNDS = 100
@@ -97,7 +109,7 @@ PER_SESSION = 2  # "sessions": turns of one session before another session's tur
 AGGREGATE = re.compile(r"\bhow many\b|\bhow much\b|\bin total\b|\btotal\b|\ball (?:the|of)\b|\beach\b",
                        re.IGNORECASE)
 
-COMPONENTS = ("learned-everywhere", "anchor", "distinct", "sessions", "recency")
+COMPONENTS = ("learned-everywhere", "anchor", "distinct", "sessions", "recency", "preference", "assistant")
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,7 @@ class Variant:
     """What one query side (with or without the question's date) computes for a question."""
 
     rows: np.ndarray  # (R,) kept candidate rows: the fused head of KEEP, then gold outside it
-    X: np.ndarray  # (R, len(BASE_FEATURES) + len(RECENCY_FEATURES))
+    X: np.ndarray  # (R, len(BASE_FEATURES) + len(RECENCY_FEATURES) + len(PREFERENCE_FEATURES))
     label: np.ndarray
     in_head: int
     order: np.ndarray  # (N,) rows by the weighted sum
@@ -168,13 +180,31 @@ def recency_columns(view, rows: np.ndarray, head: int) -> np.ndarray:
     return out
 
 
+def turn_role(p) -> str:
+    """The role of a turn: "assistant" for the assistant's, "user" for every other (in a history
+    between people, every turn)."""
+    return "assistant" if is_assistant(p.speaker) else "user"
+
+
+def preference_columns(view, rows: np.ndarray, question: str) -> np.ndarray:
+    """(len(rows), 2): whether the question asks for a recommendation (the same on every row),
+    and whether each row is the user's own statement of a preference. Each row's value is a
+    property of that turn alone, so the gold rows a training set appends change no other row."""
+    out = np.zeros((len(rows), 2))
+    out[:, 0] = float(asks_for_recommendation(question))
+    for i, r in enumerate(rows):
+        p = view.packets[int(r)]
+        out[i, 1] = float(preference_turn(raw_text(p), turn_role(p)))
+    return out
+
+
 def variant(view, packets, q, qvec, cfg, anchor, gold) -> Variant:
     qf = query_features(view.fusion, packets, q.question, qvec, cfg.fusion, len(packets), anchor=anchor)
     head = list(qf.rows[:KEEP])
     rows = np.asarray(head + sorted(gold - set(head)), dtype=np.int64)
     pos = {int(r): i for i, r in enumerate(qf.rows)}
     X = qf.matrix[[pos[int(r)] for r in rows]][:, [FEATURE_NAMES.index(f) for f in BASE_FEATURES]]
-    X = np.hstack([X, recency_columns(view, rows, min(POOL, len(head)))])
+    X = np.hstack([X, recency_columns(view, rows, min(POOL, len(head))), preference_columns(view, rows, q.question)])
     return Variant(rows, X, np.asarray([float(int(r) in gold) for r in rows]), len(head), qf.order, qf.fused)
 
 
@@ -240,9 +270,19 @@ def session_capped(view, order: np.ndarray, k: int) -> np.ndarray:
     return np.asarray(taken + rest, dtype=np.int64)
 
 
+def assistant_first(view, order: np.ndarray) -> np.ndarray:
+    """``order`` with the assistant's turns ahead of the others, each side in its own order."""
+    rows = [int(r) for r in order]
+    first = [r for r in rows if turn_role(view.packets[r]) == "assistant"]
+    rest = [r for r in rows if turn_role(view.packets[r]) != "assistant"]
+    return np.asarray(first + rest, dtype=np.int64)
+
+
 def select(q: Q, total: np.ndarray, s: Setting, cfg) -> list[str]:
     view = q.view
     order = score_order(total)
+    if s.has("assistant") and refers_to_assistant(q.question):
+        order = assistant_first(view, order)
     if s.has("distinct") or cfg.fusion.distinct_turns:  # on by default since run 4 (settings log)
         order = distinct_order(view, order)
     if s.has("sessions") and (is_list_question(q.question) or AGGREGATE.search(q.question)):
@@ -259,7 +299,7 @@ def select(q: Q, total: np.ndarray, s: Setting, cfg) -> list[str]:
 
 def columns(s: Setting) -> list[int]:
     n = len(BASE_FEATURES)
-    return list(range(n)) + ([n, n + 1] if s.has("recency") else [])
+    return list(range(n)) + ([n, n + 1] if s.has("recency") else []) + ([n + 2, n + 3] if s.has("preference") else [])
 
 
 FUSED_COL = BASE_FEATURES.index("fused")
@@ -301,7 +341,7 @@ MODEL_CACHE: dict = {}
 def train(qs: list[Q], s: Setting, seeds: int, tag: tuple) -> Bagged:
     """The ranker of setting ``s`` on ``qs`` (only the components that change its rows or columns
     make a new model; ``tag`` names the training set)."""
-    key = (tag, s.has("anchor"), s.has("recency"), seeds)
+    key = (tag, s.has("anchor"), s.has("recency"), s.has("preference"), seeds)
     if key not in MODEL_CACHE:
         X, y, g = design(qs, s, True)
         MODEL_CACHE[key] = Bagged().fit(X, y, g, seeds)

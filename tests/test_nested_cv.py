@@ -85,3 +85,40 @@ def test_recency_columns_compare_each_candidate_with_later_and_earlier_sessions(
     # pool row is compared with them.
     cols = ncv.recency_columns(view, np.asarray([0, 1, 2]), 1)
     assert np.allclose(cols[:, 0], 0.0) and np.allclose(cols[1], [0.0, 0.8]) and np.allclose(cols[2], [0.0, 0.0])
+
+
+def _chat(turns: list[tuple[str, str]]):
+    packets = [SimpleNamespace(speaker=sp, content=t, image_caption=None, session_index=1) for sp, t in turns]
+    return SimpleNamespace(packets=packets)
+
+
+def test_assistant_first_moves_the_assistants_turns_ahead_each_side_in_its_order():
+    _, ncv = _modules()
+    view = _chat([("user", "a"), ("assistant", "b"), ("user", "c"), ("assistant", "d"), ("user", "e")])
+    assert ncv.assistant_first(view, np.asarray([4, 3, 2, 1, 0])).tolist() == [3, 1, 4, 2, 0]
+    people = _chat([("Ines", "a"), ("Tomas", "b"), ("Ines", "c")])
+    assert ncv.assistant_first(people, np.asarray([2, 0, 1])).tolist() == [2, 0, 1]  # no assistant: unchanged
+
+
+def test_preference_columns_read_the_question_and_the_users_own_statements():
+    _, ncv = _modules()
+    view = _chat([("user", "I love quiet campsites by a lake."), ("assistant", "I love that idea too!"),
+                  ("user", "The car is in the garage."), ("user", "My favourite tent is the blue one.")])
+    rows = np.asarray([0, 1, 2, 3])
+    cols = ncv.preference_columns(view, rows, "Can you suggest a campsite for next weekend?")
+    assert cols[:, 0].tolist() == [1.0] * 4 and cols[:, 1].tolist() == [1.0, 0.0, 0.0, 1.0]
+    cols = ncv.preference_columns(view, rows, "Where did I park the car?")
+    assert cols[:, 0].tolist() == [0.0] * 4 and cols[:, 1].tolist() == [1.0, 0.0, 0.0, 1.0]
+    # Only the asked rows are read, in the order given.
+    assert ncv.preference_columns(view, np.asarray([3, 2]), "Any tips?")[:, 1].tolist() == [1.0, 0.0]
+
+
+def test_the_new_components_are_settings_and_preference_makes_its_own_model():
+    _, ncv = _modules()
+    names = [s.name for s in ncv.SETTINGS]
+    assert "reference + preference" in names and "reference + assistant" in names
+    n = len(ncv.BASE_FEATURES)
+    pref = ncv.Setting(frozenset(["preference"]))
+    assert ncv.columns(pref) == list(range(n)) + [n + 2, n + 3]
+    assert ncv.columns(ncv.Setting(frozenset(["assistant"]))) == list(range(n))  # a selection rule: no column
+    assert ncv.columns(ncv.Setting(frozenset(["recency", "preference"]))) == list(range(n)) + [n, n + 1, n + 2, n + 3]

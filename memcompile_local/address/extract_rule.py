@@ -39,6 +39,7 @@ are reproducible and resumable batch by batch.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -51,7 +52,15 @@ from memcompile_local.language.names import known_name, name_tokens, proper_name
 from memcompile_local.language.negation import has_negation
 from memcompile_local.language.phrases import keyword_phrases
 from memcompile_local.language.timeparse import find_time_mentions, parse_session_time, session_date
-from memcompile_local.language.tokens import STOPWORDS, count_tokens, normalize_apostrophes, normalize_name, words
+from memcompile_local.language.tokens import (
+    STOPWORDS,
+    count_tokens,
+    cue_text,
+    has_cue,
+    normalize_apostrophes,
+    normalize_name,
+    words,
+)
 from memcompile_local.types import Descriptor, EventFields, SourcePacket, descriptor_id
 
 __all__ = [
@@ -108,7 +117,7 @@ def split_sentences(text: str) -> list[str]:
         end = m.end()
         piece = text[start:end]
         if m.group(0).startswith(".") and "\n" not in m.group(0):
-            before = text[start:m.start()].split()
+            before = text[start:m.start()].rsplit(None, 1)  # the last word is all that is read
             last = before[-1].lower().rstrip(".") if before else ""
             if last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha()):
                 continue
@@ -153,6 +162,10 @@ _FIRST_PERSON_LABELS = frozenset({"me", "i", "myself"})
 # The speaker's own first-person words ("we" words included): kept as written for such a label.
 _FIRST_PERSON_WORDS = frozenset(
     "i i'm i've i'll i'd me my mine myself we us our ours ourselves we're we've we'll we'd".split()
+)
+# Every word that the loop of resolve_references rewrites or acts on.
+_REFERENCE_WORDS = _FIRST_PERSON_WORDS | frozenset(
+    "you you're you've you'll you'd your yours yourself".split()
 )
 # Verbs that open a request to the addressee ("Remind me ...", "Please send me ..."). Verbs
 # that open an elliptical first-person statement as often ("Love it", "Hope you ...",
@@ -214,6 +227,7 @@ class ResolvedSentence:
     second_person: bool
 
 
+@functools.lru_cache(maxsize=1024)  # a turn asks it of its speaker and addressee per sentence
 def is_first_person_label(name: str | None) -> bool:
     """True when a speaker is recorded as "me", "I" or "myself" instead of by name."""
     return normalize_name(name or "") in _FIRST_PERSON_LABELS
@@ -285,6 +299,8 @@ def resolve_references(sentence: str, speaker: str, addressee: str | None, *,
     for k, i in enumerate(word_at):
         w = toks[i]
         lw = w.lower()
+        if lw not in _REFERENCE_WORDS:
+            continue  # no rule below rewrites it (most words)
         if (i > 0 and toks[i - 1] == "-") or (i + 1 < len(toks) and toks[i + 1] == "-"):
             continue  # part of a compound such as "me-time"
         if keep_first and lw in _FIRST_PERSON_WORDS and (w == "I" or lw != "i") and w not in ("ME", "US"):
@@ -355,25 +371,43 @@ def _strip_interjection(sentence: str) -> str:
     return stripped[:1].upper() + stripped[1:]
 
 
+_LEADING_VOCATIVE = re.compile(r"\s*([A-Z][a-z]+)\s*,\s+(?=\S)")
+_TRAILING_VOCATIVE = re.compile(r",\s*([A-Z][a-z]+)\s*([.!?\u2026]*)\s*$")
+
+
 def _strip_vocative(sentence: str, known: Sequence[str]) -> str:
     """Drop a leading "<known name>, " or trailing ", <known name>" form of address."""
-    m = re.match(r"\s*([A-Z][a-z]+)\s*,\s+(?=\S)", sentence)
+    if "," not in sentence:
+        return sentence  # both forms need a comma
+    m = _LEADING_VOCATIVE.match(sentence)
     if m and known_name(m.group(1), known) is not None:
         rest = sentence[m.end():]
         sentence = rest[:1].upper() + rest[1:]
-    tail = re.search(r",\s*([A-Z][a-z]+)\s*([.!?\u2026]*)\s*$", sentence)
+    tail = _TRAILING_VOCATIVE.search(sentence)
     if tail and known_name(tail.group(1), known) is not None and sentence[:tail.start()].strip():
         sentence = sentence[:tail.start()] + tail.group(2)
     return sentence
 
 
-def _content_words(sentence: str, names: Sequence[str], *, drop_verbs: bool = True) -> list[str]:
-    name_words = {w for n in names for w in words(n)} | name_tokens(sentence, names)
+# Words that are never content (``_content_words``), as one set: one lookup per word.
+_NOT_CONTENT = STOPWORDS | FILLER | TIME_WORDS
+_NOT_CONTENT_OR_VERB = _NOT_CONTENT | COMMON_VERBS
+
+
+def _content_words(sentence: str, names: Sequence[str], *, drop_verbs: bool = True,
+                   toks: Sequence[str] | None = None) -> list[str]:
+    """Content words of ``sentence`` in order (see ``is_low_value``); ``toks``: its
+    ``words(normalize_apostrophes(sentence))`` when the caller has them already."""
+    stop = _NOT_CONTENT_OR_VERB if drop_verbs else _NOT_CONTENT
+    name_words: set[str] | None = None  # read only when some word passes the word lists
     out = []
-    for w in words(normalize_apostrophes(sentence)):
+    for w in (words(normalize_apostrophes(sentence)) if toks is None else toks):
         base = w[:-2] if w.endswith("'s") else w
-        if (base in STOPWORDS or base in FILLER or base in TIME_WORDS or base in name_words
-                or len(base) < 2 or base.isdigit() or (drop_verbs and base in COMMON_VERBS)):
+        if base in stop or len(base) < 2 or base.isdigit():
+            continue
+        if name_words is None:
+            name_words = {w for n in names for w in words(n)} | name_tokens(sentence, names)
+        if base in name_words:
             continue
         out.append(base)
     return out
@@ -392,11 +426,12 @@ def is_low_value(sentence: str, names: Sequence[str] = ()) -> bool:
     if not s:
         return True
     known = list(names)
-    content = _content_words(s, known)
+    toks = words(s)  # once: both passes below and the small-talk test read the same words
+    content = _content_words(s, known, toks=toks)
     # Other proper names are content ("I went to Paris!" is a fact) unless the sentence is
     # small talk addressed to someone ("Hey Mel!", "Thanks, Jon!"): then they are vocatives.
-    if content and any(w in FILLER for w in words(normalize_apostrophes(s))):
-        content = _content_words(s, known + proper_names(s, known))
+    if content and not FILLER.isdisjoint(toks):
+        content = _content_words(s, known + proper_names(s, known), toks=toks)
     if s.rstrip(" \"')").endswith("?"):
         return len(content) < 2
     return not content
@@ -427,14 +462,33 @@ _PAST_WORD = re.compile(
     re.IGNORECASE,
 )
 _ED_WORD = re.compile(r"([\w']+)\s+(\w{3,}ed)\b", re.IGNORECASE)
+_FIRST_ED_WORD = re.compile(r"\s*(\w{3,}ed)\b")
 _PRESENT_BE = frozenset("am is are i'm you're we're they're he's she's it's be being get gets".split())
 
+# Cheap pre-checks before the scans above (``cue_text``/``has_cue``): every match of a
+# pattern holds one of its cues, so a sentence without them is not scanned (most are not
+# plans, preferences or relationships).
+_PLAN_CUES = ("will", "won't", "shall", "gonna", "going", "plan", "intend", "hoping", "hope", "looking",
+              "about", "next", "tomorrow", "can't", "should", "let's", "want", "wanna", "would",
+              "thinking", "'ll")
+# _PREFERENCE is case-sensitive: its cues are looked for in the sentence as written.
+_PREFERENCE_CUES = ("favorite", "favourite", "prefer", "fan", "passionate", "obsessed", "can't", "like",
+                    "love", "enjoy", "adore", "hate")
+_RELATIONSHIP_CUES = ("married", "engaged", "divorced", "dating", "boyfriend", "girlfriend", "husband",
+                      "wife", "fianc", "best", "relationship", "broke", "break", "single")
+_PAST_CUES = ("was", "were", "went", "did", "had", "got", "made", "took", "saw", "came", "gave", "found",
+              "told", "felt", "met", "left", "bought", "began", "ran", "wrote", "won", "lost", "spent",
+              "yesterday", "ago", "last")
 
-def _has_past_cue(s: str) -> bool:
-    """Past-tense cue words, or an -ed verb not used as an adjective after a present "be"."""
-    if _PAST_WORD.search(s):
+
+def _has_past_cue(s: str, low: str | None) -> bool:
+    """Past-tense cue words, or an -ed verb not used as an adjective after a present "be".
+    ``low``: ``cue_text(s)``."""
+    if has_cue(low, _PAST_CUES) and _PAST_WORD.search(s):
         return True
-    first = re.match(r"\s*(\w{3,}ed)\b", s)
+    if not has_cue(low, ("ed",)):
+        return False  # both tests below need an "ed"
+    first = _FIRST_ED_WORD.match(s)
     if first:
         return True
     return any(m.group(1).lower() not in _PRESENT_BE for m in _ED_WORD.finditer(s))
@@ -443,15 +497,15 @@ def _has_past_cue(s: str) -> bool:
 def classify_event_type(sentence: str) -> str:
     """Cue-word event type: plan, then preference, relationship, occurrence (past), else state."""
     s = normalize_apostrophes(sentence)
-    if _PLAN.search(s):
+    low = cue_text(s)
+    if has_cue(low, _PLAN_CUES) and _PLAN.search(s):
         return "plan"
-    if _PREFERENCE.search(s):
+    if any(c in s for c in _PREFERENCE_CUES) and _PREFERENCE.search(s):
         return "preference"
-    if _RELATIONSHIP.search(s) and not _has_past_cue(s):
-        return "relationship"
-    if _has_past_cue(s):
-        return "occurrence"
-    return "state"
+    past = _has_past_cue(s, low)
+    if not past and has_cue(low, _RELATIONSHIP_CUES) and _RELATIONSHIP.search(s):
+        return "relationship"  # a relationship word in the past tense is an occurrence
+    return "occurrence" if past else "state"
 
 
 _AUX_LEMMA = {
@@ -471,7 +525,11 @@ def predicate_lemma(sentence: str) -> str:
     Skips auxiliaries, modals, negation and mid-sentence adverbs; falls back to the
     auxiliary's lemma ("I am tired" -> "be") and to "" when no subject is found.
     """
-    toks = words(normalize_apostrophes(sentence))
+    return _predicate_of_words(words(normalize_apostrophes(sentence)))
+
+
+def _predicate_of_words(toks: Sequence[str]) -> str:
+    """``predicate_lemma`` of a sentence from its words."""
     subjects = {"i", "we", "you", "he", "she", "they", "it"}
     start = None
     for idx, w in enumerate(toks):
@@ -505,6 +563,17 @@ _PROFILE_CUES = re.compile(
     r"personality|values?|born|grew\s+up|live[sd]?\s+in|moved\s+(?:to|from))\b",
     re.IGNORECASE,
 )
+_PROFILE_CUE_WORDS = ("job", "work", "occupation", "career", "profession", "identi", "transgender", "gay",
+                      "lesbian", "bisexual", "religio", "believe", "married", "single", "divorced", "hobb",
+                      "favorite", "favourite", "allergic", "health", "diagnos", "goal", "dream", "passion",
+                      "personality", "value", "born", "grew", "live", "moved")
+
+
+def _has_profile_cue(source: str) -> bool:
+    """``_PROFILE_CUES`` found in ``source`` (scanned only when one of its cue words is there)."""
+    return has_cue(cue_text(source), _PROFILE_CUE_WORDS) and _PROFILE_CUES.search(source) is not None
+
+
 _CAPTION_PREFIX = re.compile(
     r"^\s*(?:(?:a|an|the)\s+)?(?:photo|picture|image|photograph|pic|screenshot)\s+of\s+|^\s*there\s+is\s+|"
     r"^\s*this\s+is\s+", re.IGNORECASE,
@@ -521,12 +590,16 @@ class _Claim:
     extra_keywords: tuple[str, ...] = ()
 
 
+_END_MARKS = re.compile(r"[!\u2026:;,]+$")
+_END_DOTS = re.compile(r"\.{2,}$")
+
+
 def _finish(sentence: str, question: bool) -> str:
     s = sentence.strip()
     if question:
         return s
-    s = re.sub(r"[!\u2026:;,]+$", ".", s)
-    s = re.sub(r"\.{2,}$", ".", s)
+    s = _END_MARKS.sub(".", s)
+    s = _END_DOTS.sub(".", s)
     if s and s[-1] not in ".?\"')":
         s += "."
     return s
@@ -654,7 +727,8 @@ class RuleExtractor:
             if is_low_value(raw, known):
                 continue
             sentence = _strip_vocative(_strip_interjection(raw), known)
-            if not is_low_value(sentence, known):
+            # Nothing stripped: the same sentence, already found worth keeping.
+            if sentence == raw or not is_low_value(sentence, known):
                 kept.append(sentence)
         cap = self.config.max_rule_claims
         if cap is None or len(kept) <= cap:
@@ -667,6 +741,7 @@ class RuleExtractor:
     def _descriptor(self, packet: SourcePacket, index: int, claim: _Claim, speaker: str,
                     anchor, interaction: str) -> tuple[Descriptor, "_ClaimTemplate"]:
         source = claim.source
+        toks = [] if claim.is_caption else words(normalize_apostrophes(source))  # for subject and predicate
         if claim.is_caption:
             event_type = "occurrence"
             mentions = []
@@ -681,27 +756,29 @@ class RuleExtractor:
         else:
             polarity = "negative" if negated else "positive"
         needs_profile = event_type in ("preference", "relationship") or (
-            not claim.is_question and _PROFILE_CUES.search(source) is not None)
+            not claim.is_question and _has_profile_cue(source))
         part = _ClaimTemplate(
             text=claim.text, source=source, people=claim.people, is_caption=claim.is_caption,
             extra_keywords=claim.extra_keywords, prefer="future" if event_type == "plan" else "past",
             spans=tuple((m.start, m.end) for m in mentions), keywords=kws, event_type=event_type,
-            polarity=polarity, subject=self._subject(source, claim, speaker),
-            predicate="share" if claim.is_caption else predicate_lemma(source),
+            polarity=polarity, subject=self._subject(source, claim, speaker, toks),
+            predicate="share" if claim.is_caption else _predicate_of_words(toks),
             needs_profile=needs_profile, negated=negated, n_tokens=count_tokens(claim.text))
         return _make_descriptor(packet, index, part, kws, mentions[0].value if mentions else "", interaction), part
 
     @staticmethod
-    def _subject(source: str, claim: _Claim, speaker: str) -> tuple[str, ...]:
+    def _subject(source: str, claim: _Claim, speaker: str, toks: Sequence[str] | None = None) -> tuple[str, ...]:
+        """Who a claim is about; ``toks``: the words of ``source`` when the caller has them."""
         if claim.is_caption:
             return (speaker,)
-        first = words(normalize_apostrophes(source))[:1]
+        first = (words(normalize_apostrophes(source)) if toks is None else toks)[:1]
         if not first:
             return ()
         w = first[0]
         if w in ("i", "i'm", "i've", "i'll", "i'd", "my"):
             return (speaker,) if w != "my" else ()
-        people = [p for p in claim.people if normalize_name(p) != normalize_name(speaker)]
+        own = normalize_name(speaker)
+        people = [p for p in claim.people if normalize_name(p) != own]
         if w in ("we", "we're", "we've", "we'll", "we'd"):
             return (speaker, people[0]) if people else (speaker,)
         if w in ("you", "you're", "you've", "you'll", "you'd") and people:
@@ -758,10 +835,13 @@ def addressee_of(speaker: str, previous_speaker: str | None) -> str | None:
 def _keywords(source: str, mentions: Sequence, people: Sequence[str], speaker: str,
               extra: tuple[str, ...], limit: int) -> tuple[str, ...]:
     """Keyword phrases of a claim's source sentence, its time expressions and names blanked out."""
-    masked = list(source)
-    for m in mentions:
-        masked[m.start:m.end] = [","] * (m.end - m.start)
-    kws = keyword_phrases("".join(masked), exclude=list(people) + [speaker], known_names=people, limit=limit)
+    masked = source
+    if mentions:
+        chars = list(source)
+        for m in mentions:
+            chars[m.start:m.end] = [","] * (m.end - m.start)
+        masked = "".join(chars)
+    kws = keyword_phrases(masked, exclude=list(people) + [speaker], known_names=people, limit=limit)
     if extra:
         kws = tuple(dict.fromkeys(extra + kws))[:limit]
     return kws

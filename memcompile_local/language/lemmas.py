@@ -18,6 +18,9 @@ __all__ = ["lemma"]
 _NEEDS_E = re.compile(r"(?:iz|yz|v|[^aeiou]c|dg|^us|[^aeiou]us|ur|[^aeiou]at)$|^[^aeiou]+[aeiou][bkmptz]$")
 
 
+_VOWEL = re.compile(r"[aeiouy]")
+
+
 def _strip_suffix(w: str, n: int) -> str:
     """Base of an -ed/-ing form: undo consonant doubling, restore a silent e when likely."""
     base = w[:-n]
@@ -37,7 +40,7 @@ def lemma(word: str) -> str:
         return w[:-3] + "y"
     if w.endswith("ed") and len(w) > 4:
         return _strip_suffix(w, 2)
-    if w.endswith("ing") and len(w) > 4 and re.search(r"[aeiouy]", w[:-3]):
+    if w.endswith("ing") and len(w) > 4 and _VOWEL.search(w[:-3]):
         return _strip_suffix(w, 3)
     if w.endswith("ies") and len(w) > 4:
         return w[:-3] + "y"

@@ -7,6 +7,7 @@ sentence; :func:`name_tokens` lists the tokens of a text that name a known parti
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Sequence
 
@@ -18,15 +19,27 @@ __all__ = ["known_name", "proper_names", "name_tokens"]
 _NAME_TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*")
 
 
-def known_name(token: str, known: Sequence[str]) -> str | None:
-    """The known person a token refers to: exact first name or a 3+ letter nickname prefix."""
-    t = token.lower()
+@functools.lru_cache(maxsize=1024)
+def _known_table(known: tuple[str, ...]) -> dict[str, str]:
+    """Every lowercased token that names one of ``known`` (the full name, the first name, a
+    3+ letter prefix of the first name), mapped to the first such name in ``known`` order.
+
+    Built once per list of names (a turn's speaker and addressee recur across its sentences)
+    instead of comparing each token with each name. Shared between threads: read it, never
+    change it.
+    """
+    table: dict[str, str] = {}
     for name in known:
         full = name.lower()
         first = full.split()[0] if full.split() else full
-        if t == full or t == first or (len(t) >= 3 and first.startswith(t)):
-            return name
-    return None
+        for key in (full, first, *(first[:k] for k in range(3, len(first) + 1))):
+            table.setdefault(key, name)  # an earlier name keeps a token they share
+    return table
+
+
+def known_name(token: str, known: Sequence[str]) -> str | None:
+    """The known person a token refers to: exact first name or a 3+ letter nickname prefix."""
+    return _known_table(tuple(known)).get(token.lower())
 
 
 def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
@@ -38,8 +51,14 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
     capitalization says nothing. Tokens matching a ``known`` name (first name or a nickname
     prefix such as "Mel" for "Melanie") are reported as that known name wherever they are.
     """
+    sentence = sentence or ""
+    if len(sentence) <= _CACHED_CHARS:
+        return list(_cached_proper_names(sentence, tuple(known)))
+    return list(_proper_names(sentence, tuple(known)))
+
+
+def _proper_names(sentence: str, known: tuple[str, ...]) -> tuple[str, ...]:
     s = normalize_apostrophes(sentence)
-    tokens = [(m.start(), m.end(), m.group(0)) for m in _NAME_TOKEN.finditer(s)]
     out: list[str] = []
     seen: set[str] = set()
 
@@ -49,47 +68,68 @@ def proper_names(sentence: str, known: Sequence[str] = ()) -> list[str]:
             seen.add(key)
             out.append(name)
 
-    known_list = list(known)
-    run: list[str] = []
+    def at_start(start: int) -> bool:
+        """Nothing but whitespace before ``start``, or a sentence-opening mark (the last
+        non-space character is looked at directly: slicing the prefix was quadratic)."""
+        j = start - 1
+        while j >= 0 and s[j].isspace():
+            j -= 1
+        return j < 0 or s[j] in ".!?:\"("
+
+    table = _known_table(known) if known else None
+    run: list[str] = []  # the capitalized words of the name being read
     run_end = -1
     skipped_end = -1
-
-    def flush() -> None:
-        nonlocal run
-        if run:
-            add(" ".join(run))
-        run = []
-
-    for idx, (start, end, raw) in enumerate(tokens):
+    previous = ""  # the token before this one
+    for m in _NAME_TOKEN.finditer(s):
+        start, end, raw = m.start(), m.end(), m.group(0)
+        before, previous = previous, raw
         tok = raw[:-2] if raw.endswith("'s") else raw.rstrip("'")
-        match = known_name(tok, known_list) if known_list else None
-        prefix = s[:start].rstrip()
-        at_start = not prefix or prefix[-1] in ".!?:\"(" or prefix.endswith(("...",))
-        prev_word = tokens[idx - 1][2].lower() if idx > 0 else ""
+        match = table.get(tok.lower()) if table else None
         if match is not None:
-            flush()
+            if run:
+                add(" ".join(run))
+                run = []
             add(match)
             continue
-        capitalized = tok[:1].isupper() and not (len(tok) > 1 and tok.isupper())
-        # A capitalized word right after a skipped one ("the Rose Garden") belongs to the same
-        # non-person proper noun and is skipped with it.
-        continues_skipped = skipped_end >= 0 and start - skipped_end <= 1 and capitalized
-        if capitalized and (prev_word == "the" or continues_skipped):
-            flush()
+        if not tok[:1].isupper() or (len(tok) > 1 and tok.isupper()):  # not capitalized
+            skipped_end = -1
+            if run:
+                add(" ".join(run))
+                run = []
+            continue
+        # A capitalized word right after "the" or a skipped one ("the Rose Garden") belongs to
+        # a non-person proper noun and is skipped with it.
+        if before.lower() == "the" or (skipped_end >= 0 and start - skipped_end <= 1):
+            if run:
+                add(" ".join(run))
+                run = []
             skipped_end = end
             continue
         skipped_end = -1
-        if not capitalized or tok in NON_NAMES or raw in NON_NAMES or at_start or len(tok) < 2:
-            flush()
+        if tok in NON_NAMES or raw in NON_NAMES or at_start(start) or len(tok) < 2:
+            if run:
+                add(" ".join(run))
+                run = []
             continue
         if run and start - run_end <= 1:
             run.append(tok)
         else:
-            flush()
+            if run:
+                add(" ".join(run))
             run = [tok]
         run_end = end
-    flush()
-    return out
+    if run:
+        add(" ".join(run))
+    return tuple(out)
+
+
+# proper_names is a pure function of its arguments, and a rule extraction asks it of the same
+# sentence twice (is the sentence small talk to a named person? which people does its claim
+# name?), so recent answers are kept; immutable tuples, safe to share between threads. Only
+# sentences up to _CACHED_CHARS are kept, so a long line of a pasted document is not held.
+_CACHED_CHARS = 2000
+_cached_proper_names = functools.lru_cache(maxsize=4096)(_proper_names)
 
 
 def name_tokens(text: str, known: Sequence[str]) -> set[str]:
@@ -101,8 +141,10 @@ def name_tokens(text: str, known: Sequence[str]) -> set[str]:
     out: set[str] = set()
     if not known:
         return out
+    table = _known_table(tuple(known))
     for raw in _NAME_TOKEN.findall(normalize_apostrophes(text)):
-        tok = raw[:-2] if raw.endswith("'s") else raw
-        if tok[:1].isupper() and known_name(tok, known) is not None:
-            out.add(tok.lower())
+        if raw[0].isupper():  # the token's first letter, which dropping "'s" keeps
+            low = (raw[:-2] if raw.endswith("'s") else raw).lower()
+            if low in table:
+                out.add(low)
     return out

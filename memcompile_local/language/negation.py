@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from memcompile_local.language.tokens import normalize_apostrophes
+from memcompile_local.language.tokens import cue_text, has_cue, normalize_apostrophes
 
 __all__ = ["has_negation"]
 
@@ -17,6 +17,12 @@ _NEGATION = re.compile(
 )
 
 
+# Every match holds one of these ("no" is in not, nobody, nothing, none, nor, nowhere and
+# cannot), so a text without them is not scanned (see ``cue_text``).
+_NEGATION_CUES = ("no", "never", "neither", "n't")
+
+
 def has_negation(text: str) -> bool:
     """True when the text contains a negation marker (not, no, never, n't, nothing, ...) as a whole word."""
-    return _NEGATION.search(normalize_apostrophes(text)) is not None
+    s = normalize_apostrophes(text)
+    return has_cue(cue_text(s), _NEGATION_CUES) and _NEGATION.search(s) is not None

@@ -7,6 +7,7 @@ are cut the same way.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Sequence
 
@@ -18,6 +19,32 @@ from memcompile_local.language.tokens import STOPWORDS, normalize_apostrophes, w
 __all__ = ["keyword_phrases"]
 
 _PHRASE_BREAK = re.compile(r"[^\w'\s-]|\s-\s|_")
+
+
+def _chunk_word(raw: str) -> tuple[str, bool]:
+    """A whitespace-separated piece of lowercased text as a chunk word (quotes and hyphens at
+    its ends and a possessive 's dropped), and whether it may be part of a chunk as far as the
+    fixed word lists and endings decide (the caller's excluded names are checked apart)."""
+    w = raw.strip("'-")
+    if w.endswith("'s"):
+        w = w[:-2]
+    return w, (
+        len(w) > 1
+        and w not in STOPWORDS
+        and w not in KEYWORD_EXCLUDE
+        and not w.isdigit()
+        and not (w.endswith("ly") and len(w) > 4 and w not in LY_NOUNS)
+        and not (w.endswith("ed") and len(w) > 4 and w not in ED_NOUNS)
+        and "'" not in w
+        and w not in IRREGULAR_VERBS
+        and not (w.endswith("s") and w[:-1] in COMMON_VERBS)
+        and not (w.endswith("ing") and lemma(w) in COMMON_VERBS)
+    )
+
+
+# A pure function of the piece, cached because chat vocabulary repeats; only pieces of up to
+# 32 characters are cached, so that a long token (a hash, a base64 blob) is not held.
+_cached_chunk_word = functools.lru_cache(maxsize=32768)(_chunk_word)
 
 
 def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequence[str] = (),
@@ -32,7 +59,7 @@ def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequ
     """
     if limit <= 0:
         return ()
-    banned = set(KEYWORD_EXCLUDE)
+    banned: set[str] = set()  # besides KEYWORD_EXCLUDE, which _chunk_word checks
     for e in exclude:
         banned.update(words(e))
     banned.update(name_tokens(text, known_names))
@@ -41,22 +68,8 @@ def keyword_phrases(text: str, *, exclude: Iterable[str] = (), known_names: Sequ
     for segment in _PHRASE_BREAK.split(normalize_apostrophes(text).lower()):
         current: list[str] = []
         for raw in segment.split():
-            w = raw.strip("'-")
-            if w.endswith("'s"):
-                w = w[:-2]
-            ok = (
-                len(w) > 1
-                and w not in STOPWORDS
-                and w not in banned
-                and not w.isdigit()
-                and not (w.endswith("ly") and len(w) > 4 and w not in LY_NOUNS)
-                and not (w.endswith("ed") and len(w) > 4 and w not in ED_NOUNS)
-                and "'" not in w
-                and w not in IRREGULAR_VERBS
-                and not (w.endswith("s") and w[:-1] in COMMON_VERBS)
-                and not (w.endswith("ing") and lemma(w) in COMMON_VERBS)
-            )
-            if ok:
+            w, ok = _cached_chunk_word(raw) if len(raw) <= 32 else _chunk_word(raw)
+            if ok and w not in banned:
                 current.append(w)
                 continue
             if current:

@@ -65,6 +65,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+from memcompile_local.language.tokens import cue_text
+
 __all__ = [
     "TimeMention",
     "parse_session_time",
@@ -279,6 +281,41 @@ class _Pattern:
     regex: re.Pattern
     handler: Handler
     needs_cap_month: bool = False  # ambiguous month words must be capitalized in free text
+    cues: frozenset[str] = frozenset()  # cue groups: every match holds one cue of each (see _CUES)
+
+
+# A pre-check that lets find_time_mentions skip patterns: every match of a pattern holds, for
+# each cue group the pattern names, one of the group's substrings (case-insensitively; "\d"
+# stands for any decimal digit), so a text that lacks a group cannot match it. Most
+# sentences hold no time expression, and the 37 regex scans were most of the cost of one.
+_DIGIT_CUE = r"\d"  # stands for "a decimal digit" among the cues found (not a substring)
+_CUES: dict[str, frozenset[str]] = {name: frozenset(cues) for name, cues in {
+    "digit": (_DIGIT_CUE,),
+    "year_digits": ("19", "20"),  # a year as _YEAR reads one
+    "month_name": ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+    "day": ("day",),  # yesterday, today, days, every weekday name
+    "day_night": ("day", "night"),
+    "day_part": ("day", "night", "morning", "afternoon", "evening"),
+    "tomorrow": ("tomorrow",),
+    "week": ("week",),
+    "month_word": ("month",),
+    "year_word": ("year",),
+    "season": ("summer", "winter", "spring", "fall", "autumn"),
+}.items()}
+_WORD_CUES = tuple(sorted(set().union(*_CUES.values()) - {_DIGIT_CUE}))
+_ANY_DIGIT = re.compile(r"\d")
+
+
+def _cue_groups(text: str) -> set[str] | None:
+    """The cue groups ``text`` has a cue of; None when lowercasing cannot tell (then every
+    pattern runs)."""
+    low = cue_text(text)
+    if low is None:
+        return None
+    found = {c for c in _WORD_CUES if c in low}
+    if _ANY_DIGIT.search(text) is not None:
+        found.add(_DIGIT_CUE)
+    return {name for name, cues in _CUES.items() if not found.isdisjoint(cues)}
 
 
 def _raw(m: re.Match) -> str:
@@ -464,58 +501,66 @@ def _h_season_rel(m, anchor, prefer):
     return f"{season} {anchor.year:04d}", "season"
 
 
-def _p(pattern: str, handler: Handler, *, cap_month: bool = False) -> _Pattern:
-    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month)
+def _p(pattern: str, handler: Handler, *, cue: str | tuple[str, ...], cap_month: bool = False) -> _Pattern:
+    groups = frozenset((cue,) if isinstance(cue, str) else cue)
+    if not groups <= _CUES.keys():
+        raise ValueError(f"unknown cue group(s) {sorted(groups - _CUES.keys())}")
+    return _Pattern(re.compile(pattern, re.IGNORECASE), handler, cap_month, groups)
 
 
 _PATTERNS: tuple[_Pattern, ...] = (
     # absolute dates
-    _p(r"(?<![\d/.-])(?P<year>(?:19|20)\d{2})[-/.](?P<m>[01]?\d)[-/.](?P<d>[0-3]?\d)(?![\d/.-])", _h_iso),
-    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", _h_full_date),
-    _p(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", _h_full_date),
-    _p(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", _h_month_year),
+    _p(r"(?<![\d/.-])(?P<year>(?:19|20)\d{2})[-/.](?P<m>[01]?\d)[-/.](?P<d>[0-3]?\d)(?![\d/.-])", _h_iso,
+       cue="year_digits"),
+    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", _h_full_date, cue=("month_name", "year_digits")),
+    _p(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", _h_full_date, cue=("month_name", "year_digits")),
+    _p(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", _h_month_year, cue=("month_name", "year_digits")),
     _p(r"(?<![\d/.-])(?P<year>(?:19|20)\d{2})-(?P<mon>0[1-9]|1[0-2])(?![\d/-])",
-       lambda m, a, p: (_ym(int(m["year"]), int(m["mon"])), "month")),
-    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?![\w])", _h_day_month, cap_month=True),
-    _p(rf"\b{_MONTH}\s+{_DAY}\b(?![:\d])", _h_day_month, cap_month=True),
+       lambda m, a, p: (_ym(int(m["year"]), int(m["mon"])), "month"), cue="year_digits"),
+    _p(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?![\w])", _h_day_month, cap_month=True, cue=("digit", "month_name")),
+    _p(rf"\b{_MONTH}\s+{_DAY}\b(?![:\d])", _h_day_month, cap_month=True, cue=("digit", "month_name")),
     _p(rf"\b(?P<prep>in|during|since|until|till|by|from|of|through|last|next|this|early|late|mid-?|"
        rf"around|before|after|(?:the\s+)?(?:beginning|end|start|middle)\s+of)\s+(?:the\s+month\s+of\s+)?"
-       rf"{_MONTH}(?![\w])(?!,?\s+(?:of\s+)?(?:19|20)\d{{2}})(?!\s+[0-3]?\d\b)", _h_prep_month, cap_month=True),
-    _p(rf"\b{_SEASON}\s+(?:of\s+)?{_YEAR}\b", _h_season_year),
+       rf"{_MONTH}(?![\w])(?!,?\s+(?:of\s+)?(?:19|20)\d{{2}})(?!\s+[0-3]?\d\b)", _h_prep_month, cap_month=True,
+       cue="month_name"),
+    _p(rf"\b{_SEASON}\s+(?:of\s+)?{_YEAR}\b", _h_season_year, cue=("season", "year_digits")),
     _p(rf"\b(?:in|since|during|from|until|till|by|of|back\s+in|around|circa|year|early|late|mid-?|"
-       rf"before|after)\s+(?:the\s+year\s+)?{_YEAR}\b", _h_year),
+       rf"before|after)\s+(?:the\s+year\s+)?{_YEAR}\b", _h_year, cue="year_digits"),
     # days
-    _p(r"\b(?:the\s+)?day\s+before\s+yesterday\b", _day_offset(-2)),
-    _p(r"\b(?:the\s+)?day\s+after\s+tomorrow\b", _day_offset(2)),
-    _p(r"\byesterday\b|\blast\s+night\b", _day_offset(-1)),
-    _p(r"\b(?:earlier\s+)?today\b|\btonight\b|\bthis\s+(?:morning|afternoon|evening)\b", _day_offset(0)),
-    _p(r"\btomorrow\b", _day_offset(1)),
-    _p(rf"\b{_NUM}\s+days?\s+ago\b", _h_days_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+days?\b", _h_days_count(1)),
+    _p(r"\b(?:the\s+)?day\s+before\s+yesterday\b", _day_offset(-2), cue="day"),
+    _p(r"\b(?:the\s+)?day\s+after\s+tomorrow\b", _day_offset(2), cue="day"),
+    _p(r"\byesterday\b|\blast\s+night\b", _day_offset(-1), cue="day_night"),
+    _p(r"\b(?:earlier\s+)?today\b|\btonight\b|\bthis\s+(?:morning|afternoon|evening)\b", _day_offset(0),
+       cue="day_part"),
+    _p(r"\btomorrow\b", _day_offset(1), cue="tomorrow"),
+    _p(rf"\b{_NUM}\s+days?\s+ago\b", _h_days_count(-1), cue="day"),
+    _p(rf"\bin\s+{_NUM}\s+days?\b", _h_days_count(1), cue="day"),
     # weeks and weekdays
-    _p(r"\blast\s+week\b|\b(?:this|the)\s+past\s+week\b", _week_phrase("the week before {d}")),
-    _p(r"\bthis\s+week\b", _week_phrase("the week of {d}")),
-    _p(r"\bnext\s+week\b", _week_phrase("the week after {d}")),
-    _p(r"\blast\s+weekend\b|\b(?:this|the)\s+past\s+weekend\b", _week_phrase("the weekend before {d}")),
-    _p(r"\bthis\s+weekend\b|\bover\s+the\s+weekend\b", _week_phrase("the weekend of {d}")),
-    _p(r"\bnext\s+weekend\b", _week_phrase("the weekend after {d}")),
-    _p(rf"\b{_NUM}\s+(?P<unit>weeks?|weekends?)\s+ago\b", _h_weeks_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+(?P<unit>weeks?)\b", _h_weeks_count(1)),
-    _p(rf"\b(?P<rel>last|next|this\s+past|this\s+coming|coming|this|on|past)\s+{_WEEKDAY}(?![\w])", _h_weekday),
+    _p(r"\blast\s+week\b|\b(?:this|the)\s+past\s+week\b", _week_phrase("the week before {d}"), cue="week"),
+    _p(r"\bthis\s+week\b", _week_phrase("the week of {d}"), cue="week"),
+    _p(r"\bnext\s+week\b", _week_phrase("the week after {d}"), cue="week"),
+    _p(r"\blast\s+weekend\b|\b(?:this|the)\s+past\s+weekend\b", _week_phrase("the weekend before {d}"),
+       cue="week"),
+    _p(r"\bthis\s+weekend\b|\bover\s+the\s+weekend\b", _week_phrase("the weekend of {d}"), cue="week"),
+    _p(r"\bnext\s+weekend\b", _week_phrase("the weekend after {d}"), cue="week"),
+    _p(rf"\b{_NUM}\s+(?P<unit>weeks?|weekends?)\s+ago\b", _h_weeks_count(-1), cue="week"),
+    _p(rf"\bin\s+{_NUM}\s+(?P<unit>weeks?)\b", _h_weeks_count(1), cue="week"),
+    _p(rf"\b(?P<rel>last|next|this\s+past|this\s+coming|coming|this|on|past)\s+{_WEEKDAY}(?![\w])", _h_weekday,
+       cue="day"),
     # months
-    _p(r"\blast\s+month\b|\b(?:this|the)\s+past\s+month\b", _month_offset(-1)),
-    _p(r"\bthis\s+month\b", _month_offset(0)),
-    _p(r"\bnext\s+month\b", _month_offset(1)),
-    _p(rf"\b{_NUM}\s+months?\s+ago\b", _h_months_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+months?\b", _h_months_count(1)),
+    _p(r"\blast\s+month\b|\b(?:this|the)\s+past\s+month\b", _month_offset(-1), cue="month_word"),
+    _p(r"\bthis\s+month\b", _month_offset(0), cue="month_word"),
+    _p(r"\bnext\s+month\b", _month_offset(1), cue="month_word"),
+    _p(rf"\b{_NUM}\s+months?\s+ago\b", _h_months_count(-1), cue="month_word"),
+    _p(rf"\bin\s+{_NUM}\s+months?\b", _h_months_count(1), cue="month_word"),
     # years
-    _p(r"\blast\s+year\b|\b(?:this|the)\s+past\s+year\b", _year_offset(-1)),
-    _p(r"\bthis\s+year\b", _year_offset(0)),
-    _p(r"\bnext\s+year\b", _year_offset(1)),
-    _p(rf"\b{_NUM}\s+years?\s+ago\b", _h_years_count(-1)),
-    _p(rf"\bin\s+{_NUM}\s+years?\b", _h_years_count(1)),
+    _p(r"\blast\s+year\b|\b(?:this|the)\s+past\s+year\b", _year_offset(-1), cue="year_word"),
+    _p(r"\bthis\s+year\b", _year_offset(0), cue="year_word"),
+    _p(r"\bnext\s+year\b", _year_offset(1), cue="year_word"),
+    _p(rf"\b{_NUM}\s+years?\s+ago\b", _h_years_count(-1), cue="year_word"),
+    _p(rf"\bin\s+{_NUM}\s+years?\b", _h_years_count(1), cue="year_word"),
     # seasons
-    _p(rf"\b(?P<rel>last|this\s+past|past|this|next)\s+{_SEASON}\b", _h_season_rel),
+    _p(rf"\b(?P<rel>last|this\s+past|past|this|next)\s+{_SEASON}\b", _h_season_rel, cue="season"),
 )
 
 
@@ -543,8 +588,11 @@ def find_time_mentions(text: str, anchor: dt.datetime | None, *, prefer: Prefer 
     """
     if not text:
         return []
+    groups = _cue_groups(text)
     found: list[tuple[int, int, int, str, str]] = []
     for order, pat in enumerate(_PATTERNS):
+        if groups is not None and not pat.cues <= groups:
+            continue  # no match possible (see _CUES); skipping leaves the others' order as it was
         for m in pat.regex.finditer(text):
             if pat.needs_cap_month and strict_case and not _month_case_ok(m):
                 continue

@@ -9,6 +9,7 @@ Everything here is a pure function of its input, safe to call from many threads.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable
 
@@ -22,6 +23,8 @@ __all__ = [
     "normalize_apostrophes",
     "jaccard",
     "count_tokens",
+    "cue_text",
+    "has_cue",
 ]
 
 _WORD = re.compile(r"\w+(?:'\w+)*", re.UNICODE)
@@ -43,7 +46,13 @@ STOPWORDS: frozenset[str] = frozenset(
 
 def words(text: str) -> list[str]:
     """Lowercased word runs of ``text`` in order (stopwords kept)."""
-    return [w.lower() for w in _WORD.findall(text or "")]
+    text = text or ""
+    if text.isascii():
+        # Lowercasing ASCII first finds the same runs (no character changes class or length)
+        # in one call; other text can ("İ" lowercases to two characters), so its words are
+        # lowercased one by one.
+        return _WORD.findall(text.lower())
+    return [w.lower() for w in _WORD.findall(text)]
 
 
 def terms(text: str) -> list[str]:
@@ -74,6 +83,7 @@ def phrase_terms(phrases: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=8192)  # asked of the same few names over and over
 def normalize_name(name: str) -> str:
     """Canonical form of a person name for set comparisons ("Mel  Smith" -> "mel smith")."""
     return " ".join(words(name))
@@ -81,7 +91,10 @@ def normalize_name(name: str) -> str:
 
 def normalize_apostrophes(text: str) -> str:
     """Curly quotes to straight ones, so contraction and possessive rules see one spelling."""
-    return (text or "").replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+    text = text or ""
+    if text.isascii():
+        return text  # no curly quote to replace (str.isascii is a flag read, not a scan)
+    return text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
 
 
 def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
@@ -95,3 +108,28 @@ def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
 def count_tokens(text: str) -> int:
     """Token count used for n_i and Cell token caps (see the module docstring)."""
     return len(_TOKEN.findall(text or ""))
+
+
+# The only non-ASCII characters that a case-insensitive regex matches to an ASCII letter
+# (İ ı ſ K match i, i, s, k; checked over every code point in tests/test_extract_rule_identity.py).
+_FOLDS_TO_ASCII = frozenset("\u0130\u0131\u017f\u212a")
+
+
+def cue_text(text: str) -> str | None:
+    """``text`` lowercased, for a cheap pre-check before a case-insensitive regex scan, or None
+    when such a pre-check cannot be trusted for ``text``.
+
+    If a ``re.IGNORECASE`` pattern can match only where one of some ASCII words (its cues)
+    occurs, then it can match ``text`` only if ``has_cue(cue_text(text), cues)``: the regex
+    matches an ASCII letter only to that letter in either case or to İ ı ſ K, and a text
+    with none of those four holds the cue, lowercased, in its lowercased form.
+    """
+    if not text.isascii() and not _FOLDS_TO_ASCII.isdisjoint(text):
+        return None
+    return text.lower()
+
+
+def has_cue(low: str | None, cues: Iterable[str]) -> bool:
+    """Whether ``low`` (from :func:`cue_text`) holds one of ``cues`` (lowercase); True when
+    ``low`` is None (no pre-check: run the regex)."""
+    return low is None or any(c in low for c in cues)
