@@ -97,3 +97,11 @@ def test_torch_reads_the_same_window(onnx_pair):
     _, capped = onnx_pair
     torch_capped = SentenceTransformerEmbedder(backend="torch", device="cpu", max_tokens=32)
     np.testing.assert_allclose(torch_capped.embed([LONG, SHORT]), capped.embed([LONG, SHORT]), atol=1e-5)
+
+
+def test_the_fast_build_example_sets_its_three_fields():
+    args = build_parser().parse_args(["eval", "longmemeval", "--data", "x.json", "--preset", "model-free",
+                                      "--config", str(ROOT / "examples" / "fast-build.yaml")])
+    cfg = config_from_args(args)
+    assert (cfg.model.embed_max_tokens, cfg.model.embed_precision, cfg.fusion.dense_context) == (128, "int8", "composed")
+    assert cfg.extraction.extractor == "rule"
