@@ -131,10 +131,12 @@ class OnnxSentenceEncoder:
     depend on the other texts of its batch (measured: up to 0.03 per component on MiniLM); one
     text per run makes every vector a function of its text alone, as the content-addressed
     store assumes.
+    ``max_tokens``: read at most this many tokens of each text (special tokens included), below
+    the model's ``max_seq_length``; None reads the model's whole window.
     """
 
     def __init__(self, model_dir: Path, onnx_path: Path, *, threads: int | None = None,
-                 per_text: bool = False, spin: bool = False) -> None:
+                 per_text: bool = False, spin: bool = False, max_tokens: int | None = None) -> None:
         self.per_text = per_text
         ort = require_embed("onnxruntime", "the ONNX embedding backend")
         tokenizers = require_embed("tokenizers", "the ONNX embedding backend")
@@ -146,7 +148,8 @@ class OnnxSentenceEncoder:
         tok = tokenizers.Tokenizer.from_file(str(tok_file))
         # The file may pad every text to a fixed length; pad per batch instead (below).
         tok.no_padding()
-        tok.enable_truncation(self.layout["max_seq_length"])
+        self.max_tokens = min(self.layout["max_seq_length"], max_tokens or self.layout["max_seq_length"])
+        tok.enable_truncation(self.max_tokens)
         self._tok = tok
         self.workers = threads or cpu_threads()
         opts = ort.SessionOptions()

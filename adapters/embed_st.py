@@ -94,10 +94,14 @@ class SentenceTransformerEmbedder:
         query_prefix: str = "",
         document_prefix: str = "",
         threads: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.model_name = check_model_string(model, "SentenceTransformerEmbedder(model=...)")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"SentenceTransformerEmbedder(batch_size=...): expected an int >= 1, got {batch_size!r}")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
+                                       or max_tokens < 1):
+            raise ConfigError(f"SentenceTransformerEmbedder(max_tokens=...): expected an int >= 1, got {max_tokens!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"SentenceTransformerEmbedder(threads=...): expected an int >= 1, got {threads!r}")
         for name, value in (("query_prefix", query_prefix), ("document_prefix", document_prefix)):
@@ -111,6 +115,7 @@ class SentenceTransformerEmbedder:
                                                                 what="sentence-transformers")
         self.batch_size = batch_size
         self.threads = threads
+        self.max_tokens = max_tokens
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self._model: Any = None
@@ -170,6 +175,9 @@ class SentenceTransformerEmbedder:
                 ident["document_prefix"] = self.document_prefix
             if self.query_prefix:
                 ident["query_prefix"] = self.query_prefix
+            if self.max_tokens is not None:
+                # A shorter window gives other vectors for long texts: its own vector space.
+                ident["max_tokens"] = self.max_tokens
             if self.local_path is not None:
                 ident.update(weights_fingerprint(self.local_path))
             self._identity = ident
@@ -204,6 +212,8 @@ class SentenceTransformerEmbedder:
                                                local_files_only=not self.allow_download)
                 if precision == "fp16":
                     model = model.half()
+                if self.max_tokens is not None:
+                    model.max_seq_length = min(int(model.max_seq_length or self.max_tokens), self.max_tokens)
                 self._model = model
         return self._model
 
@@ -217,7 +227,8 @@ class SentenceTransformerEmbedder:
                 path = exported_model(self.local_path, sha, precision)
                 logger.info("loading ONNX model %s (%s)", path, precision)
                 self._onnx = OnnxSentenceEncoder(self.local_path, path, threads=self.threads,
-                                                 per_text=not batch_independent(precision))
+                                                 per_text=not batch_independent(precision),
+                                                 max_tokens=self.max_tokens)
         return self._onnx
 
     @property

@@ -331,6 +331,8 @@ class ModelConfig:
     """Texts per embedding batch."""
     embed_threads: PosInt | None = None
     """ONNX Runtime threads per embedding call (None: every usable core)."""
+    embed_max_tokens: PosInt | None = None
+    """Tokens of each text the embedder reads (None: the model's own window, 256 for MiniLM); a smaller window builds faster on long turns and is its own vector space."""
     embed_query_prefix: str = ""
     """Text put before every query the embedder reads (e5: "query: ")."""
     embed_document_prefix: str = ""

@@ -116,11 +116,18 @@ def config_changes(pairs: Sequence[str]) -> dict[str, dict[str, float | int | st
     return out
 
 
+UNSET_KEEPS_KEY = (("model", "embed_max_tokens"),)
+
+
 def build_key(cfg) -> str:
     """What a cached build depends on besides the conversation: the configuration (without the
     query-only fusion fields) and the package's and rule extractor's versions."""
     config = cfg.to_dict()
     config["fusion"] = {k: v for k, v in config["fusion"].items() if k not in QUERY_ONLY_FUSION_FIELDS}
+    # Fields added after the caches were made count only when set, so their default keeps the key.
+    for section, name in UNSET_KEEPS_KEY:
+        if config[section].get(name) is None:
+            config[section].pop(name, None)
     return stable_hash({"config": config, "package": __version__,
                         "rule_extractor": extract_rule.RULE_EXTRACTOR_VERSION})[:12]
 

@@ -144,4 +144,6 @@ def embedder_kwargs(m: ModelConfig) -> dict[str, Any]:
                   document_prefix=m.embed_document_prefix, allow_download=m.embed_allow_download)
         if m.embed_threads is not None:
             kw["threads"] = m.embed_threads
+        if m.embed_max_tokens is not None:
+            kw["max_tokens"] = m.embed_max_tokens
     return kw
