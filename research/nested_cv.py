@@ -60,7 +60,6 @@ setting's outer figure, the baselines, the corpus-out figures of the two user-as
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
