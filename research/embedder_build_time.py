@@ -13,35 +13,17 @@ placement, embedding of every document the configuration embeds).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # dev_corpora
 
 import dev_corpora  # noqa: E402
-from memcompile_local.config import PipelineConfig  # noqa: E402
-from memcompile_local.llm.client import LLMClient, NoModelBackend  # noqa: E402
-from memcompile_local.memory import Memory  # noqa: E402
-from memcompile_local.pipeline.presets import apply_preset  # noqa: E402
-from memcompile_local.store import MemoryStore  # noqa: E402
-
-
-def build_once(conv, model: str, folder: Path) -> float:
-    cfg = apply_preset("model-free", PipelineConfig()).replace(model={"embed_model": model})
-    store = MemoryStore(folder / f"{abs(hash((model, time.perf_counter())))}.sqlite")
-    mem = Memory(store, cfg, client=LLMClient(NoModelBackend(), store))
-    mem.embedder  # the model is loaded before the clock starts: the build is what is timed
-    t0 = time.perf_counter()
-    mem.add(conv.namespace, conv)
-    mem.build(conv.namespace)
-    mem.view(conv.namespace)
-    seconds = time.perf_counter() - t0
-    store.close()
-    return seconds
+from build_time import build_once  # noqa: E402  (research/, this script's folder)
 
 
 def main() -> int:
@@ -55,10 +37,12 @@ def main() -> int:
     turns = sum(len(s.turns) for s in conv.sessions)
     times: dict[str, list[float]] = {m: [] for m in args.model}
     print(f"{conv.namespace}: {turns} turns; load before {os.getloadavg()[0]:.2f}")
+    counter = itertools.count()
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for m in args.model:
-                times[m].append(build_once(conv, os.path.expanduser(m), Path(tmp)))
+                changes = {"model": {"embed_model": os.path.expanduser(m)}}
+                times[m].append(build_once([conv], changes, Path(tmp), counter))
                 print(f"round {r + 1}: {Path(m).name} {times[m][-1]:.1f} s", flush=True)
     base = statistics.median(times[args.model[0]])
     print(f"load after {os.getloadavg()[0]:.2f}\n\n| embedder | build s (median of {args.rounds}) | against {Path(args.model[0]).name} |")
